@@ -1,0 +1,319 @@
+// Package redistest starts real redis-server processes for tests.
+//
+// Every server it starts listens on a free loopback port, keeps its data in a
+// temporary directory, has persistence off unless asked, and dies with the test
+// process (Pdeathsig), so nothing it starts outlives the test binary and nothing
+// touches port 6379 or a server the tests did not start.
+//
+// Environment:
+//   - REDIS_ADDR: use this server instead of starting one (tests must then keep
+//     to their own keys; nothing here flushes it).
+//   - EXPSET_REQUIRE_REDIS=1: fail, instead of skip, when no real Redis can be had.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Required reports whether tests must fail rather than skip when redis-server
+// is unavailable (EXPSET_REQUIRE_REDIS=1).
+func Required() bool { return os.Getenv("EXPSET_REQUIRE_REDIS") == "1" }
+
+// Unavailable skips tb, or fails it when Required, saying why.
+func Unavailable(tb testing.TB, why string) {
+	tb.Helper()
+	if Required() {
+		tb.Fatalf("real Redis required (EXPSET_REQUIRE_REDIS=1) but unavailable: %s", why)
+	}
+	tb.Skipf("skipping real-Redis test: %s (install redis-server or set REDIS_ADDR)", why)
+}
+
+// Server is a redis-server process started by this package.
+type Server struct {
+	Addr string
+	Dir  string
+	Port int
+
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Server
+	sharedErr  error
+)
+
+// Addr returns the address of a real Redis for tb: REDIS_ADDR when set, else a
+// redis-server shared by the whole test binary, started on first use. It skips
+// tb (or fails it, see Required) when neither is possible.
+func Addr(tb testing.TB) string {
+	tb.Helper()
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return a
+	}
+	sharedOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "expset-redis-*")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		shared, sharedErr = start(dir)
+	})
+	if sharedErr != nil {
+		Unavailable(tb, sharedErr.Error())
+	}
+	return shared.Addr
+}
+
+// Client returns a new client of the real Redis that Addr returns, closed when
+// tb ends.
+func Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: Addr(tb)})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Main runs the tests of a package and then stops the shared server. Use it as
+// the body of TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Stop()
+		_ = os.RemoveAll(shared.Dir)
+	}
+	os.Exit(code)
+}
+
+// Binary reports the path of redis-server, or an error saying it is missing.
+func Binary() (string, error) {
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server is not on PATH")
+	}
+	return p, nil
+}
+
+// Start starts a dedicated redis-server for tb in its own temporary directory,
+// with extra config arguments (e.g. "--appendonly", "yes"), and stops it when tb
+// ends. It skips or fails tb like Addr when redis-server is missing.
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s, err := start(tb.TempDir(), args...)
+	if err != nil {
+		Unavailable(tb, err.Error())
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func start(dir string, args ...string) (*Server, error) {
+	if _, err := Binary(); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: args}
+		if err := s.launch(); err != nil {
+			lastErr = err
+			continue
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("redis-server did not start: %w", lastErr)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) launch() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	argv := []string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--dir", s.Dir, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
+		"--logfile", "",
+	}
+	argv = append(argv, s.args...)
+	cmd := exec.Command(bin, argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.OpenFile(filepath.Join(s.Dir, fmt.Sprintf("redis-%d.log", s.Port)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done, s.log = cmd, done, logf
+	s.mu.Unlock()
+	if err := waitReady(s.Addr, done, 10*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		logf.Close()
+		return fmt.Errorf("%w; log: %s", err, tail(logf.Name()))
+	}
+	return nil
+}
+
+func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return errors.New("redis-server exited during start-up")
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server on %s not ready after %v", addr, limit)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	s := strings.TrimSpace(string(b))
+	if len(s) > 600 {
+		s = s[len(s)-600:]
+	}
+	return s
+}
+
+// Stop shuts the server down (SIGTERM, then SIGKILL after 5 s) and waits for it.
+func (s *Server) Stop() { s.signalWait(syscall.SIGTERM, 5*time.Second) }
+
+// Kill kills the server with SIGKILL and waits for it.
+func (s *Server) Kill() { s.signalWait(syscall.SIGKILL, 5*time.Second) }
+
+// Pause stops the process with SIGSTOP; Resume continues it.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+// Restart stops the server and starts it again on the same port and
+// directory, with the same arguments.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.launch()
+}
+
+// Running reports whether the process is still alive.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("redistest: server not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+func (s *Server) signalWait(sig syscall.Signal, grace time.Duration) {
+	s.mu.Lock()
+	cmd, done, logf := s.cmd, s.done, s.log
+	s.mu.Unlock()
+	if cmd == nil || done == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	if logf != nil {
+		logf.Close()
+	}
+}
+
+// Client returns a new client of this server, closed when tb ends.
+func (s *Server) Client(tb testing.TB, opt ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: s.Addr}
+	for _, f := range opt {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Info returns the fields of INFO section as a map.
+func Info(ctx context.Context, c redis.UniversalClient, section string) (map[string]string, error) {
+	txt, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(txt))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
