@@ -1,0 +1,43 @@
+package expset
+
+import "errors"
+
+// Sentinel errors. Errors returned by this package wrap one of these with %w
+// and name the argument or key involved; match them with errors.Is.
+var (
+	// ErrNotFound means the member is absent or already expired.
+	ErrNotFound = errors.New("expset: member not found")
+
+	// ErrInvalidName means a set name is empty, too long, or holds a brace,
+	// a space or a control character (it becomes part of every key's hash tag).
+	ErrInvalidName = errors.New("expset: invalid name")
+
+	// ErrInvalidOwner means an owner is empty or longer than MaxOwnerLen.
+	ErrInvalidOwner = errors.New("expset: invalid owner")
+
+	// ErrInvalidMember means a member is empty or longer than MaxMemberLen.
+	ErrInvalidMember = errors.New("expset: invalid member")
+
+	// ErrInvalidTTL means a ttl is under one millisecond or over MaxTTL.
+	ErrInvalidTTL = errors.New("expset: invalid ttl")
+
+	// ErrInvalidLimit means a quota limit is under 1 or over MaxLimit.
+	ErrInvalidLimit = errors.New("expset: invalid limit")
+
+	// ErrInvalidOption means an option has a value out of its range, or was
+	// given to a call it does not apply to.
+	ErrInvalidOption = errors.New("expset: invalid option")
+
+	// ErrInvalidPayload means a payload is longer than MaxPayloadLen, or was
+	// given to a set opened without WithPayloads.
+	ErrInvalidPayload = errors.New("expset: invalid payload")
+
+	// ErrConfigMismatch means the set was first opened with another shard
+	// count or other options recorded in Redis; opening it differently would
+	// orphan data or lose expiry events.
+	ErrConfigMismatch = errors.New("expset: configuration mismatch")
+
+	// ErrUnexpectedReply means Redis answered a script with a reply of the
+	// wrong shape: a bug, or a key written by something else.
+	ErrUnexpectedReply = errors.New("expset: unexpected reply")
+)

@@ -1,0 +1,387 @@
+// Package expset keeps bounded pending sets on Redis: per-owner sets whose
+// members each expire on their own deadline, with caps enforced atomically.
+//
+// A Set is one Redis sorted set per owner (a user, an account): the member is
+// the pending item's ID, the score its deadline in Unix milliseconds taken
+// from Redis's own clock. Expired members are invisible to every read at once,
+// whether or not anything has removed them yet. A Quota caps how many live
+// members an owner may hold ("at most 3 unpaid orders per user") with one Lua
+// script per admission, so concurrent requests can never over-admit. A Sweeper
+// reclaims expired members and, with WithExpiryEvents, turns each expiry into
+// a durable event read with Set.Consume.
+//
+// Every script declares all its keys, and the keys one script touches share a
+// hash tag, so the same code runs on a single Redis and on Redis Cluster.
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Set is a named family of per-owner expiring sets. It holds no state of its
+// own besides its configuration: it is safe for simultaneous use by multiple
+// goroutines, and any number of processes may open the same name with the
+// same options. The zero value is not usable; create one with New or Open.
+type Set struct {
+	rdb      redis.UniversalClient
+	name     string
+	shards   []shardKeys
+	clock    func() time.Time
+	events   bool
+	payloads bool
+	flags    string // script flags fixed by the configuration: e, p
+}
+
+// Member is a live member and its deadline.
+type Member struct {
+	ID       string
+	Deadline time.Time
+}
+
+// New opens the set called name on rdb, like Open with a background context
+// bounded by five seconds.
+func New(rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return Open(ctx, rdb, name, opts...)
+}
+
+// Open validates the options, then records the set's configuration (shard
+// count, expiry events, payloads) in Redis the first time the name is opened,
+// or checks it against what is recorded. A different configuration fails with
+// ErrConfigMismatch: opening a set with another shard count would orphan its
+// data. Open makes one round trip; the Set it returns makes none until used.
+func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	cfg := setConfig{shards: DefaultShards}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads}
+	s.shards = make([]shardKeys, cfg.shards)
+	for i := range s.shards {
+		s.shards[i] = newShardKeys(name, i)
+	}
+	if s.events {
+		s.flags += "e"
+	}
+	if s.payloads {
+		s.flags += "p"
+	}
+
+	want := s.configString()
+	key := metaKey(name)
+	got, err := scriptOpen.Run(ctx, rdb, []string{key}, want).Text()
+	if err != nil {
+		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
+	}
+	if got != want {
+		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
+	}
+	return s, nil
+}
+
+func (s *Set) configString() string {
+	b := func(v bool) string {
+		if v {
+			return "1"
+		}
+		return "0"
+	}
+	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads)
+}
+
+// Name returns the set's name.
+func (s *Set) Name() string { return s.name }
+
+// Shards returns the number of shards the owners are spread over.
+func (s *Set) Shards() int { return len(s.shards) }
+
+// ShardOf returns the shard that holds owner (0 to Shards()-1).
+func (s *Set) ShardOf(owner string) int { return shardOf(owner, len(s.shards)) }
+
+// OwnerKey returns the Redis key of owner's sorted set, for operators and
+// tools that read it directly.
+func (s *Set) OwnerKey(owner string) string {
+	return s.shards[s.ShardOf(owner)].owner + owner
+}
+
+// ownerKeys returns the four keys every owner script declares: the owner's
+// sorted set, the shard's due index and event stream, the owner's payload
+// hash.
+func (s *Set) ownerKeys(owner string) []string {
+	sk := &s.shards[s.ShardOf(owner)]
+	return []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner}
+}
+
+// now returns ARGV[1] for the scripts: the injected clock in ms, or "" for
+// the server's TIME.
+func (s *Set) now() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock().UnixMilli(), 10)
+}
+
+func ttlMillis(ttl time.Duration) (int64, error) {
+	if ttl < time.Millisecond || ttl > MaxTTL {
+		return 0, fmt.Errorf("%w: %v (want 1ms to %v; sub-millisecond parts are dropped)", ErrInvalidTTL, ttl, MaxTTL)
+	}
+	return ttl.Milliseconds(), nil
+}
+
+func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error) {
+	var c callConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.err != nil {
+		return c, c.err
+	}
+	if c.limit != 0 && !allowLimit {
+		return c, fmt.Errorf("%w: WithLimit applies to Quota.Acquire only", ErrInvalidOption)
+	}
+	if c.hasPayload {
+		if !s.payloads {
+			return c, fmt.Errorf("%w: set %q was opened without WithPayloads", ErrInvalidPayload, s.name)
+		}
+		if len(c.payload) > MaxPayloadLen {
+			return c, fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidPayload, len(c.payload), MaxPayloadLen)
+		}
+	}
+	return c, nil
+}
+
+func (s *Set) checkOwnerMember(owner, member string) error {
+	if err := validateOwner(owner); err != nil {
+		return err
+	}
+	return validateMember(member)
+}
+
+// run runs a script and wraps any error with the operation and key. A false
+// reply from Lua comes back as (nil, nil).
+func (s *Set) run(ctx context.Context, op string, sc *redis.Script, keys []string, args ...any) (any, error) {
+	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("expset: %s %s: %w", op, keys[0], err)
+	}
+	return v, nil
+}
+
+// Add puts member into owner's set with the deadline now+ttl, replacing the
+// deadline of a member already there (an upsert, which may also move a
+// deadline earlier), and returns the deadline. Owners have no cap here; see
+// Quota for that. Expired members of the owner found on the way are removed
+// (with their expiry events). ttl is truncated to whole milliseconds and must
+// be 1ms to MaxTTL. Options: WithPayload.
+func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (time.Time, error) {
+	if err := s.checkOwnerMember(owner, member); err != nil {
+		return time.Time{}, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c, err := s.callOptions(opts, false)
+	if err != nil {
+		return time.Time{}, err
+	}
+	flags := s.flags
+	args := []any{s.now(), ms, member, owner, flags}
+	if c.hasPayload {
+		args[4] = flags + "P"
+		args = append(args, c.payload)
+	}
+	v, err := s.run(ctx, "add to", scriptAdd, s.ownerKeys(owner), args...)
+	if err != nil {
+		return time.Time{}, err
+	}
+	d, ok := asInt64(v)
+	if !ok {
+		return time.Time{}, unexpected("add.lua", v)
+	}
+	return msTime(d), nil
+}
+
+// removeBatch is how many members one remove script takes.
+const removeBatch = 1000
+
+// Remove deletes members from owner's set and returns how many live members it
+// removed. Members already expired are not counted: they expired first, and
+// with expiry events they produce their event. Each batch of 1000 members is
+// removed atomically; more are removed in several steps.
+func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int, error) {
+	if err := validateOwner(owner); err != nil {
+		return 0, err
+	}
+	for _, m := range members {
+		if err := validateMember(m); err != nil {
+			return 0, err
+		}
+	}
+	keys := s.ownerKeys(owner)
+	total := 0
+	for len(members) > 0 {
+		batch := members[:min(len(members), removeBatch)]
+		members = members[len(batch):]
+		args := make([]any, 0, 3+len(batch))
+		args = append(args, s.now(), owner, s.flags)
+		for _, m := range batch {
+			args = append(args, m)
+		}
+		v, err := s.run(ctx, "remove from", scriptRemove, keys, args...)
+		if err != nil {
+			return total, err
+		}
+		n, ok := asInt64(v)
+		if !ok {
+			return total, unexpected("remove.lua", v)
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// Contains reports whether member is live in owner's set.
+func (s *Set) Contains(ctx context.Context, owner, member string) (bool, error) {
+	_, err := s.Deadline(ctx, owner, member)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Deadline returns a live member's deadline, or an error matching ErrNotFound
+// when the member is absent or expired.
+func (s *Set) Deadline(ctx context.Context, owner, member string) (time.Time, error) {
+	if err := s.checkOwnerMember(owner, member); err != nil {
+		return time.Time{}, err
+	}
+	keys := s.ownerKeys(owner)
+	v, err := s.run(ctx, "read", scriptDeadline, keys[:1], s.now(), member)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if v == nil {
+		return time.Time{}, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
+	}
+	d, ok := asInt64(v)
+	if !ok {
+		return time.Time{}, unexpected("deadline.lua", v)
+	}
+	return msTime(d), nil
+}
+
+// Extend pushes a live member's deadline to now+ttl and returns it; a deadline
+// already later stays (Extend never shortens). An absent or expired member
+// gets an error matching ErrNotFound: an expired member cannot be revived.
+func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duration) (time.Time, error) {
+	if err := s.checkOwnerMember(owner, member); err != nil {
+		return time.Time{}, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	v, err := s.run(ctx, "extend in", scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if v == nil {
+		return time.Time{}, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
+	}
+	d, ok := asInt64(v)
+	if !ok {
+		return time.Time{}, unexpected("extend.lua", v)
+	}
+	return msTime(d), nil
+}
+
+// Count returns the number of live members of owner.
+func (s *Set) Count(ctx context.Context, owner string) (int, error) {
+	if err := validateOwner(owner); err != nil {
+		return 0, err
+	}
+	keys := s.ownerKeys(owner)
+	v, err := s.run(ctx, "count", scriptCount, keys[:1], s.now())
+	if err != nil {
+		return 0, err
+	}
+	n, ok := asInt64(v)
+	if !ok {
+		return 0, unexpected("count.lua", v)
+	}
+	return int(n), nil
+}
+
+// Members returns owner's live members, earliest deadline first (members with
+// equal deadlines in byte order). It reads them all; an owner with a very
+// large set is better read with MembersN.
+func (s *Set) Members(ctx context.Context, owner string) ([]Member, error) {
+	return s.MembersN(ctx, owner, 0)
+}
+
+// MembersN returns at most n of owner's live members, earliest deadline
+// first; n <= 0 means all.
+func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, error) {
+	if err := validateOwner(owner); err != nil {
+		return nil, err
+	}
+	keys := s.ownerKeys(owner)
+	v, err := s.run(ctx, "read", scriptMembers, keys[:1], s.now(), max(n, 0))
+	if err != nil {
+		return nil, err
+	}
+	return parseMembers("members.lua", v)
+}
+
+// Payload returns the payload stored with a live member (nil when it has
+// none), or an error matching ErrNotFound when the member is absent or
+// expired.
+func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error) {
+	if err := s.checkOwnerMember(owner, member); err != nil {
+		return nil, err
+	}
+	keys := s.ownerKeys(owner)
+	v, err := s.run(ctx, "read", scriptPayload, []string{keys[0], keys[3]}, s.now(), member)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) < 1 || len(xs) > 2 {
+		return nil, unexpected("payload.lua", v)
+	}
+	if len(xs) == 1 || xs[1] == nil {
+		return nil, nil
+	}
+	p, ok := asString(xs[1])
+	if !ok {
+		return nil, unexpected("payload.lua", v)
+	}
+	return []byte(p), nil
+}

@@ -1,0 +1,155 @@
+package expset
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/expset/expset/internal/redistest"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// backend is one Redis the suite runs on: miniredis, or a real redis-server.
+type backend struct {
+	name string
+	rdb  redis.UniversalClient
+	mr   *miniredis.Miniredis // nil on real Redis
+}
+
+// eachBackend runs fn as a subtest on miniredis and on a real redis-server
+// (skipped, or failed with EXPSET_REQUIRE_REDIS=1, when none is available).
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		fn(t, backend{name: "miniredis", rdb: c, mr: mr})
+	})
+	t.Run("redis", func(t *testing.T) {
+		fn(t, backend{name: "redis", rdb: redistest.Client(t)})
+	})
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	// A whole second in the real present: key TTLs on real Redis, which run on
+	// the server's clock, then stay sensible.
+	return &fakeClock{t: time.Now().Truncate(time.Second)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// uniqueName returns a set name no other test uses, and deletes the set's keys
+// when t ends (the real server is shared).
+func uniqueName(t testing.TB, rdb redis.UniversalClient) string {
+	name := "t" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, k := range setKeys(t, rdb, name) {
+			rdb.Del(ctx, k)
+		}
+	})
+	return name
+}
+
+// setKeys lists every key of the set called name, sorted.
+func setKeys(t testing.TB, rdb redis.UniversalClient, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	for _, pat := range []string{keyPrefix + "{" + name + ":*", keyPrefix + "{" + name + "}*"} {
+		iter := rdb.Scan(ctx, 0, pat, 1000).Iterator()
+		for iter.Next(ctx) {
+			out = append(out, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// snapshot captures every key of a set and its serialized value, to check
+// that a rejected call wrote nothing.
+func snapshot(t testing.TB, rdb redis.UniversalClient, name string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range setKeys(t, rdb, name) {
+		typ := rdb.Type(ctx, k).Val()
+		var v string
+		switch typ {
+		case "zset":
+			zs := rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
+			for _, z := range zs {
+				v += z.Member.(string) + "=" + time.UnixMilli(int64(z.Score)).String() + ";"
+			}
+		case "hash":
+			m := rdb.HGetAll(ctx, k).Val()
+			keys := make([]string, 0, len(m))
+			for f := range m {
+				keys = append(keys, f)
+			}
+			sort.Strings(keys)
+			for _, f := range keys {
+				v += f + "=" + m[f] + ";"
+			}
+		case "stream":
+			for _, e := range rdb.XRange(ctx, k, "-", "+").Val() {
+				v += e.ID + ";"
+			}
+		default:
+			v = rdb.Get(ctx, k).Val()
+		}
+		out[k] = typ + ":" + v
+	}
+	return out
+}
+
+// newTestSet opens a set with a fake clock and a unique name.
+func newTestSet(t testing.TB, b backend, opts ...Option) (*Set, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	s, err := New(b.rdb, uniqueName(t, b.rdb), append([]Option{WithClock(clk.Now)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func must[T any](t testing.TB) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

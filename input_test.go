@@ -1,0 +1,114 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadInput checks that every public call rejects bad input with its
+// sentinel error and writes nothing.
+func TestBadInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b)
+		q := must[*Quota](t)(NewQuota(s, 3))
+		must[time.Time](t)(s.Add(ctx, "u", "m", time.Minute)) // some state to keep
+		huge := strings.Repeat("x", 1<<20)
+		before := snapshot(t, b.rdb, s.Name())
+
+		cases := []struct {
+			name string
+			call func() error
+			want error
+		}{
+			{"Add empty owner", func() error { _, err := s.Add(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
+			{"Add huge owner", func() error { _, err := s.Add(ctx, huge, "m", time.Second); return err }, ErrInvalidOwner},
+			{"Add empty member", func() error { _, err := s.Add(ctx, "u", "", time.Second); return err }, ErrInvalidMember},
+			{"Add huge member", func() error { _, err := s.Add(ctx, "u", huge, time.Second); return err }, ErrInvalidMember},
+			{"Add zero ttl", func() error { _, err := s.Add(ctx, "u", "n", 0); return err }, ErrInvalidTTL},
+			{"Add negative ttl", func() error { _, err := s.Add(ctx, "u", "n", -time.Second); return err }, ErrInvalidTTL},
+			{"Add sub-ms ttl", func() error { _, err := s.Add(ctx, "u", "n", 999*time.Microsecond); return err }, ErrInvalidTTL},
+			{"Add ttl past MaxTTL", func() error { _, err := s.Add(ctx, "u", "n", MaxTTL+time.Millisecond); return err }, ErrInvalidTTL},
+			{"Add payload without WithPayloads", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithPayload([]byte("x"))); return err }, ErrInvalidPayload},
+			{"Add with WithLimit", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithLimit(2)); return err }, ErrInvalidOption},
+			{"Remove empty owner", func() error { _, err := s.Remove(ctx, "", "m"); return err }, ErrInvalidOwner},
+			{"Remove empty member", func() error { _, err := s.Remove(ctx, "u", "m", ""); return err }, ErrInvalidMember},
+			{"Contains empty member", func() error { _, err := s.Contains(ctx, "u", ""); return err }, ErrInvalidMember},
+			{"Deadline huge owner", func() error { _, err := s.Deadline(ctx, huge, "m"); return err }, ErrInvalidOwner},
+			{"Extend zero ttl", func() error { _, err := s.Extend(ctx, "u", "m", 0); return err }, ErrInvalidTTL},
+			{"Extend empty owner", func() error { _, err := s.Extend(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
+			{"Count empty owner", func() error { _, err := s.Count(ctx, ""); return err }, ErrInvalidOwner},
+			{"Members empty owner", func() error { _, err := s.Members(ctx, ""); return err }, ErrInvalidOwner},
+			{"Payload empty member", func() error { _, err := s.Payload(ctx, "u", ""); return err }, ErrInvalidMember},
+			{"Acquire empty owner", func() error { _, err := q.Acquire(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
+			{"Acquire negative ttl", func() error { _, err := q.Acquire(ctx, "u", "n", -1); return err }, ErrInvalidTTL},
+			{"Acquire WithLimit(0)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(0)); return err }, ErrInvalidLimit},
+			{"Acquire WithLimit(huge)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(MaxLimit+1)); return err }, ErrInvalidLimit},
+			{"Release empty member", func() error { _, err := q.Release(ctx, "u", ""); return err }, ErrInvalidMember},
+			{"NewQuota limit 0", func() error { _, err := NewQuota(s, 0); return err }, ErrInvalidLimit},
+			{"NewQuota limit -1", func() error { _, err := NewQuota(s, -1); return err }, ErrInvalidLimit},
+			{"NewQuota nil set", func() error { _, err := NewQuota(nil, 1); return err }, ErrInvalidOption},
+			{"New empty name", func() error { _, err := New(b.rdb, ""); return err }, ErrInvalidName},
+			{"New name with brace", func() error { _, err := New(b.rdb, "a{b"); return err }, ErrInvalidName},
+			{"New name with close brace", func() error { _, err := New(b.rdb, s.Name()+"}"); return err }, ErrInvalidName},
+			{"New name with space", func() error { _, err := New(b.rdb, "a b"); return err }, ErrInvalidName},
+			{"New name with newline", func() error { _, err := New(b.rdb, "a\nb"); return err }, ErrInvalidName},
+			{"New name not UTF-8", func() error { _, err := New(b.rdb, "a\xff"); return err }, ErrInvalidName},
+			{"New name too long", func() error { _, err := New(b.rdb, strings.Repeat("n", MaxNameLen+1)); return err }, ErrInvalidName},
+			{"New shards 0", func() error { _, err := New(b.rdb, s.Name(), WithShards(0)); return err }, ErrInvalidOption},
+			{"New shards too many", func() error { _, err := New(b.rdb, s.Name(), WithShards(MaxShards+1)); return err }, ErrInvalidOption},
+			{"New nil client", func() error { _, err := New(nil, "x"); return err }, ErrInvalidOption},
+		}
+		for _, c := range cases {
+			err := c.call()
+			if !errors.Is(err, c.want) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			}
+		}
+		if after := snapshot(t, b.rdb, s.Name()); !reflect.DeepEqual(before, after) {
+			t.Fatalf("rejected calls changed the data:\nbefore %v\nafter  %v", before, after)
+		}
+	})
+}
+
+// TestMalformedReplies feeds the reply parsers shapes no script returns.
+func TestMalformedReplies(t *testing.T) {
+	for _, v := range []any{nil, "x", int64(1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"},
+		[]any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)}} {
+		if _, err := parseDecision(v, 3); !errors.Is(err, ErrUnexpectedReply) {
+			t.Errorf("parseDecision(%#v): %v", v, err)
+		}
+	}
+	for _, v := range []any{nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}} {
+		if _, err := parseMembers("members.lua", v); !errors.Is(err, ErrUnexpectedReply) {
+			t.Errorf("parseMembers(%#v): %v", v, err)
+		}
+	}
+	if ms, err := parseMembers("members.lua", []any{"a", "1700000000123", "b", int64(5)}); err != nil || len(ms) != 2 || ms[0].Deadline.UnixMilli() != 1700000000123 {
+		t.Errorf("parseMembers of a good reply: %v %v", ms, err)
+	}
+}
+
+// TestForeignKeyType checks that an owner key of another type, written by
+// something else, gives an error, not a panic or a wrong answer.
+func TestForeignKeyType(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b)
+		q := must[*Quota](t)(NewQuota(s, 3))
+		b.rdb.Set(ctx, s.OwnerKey("u"), "not a zset", 0)
+		if _, err := s.Add(ctx, "u", "m", time.Second); err == nil {
+			t.Fatal("Add over a string key succeeded")
+		}
+		if _, err := q.Acquire(ctx, "u", "m", time.Second); err == nil {
+			t.Fatal("Acquire over a string key succeeded")
+		}
+		if _, err := s.Members(ctx, "u"); err == nil {
+			t.Fatal("Members over a string key succeeded")
+		}
+	})
+}

@@ -1,0 +1,100 @@
+-- prelude.lua: helpers shared by every expset script that writes or reads
+-- deadlines. It is prepended to each script body at load time (scripts.go),
+-- so each EVALSHA still runs one self-contained script.
+--
+-- Conventions every script follows:
+--   * ARGV[1] is "now" in Unix milliseconds, or "" to read the server's TIME.
+--   * Scores are deadlines in whole Unix milliseconds (< 2^53, exact in a
+--     double). Numbers reach redis.call as arguments (formatted with 17 digits)
+--     or are returned as integer replies; none passes through tostring or "..".
+--   * A member is live while its deadline > now; at deadline <= now it is expired.
+--   * Flags are single letters in one ARGV string:
+--       e  expiry events on: every expired member removed gets one stream entry
+--       p  payloads on: owner payload hashes exist and go with their members
+--       P  this call carries a payload
+--       v  (acquire) evict the earliest-deadline members instead of denying
+--       r  (acquire) a live re-acquire refreshes the deadline
+local call = redis.call
+
+local function now_ms(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+local function has(flags, c)
+  return string.find(flags, c, 1, true) ~= nil
+end
+
+-- drop removes expired members of key (deadline <= now), earliest first.
+-- Without events or payloads it removes all of them in one call. Otherwise it
+-- removes at most max, appending one entry per member to stream (fields o, m,
+-- d and, with a payload, p) and deleting their payloads from pkey. It returns
+-- how many it removed and whether expired members may remain.
+local function drop(key, pkey, stream, owner, now, events, payloads, max)
+  if not events and not payloads then
+    return call('ZREMRANGEBYSCORE', key, '-inf', now), false
+  end
+  local ex = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, max, 'WITHSCORES')
+  local n = #ex / 2
+  if n == 0 then
+    return 0, false
+  end
+  local ids = {}
+  for i = 1, n do
+    ids[i] = ex[2 * i - 1]
+  end
+  local pl = {}
+  if payloads then
+    pl = call('HMGET', pkey, unpack(ids))
+    call('HDEL', pkey, unpack(ids))
+  end
+  if events then
+    for i = 1, n do
+      if pl[i] then
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i], 'p', pl[i])
+      else
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i])
+      end
+    end
+  end
+  call('ZREMRANGEBYRANK', key, 0, n - 1)
+  return n, n == max
+end
+
+-- keep_ttl makes the owner key outlive its latest deadline, which is now+ttl
+-- when fresh (the key is new, or now+ttl is its latest deadline) and at most
+-- that otherwise. With expiry events on, keys carry no TTL: the sweeper must
+-- see every member before it goes.
+local function keep_ttl(key, ttl, fresh, events)
+  if events then
+    return
+  end
+  if fresh then
+    call('PEXPIRE', key, ttl)
+  else
+    call('PEXPIRE', key, ttl, 'GT')
+  end
+end
+
+-- stretch_payload makes an existing payload hash outlive now+ttl (keys
+-- without events only); a hash that does not exist is left alone.
+local function stretch_payload(pkey, ttl, events)
+  if events then
+    return
+  end
+  local t = call('PTTL', pkey)
+  if t ~= -2 and t < ttl then
+    call('PEXPIRE', pkey, ttl)
+  end
+end
+
+-- put_payload stores a member's payload and makes the hash outlive now+ttl.
+local function put_payload(pkey, member, payload, ttl, events)
+  call('HSET', pkey, member, payload)
+  stretch_payload(pkey, ttl, events)
+end
+
+local DROP_MAX = 1000

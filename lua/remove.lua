@@ -1,0 +1,59 @@
+-- remove.lua: remove members of one owner (Set.Remove, Quota.Release).
+--
+-- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
+-- KEYS[2]  shard due index       expset:{name:S}:due
+-- KEYS[3]  shard event stream    expset:{name:S}:ev
+-- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
+-- ARGV[1]  now in ms, or "" for the server's TIME
+-- ARGV[2]  owner
+-- ARGV[3]  flags (see prelude: e, p)
+-- ARGV[4..] members (at most 1000)
+--
+-- Only live members count as removed: expired ones are dropped first, with
+-- their expiry events, because they expired before anyone removed them. When
+-- the owner ends up empty its index entry goes too.
+-- Reply: the number of live members removed (integer).
+local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
+local now = now_ms(ARGV[1])
+local events, payloads = has(flags, 'e'), has(flags, 'p')
+
+local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
+if first[1] == nil then
+  return 0
+end
+local more = false
+if tonumber(first[2]) <= now then
+  local _
+  _, more = drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+end
+
+local ids = {}
+for i = 4, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+end
+if more then
+  -- Expired members beyond what one call drops stay for the sweeper and
+  -- their events; remove only the live ones.
+  local s = call('ZMSCORE', key, unpack(ids))
+  local keep = {}
+  for i = 1, #ids do
+    if s[i] and tonumber(s[i]) > now then
+      keep[#keep + 1] = ids[i]
+    end
+  end
+  ids = keep
+  if #ids == 0 then
+    return 0
+  end
+end
+
+local removed = call('ZREM', key, unpack(ids))
+if removed > 0 then
+  if payloads then
+    call('HDEL', KEYS[4], unpack(ids))
+  end
+  if call('EXISTS', key) == 0 then
+    call('ZREM', KEYS[2], owner)
+  end
+end
+return removed

@@ -1,0 +1,143 @@
+package expset
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Quota caps how many live members each owner of a Set may hold: "at most 3
+// unpaid orders per user, each expiring 15 minutes after it was placed".
+// Every Acquire is one Lua script that drops the owner's expired members,
+// recognises a retry of a member already held, and admits or denies, so no
+// number of concurrent callers can over-admit. A Quota is safe for
+// simultaneous use by multiple goroutines; several quotas with different
+// limits may share one Set.
+type Quota struct {
+	set     *Set
+	limit   int
+	evict   bool
+	refresh bool
+}
+
+// Decision is the outcome of Acquire. With a limit of 3 and two live members
+// held, an Acquire of a third member reports Allowed=true, Count=3, Limit=3;
+// the next Acquire of a fourth reports Allowed=false, Count=3 and RetryAfter
+// the time until the earliest of the three expires.
+type Decision struct {
+	Allowed    bool          // member holds a slot after the call
+	Existing   bool          // it already held one: a retried Acquire is safe and takes no second slot
+	Count      int           // live members after the call
+	Limit      int           // the limit this call applied
+	Deadline   time.Time     // the member's deadline when Allowed
+	RetryAfter time.Duration // when denied: time until enough live members expire to make room (the earliest one, at the limit)
+	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first
+}
+
+// NewQuota returns a quota of limit live members per owner of s (1 to
+// MaxLimit). Options: WithEvictOldest, WithRefreshOnReacquire.
+func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
+	}
+	if limit < 1 || limit > MaxLimit {
+		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
+	}
+	q := &Quota{set: s, limit: limit}
+	for _, o := range opts {
+		if o != nil {
+			o(q)
+		}
+	}
+	return q, nil
+}
+
+// Limit returns the quota's default limit.
+func (q *Quota) Limit() int { return q.limit }
+
+// Set returns the set the quota guards.
+func (q *Quota) Set() *Set { return q.set }
+
+// Acquire gives member a slot among owner's live members, with the deadline
+// now+ttl, if fewer than the limit are live. A member that already holds a
+// slot is reported with Allowed and Existing, keeping its deadline (or pushing
+// it to now+ttl with WithRefreshOnReacquire): retrying an Acquire whose reply
+// was lost is safe. At the limit it denies with RetryAfter, or evicts the
+// earliest-deadline members with WithEvictOldest. A denial is not an error.
+// Options: WithLimit (this owner's limit for this call), WithPayload.
+func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+	s := q.set
+	if err := s.checkOwnerMember(owner, member); err != nil {
+		return Decision{}, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return Decision{}, err
+	}
+	c, err := s.callOptions(opts, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	limit := q.limit
+	if c.limit != 0 {
+		limit = c.limit
+	}
+	flags := s.flags
+	if q.evict {
+		flags += "v"
+	}
+	if q.refresh {
+		flags += "r"
+	}
+	args := []any{s.now(), ms, member, owner, flags, limit}
+	if c.hasPayload {
+		args[4] = flags + "P"
+		args = append(args, c.payload)
+	}
+	v, err := s.run(ctx, "acquire in", scriptAcquire, s.ownerKeys(owner), args...)
+	if err != nil {
+		return Decision{}, err
+	}
+	return parseDecision(v, limit)
+}
+
+func parseDecision(v any, limit int) (Decision, error) {
+	xs, ok := v.([]any)
+	if !ok || len(xs) < 4 {
+		return Decision{}, unexpected("acquire.lua", v)
+	}
+	var n [4]int64
+	for i := range n {
+		if n[i], ok = asInt64(xs[i]); !ok {
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+	}
+	d := Decision{Count: int(n[1]), Limit: limit}
+	switch n[0] {
+	case 0:
+		d.RetryAfter = time.Duration(n[3]) * time.Millisecond
+	case 1, 2:
+		d.Allowed, d.Existing = true, n[0] == 2
+		d.Deadline = msTime(n[2])
+	default:
+		return Decision{}, unexpected("acquire.lua", v)
+	}
+	for _, e := range xs[4:] {
+		id, ok := asString(e)
+		if !ok {
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+		d.Evicted = append(d.Evicted, id)
+	}
+	return d, nil
+}
+
+// Release gives up member's slot and reports whether it held one (an expired
+// member held none).
+func (q *Quota) Release(ctx context.Context, owner, member string) (bool, error) {
+	if err := q.set.checkOwnerMember(owner, member); err != nil {
+		return false, err
+	}
+	n, err := q.set.Remove(ctx, owner, member)
+	return n > 0, err
+}

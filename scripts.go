@@ -1,0 +1,41 @@
+package expset
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
+// Script.Run), so a flushed script cache costs one extra round trip.
+var (
+	scriptAdd      = loadScript("add.lua")
+	scriptAcquire  = loadScript("acquire.lua")
+	scriptRemove   = loadScript("remove.lua")
+	scriptExtend   = loadScript("extend.lua")
+	scriptDeadline = loadScript("deadline.lua")
+	scriptCount    = loadScript("count.lua")
+	scriptMembers  = loadScript("members.lua")
+	scriptPayload  = loadScript("payload.lua")
+	scriptOpen     = loadScript("open.lua")
+)
+
+// loadScript returns lua/prelude.lua followed by lua/<name> as one script.
+func loadScript(name string) *redis.Script {
+	return redis.NewScript(luaSource(name))
+}
+
+func luaSource(name string) string {
+	prelude, err := luaFS.ReadFile("lua/prelude.lua")
+	if err != nil {
+		panic("expset: embedded lua/prelude.lua missing: " + err.Error())
+	}
+	body, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	}
+	return string(prelude) + "\n" + string(body)
+}
