@@ -8,8 +8,9 @@ var (
 	// ErrNotFound means the member is absent or already expired.
 	ErrNotFound = errors.New("expset: member not found")
 
-	// ErrInvalidName means a set name is empty, too long, or holds a brace,
-	// a space or a control character (it becomes part of every key's hash tag).
+	// ErrInvalidName means a set name is empty, longer than MaxNameLen, or
+	// holds a character other than ASCII letters, digits and "_.:/-" (the
+	// name is part of every key's hash tag).
 	ErrInvalidName = errors.New("expset: invalid name")
 
 	// ErrInvalidOwner means an owner is empty or longer than MaxOwnerLen.

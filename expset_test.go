@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"testing"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"

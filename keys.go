@@ -3,7 +3,7 @@ package expset
 import (
 	"fmt"
 	"strconv"
-	"unicode/utf8"
+	"strings"
 )
 
 // Limits on what a call accepts. Longer values get the matching Err* error
@@ -68,16 +68,17 @@ func shardOf(owner string, shards int) int {
 	return int(h % uint32(shards))
 }
 
+// validateName accepts 1 to MaxNameLen bytes of ASCII letters, digits and
+// "_.:/-": no braces (the name is inside every key's hash tag), no glob
+// characters (Drop and operators match keys by pattern), no spaces.
 func validateName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidName, name, MaxNameLen)
 	}
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidName, name)
-	}
-	for _, r := range name {
-		if r == '{' || r == '}' || r <= ' ' || r == 0x7f {
-			return fmt.Errorf("%w: %q holds %q (braces, spaces and control characters would break the hash tag or the CLI)", ErrInvalidName, name, r)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_.:/-", c) >= 0) {
+			return fmt.Errorf("%w: %q holds %q: use letters, digits and _.:/-", ErrInvalidName, name, c)
 		}
 	}
 	return nil

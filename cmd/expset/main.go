@@ -1,0 +1,110 @@
+// Command expset is the demo and operator tool of the expset library.
+//
+// Usage:
+//
+//	expset demo [--redis URL] [--ttl 3s]
+//
+// Run "expset help" or "expset COMMAND --help" for each command's flags and an
+// example. Exit codes: 0 success, 1 failure, 2 bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{
+	"demo": {"play the unpaid-orders checkout story (embedded Redis by default)", runDemo},
+}
+
+// errUsage marks a usage error: exit code 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "expset: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	err := c.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "expset: bounded pending sets on Redis: demo and operator tool")
+	fmt.Fprintln(w, "\nUsage: expset COMMAND [flags] [args]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[:password@]host:port[/db],")
+	fmt.Fprintln(w, "or several comma-separated host:port addresses for a Redis Cluster.")
+	fmt.Fprintln(w, "Run 'expset COMMAND --help' for a command's flags and an example.")
+}
+
+// newFlags returns a flag set for a command whose --help prints the synopsis
+// and example.
+func newFlags(name, synopsis, example string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: expset %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "\nExample:\n  %s\n", strings.ReplaceAll(example, "\n", "\n  "))
+	}
+	return fs
+}
+
+// parseFlags parses args, mapping a parse failure to errUsage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
