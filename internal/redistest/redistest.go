@@ -76,7 +76,7 @@ func Addr(tb testing.TB) string {
 			sharedErr = err
 			return
 		}
-		shared, sharedErr = start(dir)
+		shared, sharedErr = start(dir, FreePort, nil)
 	})
 	if sharedErr != nil {
 		Unavailable(tb, sharedErr.Error())
@@ -93,22 +93,25 @@ func Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-// Main runs the tests of a package and then stops the shared server. Use it as
-// the body of TestMain.
+// Main runs the tests of a package and then stops the shared server and the
+// shared cluster (see SharedCluster). Use it as the body of TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		shared.Stop()
 		_ = os.RemoveAll(shared.Dir)
 	}
+	stopSharedCluster()
 	os.Exit(code)
 }
 
 // Binary reports the path of redis-server, or an error saying it is missing.
-func Binary() (string, error) {
-	p, err := exec.LookPath("redis-server")
+func Binary() (string, error) { return lookPath("redis-server") }
+
+func lookPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", errors.New("redis-server is not on PATH")
+		return "", fmt.Errorf("%s is not on PATH", name)
 	}
 	return p, nil
 }
@@ -118,7 +121,7 @@ func Binary() (string, error) {
 // ends. It skips or fails tb like Addr when redis-server is missing.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s, err := start(tb.TempDir(), args...)
+	s, err := start(tb.TempDir(), FreePort, func(int) []string { return args })
 	if err != nil {
 		Unavailable(tb, err.Error())
 	}
@@ -126,17 +129,23 @@ func Start(tb testing.TB, args ...string) *Server {
 	return s
 }
 
-func start(dir string, args ...string) (*Server, error) {
+// start launches a redis-server in dir on a port from pick, with the extra
+// arguments args returns for that port (args may be nil), trying a fresh port
+// when the launch fails (e.g. because another process took the port).
+func start(dir string, pick func() (int, error), args func(port int) []string) (*Server, error) {
 	if _, err := Binary(); err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := FreePort()
+		port, err := pick()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: args}
+		s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		if args != nil {
+			s.args = args(port)
+		}
 		if err := s.launch(); err != nil {
 			lastErr = err
 			continue
@@ -195,7 +204,7 @@ func (s *Server) launch() error {
 
 func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := probeClient(addr)
 	defer c.Close()
 	for time.Now().Before(deadline) {
 		select {
@@ -214,11 +223,25 @@ func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
 	return fmt.Errorf("redis-server on %s not ready after %v", addr, limit)
 }
 
+// probeClient returns a client for the harness's own checks: no retries and
+// short timeouts, so a dead or paused server makes a check fail quickly.
+func probeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, MaxRetries: -1, PoolSize: 2, Protocol: 2, DisableIdentity: true,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
+}
+
 func tail(path string) string {
 	b, _ := os.ReadFile(path)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 600 {
-		s = s[len(s)-600:]
+	return lastChars(string(b), 600)
+}
+
+// lastChars returns the last n bytes of s, trimmed of surrounding space.
+func lastChars(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = s[len(s)-n:]
 	}
 	return s
 }
@@ -304,6 +327,11 @@ func Info(ctx context.Context, c redis.UniversalClient, section string) (map[str
 	if err != nil {
 		return nil, err
 	}
+	return parseInfo(txt), nil
+}
+
+// parseInfo parses the "key:value" lines of INFO or CLUSTER INFO.
+func parseInfo(txt string) map[string]string {
 	out := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(txt))
 	for sc.Scan() {
@@ -315,5 +343,5 @@ func Info(ctx context.Context, c redis.UniversalClient, section string) (map[str
 			out[k] = v
 		}
 	}
-	return out, nil
+	return out
 }
