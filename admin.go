@@ -128,3 +128,26 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 	})
 	return out, err
 }
+
+// Options returns the options that open a set with this configuration, for
+// tools that attach to a set they did not create (see ReadConfiguration).
+func (c Configuration) Options() []Option {
+	opts := []Option{WithShards(c.Shards)}
+	if c.Events {
+		opts = append(opts, WithExpiryEvents())
+	}
+	if c.Payloads {
+		opts = append(opts, WithPayloads())
+	}
+	return opts
+}
+
+// OpenExisting opens a set with the configuration its first Open recorded,
+// or fails with an error matching ErrNotFound when no set of that name exists.
+func OpenExisting(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
+	cfg, err := ReadConfiguration(ctx, rdb, name)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, rdb, name, append(cfg.Options(), opts...)...)
+}

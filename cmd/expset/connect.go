@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -20,9 +21,18 @@ type conn struct {
 	close func()
 }
 
+// quiet silences go-redis's own logging (pool dial retries and the like):
+// the commands report every error they meet themselves.
+var quiet sync.Once
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
 // connect opens the Redis given by url (or $REDIS_URL). With neither, it
 // starts an embedded miniredis when embedded is true and fails otherwise.
 func connect(ctx context.Context, url string, embedded bool) (*conn, error) {
+	quiet.Do(func() { redis.SetLogger(discardLogger{}) })
 	if url == "" {
 		url = os.Getenv("REDIS_URL")
 	}

@@ -3,9 +3,11 @@
 // Usage:
 //
 //	expset demo [--redis URL] [--ttl 3s]
+//	expset inspect [--redis URL] [--json] NAME OWNER
 //
 // Run "expset help" or "expset COMMAND --help" for each command's flags and an
-// example. Exit codes: 0 success, 1 failure, 2 bad usage.
+// example. Exit codes: 0 success, 1 failure, 2 bad usage, 3 no such set (or
+// member).
 package main
 
 import (
@@ -19,6 +21,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/expset/expset"
 )
 
 // command is one subcommand.
@@ -28,7 +32,8 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo": {"play the unpaid-orders checkout story (embedded Redis by default)", runDemo},
+	"demo":    {"play the unpaid-orders checkout story (embedded Redis by default)", runDemo},
+	"inspect": {"show one owner's members, deadlines and time left, expired-but-unswept marked", runInspect},
 }
 
 // errUsage marks a usage error: exit code 2.
@@ -63,6 +68,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
 		return 2
+	case errors.Is(err, expset.ErrNotFound):
+		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
+		return 3
 	default:
 		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
 		return 1
