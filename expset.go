@@ -36,6 +36,7 @@ type Set struct {
 	events   bool
 	payloads bool
 	flags    string // script flags fixed by the configuration: e, p
+	hooks    Hooks
 }
 
 // Member is a live member and its deadline.
@@ -73,7 +74,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -177,17 +178,24 @@ func (s *Set) checkOwnerMember(owner, member string) error {
 	return validateMember(member)
 }
 
-// run runs a script and wraps any error with the operation and key. A false
-// reply from Lua comes back as (nil, nil).
+// run runs a script, reports it to Hooks.OnCall and wraps any error with the
+// operation and key. A false reply from Lua comes back as (nil, nil).
 func (s *Set) run(ctx context.Context, op string, sc *redis.Script, keys []string, args ...any) (any, error) {
+	var start time.Time
+	if s.hooks.OnCall != nil {
+		start = time.Now()
+	}
 	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		v, err = nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("expset: %s %s: %w", op, keys[0], err)
+		err = fmt.Errorf("expset: %s %s: %w", op, keys[0], err)
 	}
-	return v, nil
+	if s.hooks.OnCall != nil {
+		s.hooks.OnCall(CallInfo{Set: s.name, Op: op, Shard: shardOfKey(keys[0]), Duration: time.Since(start), Err: err})
+	}
+	return v, err
 }
 
 // Add puts member into owner's set with the deadline now+ttl, replacing the
@@ -214,7 +222,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	v, err := s.run(ctx, "add to", scriptAdd, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "add", scriptAdd, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -251,7 +259,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 		for _, m := range batch {
 			args = append(args, m)
 		}
-		v, err := s.run(ctx, "remove from", scriptRemove, keys, args...)
+		v, err := s.run(ctx, "remove", scriptRemove, keys, args...)
 		if err != nil {
 			return total, err
 		}
@@ -280,7 +288,7 @@ func (s *Set) Deadline(ctx context.Context, owner, member string) (time.Time, er
 		return time.Time{}, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "read", scriptDeadline, keys[:1], s.now(), member)
+	v, err := s.run(ctx, "deadline", scriptDeadline, keys[:1], s.now(), member)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -305,7 +313,7 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := s.run(ctx, "extend in", scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
+	v, err := s.run(ctx, "extend", scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -350,7 +358,7 @@ func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, erro
 		return nil, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "read", scriptMembers, keys[:1], s.now(), max(n, 0))
+	v, err := s.run(ctx, "members", scriptMembers, keys[:1], s.now(), max(n, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +373,7 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 		return nil, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "read", scriptPayload, []string{keys[0], keys[3]}, s.now(), member)
+	v, err := s.run(ctx, "payload", scriptPayload, []string{keys[0], keys[3]}, s.now(), member)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ type setConfig struct {
 	clock    func() time.Time
 	events   bool
 	payloads bool
+	hooks    Hooks
 	err      error
 }
 

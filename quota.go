@@ -94,11 +94,16 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	v, err := s.run(ctx, "acquire in", scriptAcquire, s.ownerKeys(owner), args...)
+	keys := s.ownerKeys(owner)
+	v, err := s.run(ctx, "acquire", scriptAcquire, keys, args...)
 	if err != nil {
 		return Decision{}, err
 	}
-	return parseDecision(v, limit)
+	d, err := parseDecision(v, limit)
+	if err == nil && s.hooks.OnAcquire != nil {
+		s.hooks.OnAcquire(AcquireInfo{Set: s.name, Shard: shardOfKey(keys[0]), Decision: d})
+	}
+	return d, err
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

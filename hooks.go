@@ -1,0 +1,83 @@
+package expset
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Hooks receives what a Set, and the Quotas, Sweepers and consumers built on
+// it, do: the way to feed metrics or traces without this package depending on
+// a metrics library (see the prometheus sub-module for a collector built on
+// it). Every field is optional; a nil func costs nothing. Hooks run
+// synchronously on the goroutine that made the call, often concurrently, so
+// they must be fast and safe for simultaneous use. Fields may be added in
+// later versions; set them by name.
+type Hooks struct {
+	// OnCall follows every script round trip: Set and Quota calls, sweeps
+	// and event handling alike.
+	OnCall func(CallInfo)
+	// OnAcquire follows every Acquire that Redis answered.
+	OnAcquire func(AcquireInfo)
+	// OnSweep follows every batch a Sweeper sweeps.
+	OnSweep func(SweepInfo)
+	// OnEvent follows every expiry event a consumer's handler was given.
+	OnEvent func(EventInfo)
+}
+
+// CallInfo describes one script round trip.
+type CallInfo struct {
+	Set      string        // the set's name
+	Op       string        // "add", "acquire", "remove", "extend", "read", "sweep", ...
+	Shard    int           // the shard the call went to, or -1 when it spans several
+	Duration time.Duration // from sending to the reply, as the client saw it
+	Err      error         // nil on success
+}
+
+// AcquireInfo describes one Acquire.
+type AcquireInfo struct {
+	Set      string
+	Shard    int
+	Decision Decision // Allowed, Existing, Evicted tell admitted, retried, denied and evicted apart
+}
+
+// SweepInfo describes one sweep batch of one shard.
+type SweepInfo struct {
+	Set      string
+	Shard    int
+	Owners   int           // owners visited
+	Expired  int           // members removed
+	Lateness time.Duration // the largest now - deadline among the members removed (0 when none)
+}
+
+// EventInfo describes one delivery of an expiry event to a handler.
+type EventInfo struct {
+	Set          string
+	Shard        int
+	Attempt      int   // 1 for the first delivery
+	Err          error // the handler's error; nil when it succeeded
+	DeadLettered bool  // the event moved to the dead-letter stream after this attempt
+}
+
+// WithHooks installs hooks on the set (default none).
+func WithHooks(h Hooks) Option {
+	return func(c *setConfig) { c.hooks = h }
+}
+
+// shardOfKey reads S back from a key of the form expset:{name:S}:..., which
+// this package builds; -1 when key is not one.
+func shardOfKey(key string) int {
+	end := strings.IndexByte(key, '}')
+	if end < 0 {
+		return -1
+	}
+	colon := strings.LastIndexByte(key[:end], ':')
+	if colon < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(key[colon+1 : end])
+	if err != nil {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,88 @@
+package expset
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestHooksSeeCallsAndDecisions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var (
+			mu        sync.Mutex
+			calls     = map[string]int{}
+			failed    int
+			decisions []Decision
+			shards    = map[int]bool{}
+		)
+		h := Hooks{
+			OnCall: func(c CallInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls[c.Op]++
+				shards[c.Shard] = true
+				if c.Err != nil {
+					failed++
+				}
+				if c.Duration <= 0 {
+					t.Errorf("call %s took %v", c.Op, c.Duration)
+				}
+			},
+			OnAcquire: func(a AcquireInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				decisions = append(decisions, a.Decision)
+			},
+		}
+		s, _ := newTestSet(t, b, WithHooks(h), WithShards(4))
+		q := must[*Quota](t)(NewQuota(s, 1))
+		must[time.Time](t)(s.Add(ctx, "u", "a", time.Minute))
+		must[bool](t)(s.Contains(ctx, "u", "a"))
+		must[int](t)(s.Count(ctx, "u"))
+		must[[]Member](t)(s.Members(ctx, "u"))
+		must[Decision](t)(q.Acquire(ctx, "v", "x", time.Minute))
+		must[Decision](t)(q.Acquire(ctx, "v", "y", time.Minute))
+		must[int](t)(s.Remove(ctx, "u", "a"))
+		b.rdb.Set(ctx, s.OwnerKey("w"), "wrong type", 0)
+		if _, err := s.Add(ctx, "w", "m", time.Minute); err == nil {
+			t.Fatal("Add over a string key succeeded")
+		}
+
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]int{"add": 2, "deadline": 1, "count": 1, "members": 1, "acquire": 2, "remove": 1}
+		for op, n := range want {
+			if calls[op] != n {
+				t.Errorf("OnCall saw %d %q calls, want %d (all: %v)", calls[op], op, n, calls)
+			}
+		}
+		if failed != 1 {
+			t.Errorf("OnCall saw %d failures, want 1", failed)
+		}
+		for sh := range shards {
+			if sh < 0 || sh >= 4 {
+				t.Errorf("OnCall reported shard %d", sh)
+			}
+		}
+		if len(decisions) != 2 || !decisions[0].Allowed || decisions[1].Allowed {
+			t.Errorf("OnAcquire saw %+v", decisions)
+		}
+	})
+}
+
+func TestShardOfKey(t *testing.T) {
+	for key, want := range map[string]int{
+		"expset:{orders:3}:o:user":     3,
+		"expset:{a:b:15}:o:{x:7}":      15,
+		"expset:{orders:0}:due":        0,
+		"expset:{orders}:meta":         -1,
+		"nothing":                      -1,
+		"expset:{orders:x}:o:{y:9}zzz": -1,
+	} {
+		if got := shardOfKey(key); got != want {
+			t.Errorf("shardOfKey(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
