@@ -1,0 +1,151 @@
+// Package expsetprom exports what expset does as Prometheus metrics, through
+// expset.Hooks. It lives in its own module so that the core library does not
+// make its users depend on the Prometheus client.
+//
+//	c := expsetprom.NewCollector()
+//	prometheus.MustRegister(c)
+//	orders, err := expset.New(rdb, "orders", expset.WithHooks(c.Hooks()))
+//
+// One Collector can serve any number of sets: every metric carries the set's
+// name as the label "set".
+package expsetprom
+
+import (
+	"github.com/expset/expset"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector is a prometheus.Collector fed by expset.Hooks. It is safe for
+// simultaneous use by multiple goroutines. The zero value is not usable;
+// create one with NewCollector.
+//
+// Metrics (namespace "expset" unless WithNamespace says otherwise):
+//
+//	expset_calls_total{set,op,result}            script round trips; result is ok or error
+//	expset_call_duration_seconds{set,op}         their latency as the client saw it
+//	expset_acquire_total{set,outcome}            admitted, existing (a retry) or denied
+//	expset_evicted_total{set}                    members evicted by WithEvictOldest
+//	expset_sweep_batches_total{set}              sweep batches run
+//	expset_swept_owners_total{set}               owners visited by sweeps
+//	expset_swept_members_total{set}              expired members removed by sweeps
+//	expset_sweep_lateness_seconds{set}           per batch, how late its latest removal was
+//	expset_event_attempts_total{set,result}      handler calls: ok, error, dead_lettered
+type Collector struct {
+	calls    *prometheus.CounterVec
+	callTime *prometheus.HistogramVec
+	acquires *prometheus.CounterVec
+	evicted  *prometheus.CounterVec
+	batches  *prometheus.CounterVec
+	owners   *prometheus.CounterVec
+	swept    *prometheus.CounterVec
+	lateness *prometheus.HistogramVec
+	events   *prometheus.CounterVec
+	all      []prometheus.Collector
+}
+
+// Option configures a Collector.
+type Option func(*config)
+
+type config struct {
+	namespace string
+	buckets   []float64
+}
+
+// WithNamespace sets the metric name prefix (default "expset").
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithBuckets sets the latency histogram buckets in seconds (default
+// 100µs to about 1.6s, doubling).
+func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
+
+// NewCollector returns a collector with all its metrics at zero.
+func NewCollector(opts ...Option) *Collector {
+	cfg := config{namespace: "expset", buckets: prometheus.ExponentialBuckets(0.0001, 2, 15)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ns := cfg.namespace
+	c := &Collector{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "calls_total",
+			Help: "Script round trips to Redis, by operation and result (ok or error)."}, []string{"set", "op", "result"}),
+		callTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "call_duration_seconds",
+			Help: "Latency of script round trips as the client saw it.", Buckets: cfg.buckets}, []string{"set", "op"}),
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "acquire_total",
+			Help: "Quota decisions: admitted, existing (a retry of a member already held) or denied."}, []string{"set", "outcome"}),
+		evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "evicted_total",
+			Help: "Members evicted to make room (WithEvictOldest)."}, []string{"set"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sweep_batches_total",
+			Help: "Sweep batches run."}, []string{"set"}),
+		owners: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "swept_owners_total",
+			Help: "Owners visited by sweeps."}, []string{"set"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "swept_members_total",
+			Help: "Expired members removed by sweeps."}, []string{"set"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "sweep_lateness_seconds",
+			Help:    "Per sweep batch, how long after its deadline the latest-swept member was removed.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"set"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "event_attempts_total",
+			Help: "Expiry events given to handlers, by result: ok, error, dead_lettered."}, []string{"set", "result"}),
+	}
+	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events}
+	return c
+}
+
+// Hooks returns the hooks that feed the collector; pass them to expset.New
+// with expset.WithHooks.
+func (c *Collector) Hooks() expset.Hooks {
+	return expset.Hooks{
+		OnCall: func(ci expset.CallInfo) {
+			result := "ok"
+			if ci.Err != nil {
+				result = "error"
+			}
+			c.calls.WithLabelValues(ci.Set, ci.Op, result).Inc()
+			c.callTime.WithLabelValues(ci.Set, ci.Op).Observe(ci.Duration.Seconds())
+		},
+		OnAcquire: func(ai expset.AcquireInfo) {
+			outcome := "denied"
+			switch {
+			case ai.Decision.Existing:
+				outcome = "existing"
+			case ai.Decision.Allowed:
+				outcome = "admitted"
+			}
+			c.acquires.WithLabelValues(ai.Set, outcome).Inc()
+			if n := len(ai.Decision.Evicted); n > 0 {
+				c.evicted.WithLabelValues(ai.Set).Add(float64(n))
+			}
+		},
+		OnSweep: func(si expset.SweepInfo) {
+			c.batches.WithLabelValues(si.Set).Inc()
+			c.owners.WithLabelValues(si.Set).Add(float64(si.Owners))
+			c.swept.WithLabelValues(si.Set).Add(float64(si.Expired))
+			if si.Expired > 0 {
+				c.lateness.WithLabelValues(si.Set).Observe(si.Lateness.Seconds())
+			}
+		},
+		OnEvent: func(ei expset.EventInfo) {
+			result := "ok"
+			switch {
+			case ei.DeadLettered:
+				result = "dead_lettered"
+			case ei.Err != nil:
+				result = "error"
+			}
+			c.events.WithLabelValues(ei.Set, result).Inc()
+		},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.all {
+		m.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.all {
+		m.Collect(ch)
+	}
+}
