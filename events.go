@@ -345,8 +345,10 @@ func (c *consumer) deliver(ctx context.Context, shard int, id string, values map
 	} else {
 		attempt = c.cfg.maxAttempts // a malformed entry will not get better
 	}
-	if herr != nil && attempt < c.cfg.maxAttempts {
-		return nil // pending: delivered again after the visibility timeout
+	if herr != nil && (attempt < c.cfg.maxAttempts || ctx.Err() != nil) {
+		// Pending: delivered again after the visibility timeout. A failure
+		// as Consume stops is left like a crash, not buried here.
+		return nil
 	}
 	// Finish what the handler decided even when ctx has just ended.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
