@@ -18,20 +18,9 @@ var fastConsume = []ConsumeOption{WithVisibilityTimeout(60 * time.Millisecond), 
 // ends) and checks that it returned nil.
 func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Consume(ctx, group, name, handle, opts...) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Consume: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return background(t, "Consume", func(ctx context.Context) error {
+		return s.Consume(ctx, group, name, handle, opts...)
+	})
 }
 
 // recorder collects the events a handler saw.

@@ -241,15 +241,22 @@ func noLeaks(t *testing.T) {
 // runSweeper starts w.Run and returns a stop function that ends it and waits.
 func runSweeper(t *testing.T, w *Sweeper) (stop func()) {
 	t.Helper()
+	return background(t, "Run", w.Run)
+}
+
+// background runs run in a goroutine until the returned stop is called (or t
+// ends), then waits for it and checks that it returned nil.
+func background(t *testing.T, what string, run func(context.Context) error) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
+				t.Errorf("%s: %v", what, err)
 			}
 		})
 	}
