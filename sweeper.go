@@ -368,26 +368,23 @@ func (w *Sweeper) Run(ctx context.Context) error {
 // round does what is due for each shard and returns when the next thing is.
 func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 	now := time.Now()
-	wake := now.Add(w.cfg.maxIdle)
-	refreshEvery := w.cfg.leaseTTL / 3
 	for i := range shards {
 		if ctx.Err() != nil {
-			return wake
+			break
 		}
+		if !shards[i].next.After(now) {
+			w.visit(ctx, i, shards)
+		}
+	}
+	w.keepAll(ctx, shards, -1)
+	wake := now.Add(w.cfg.maxIdle)
+	for i := range shards {
 		sh := &shards[i]
-		if !sh.next.After(now) {
-			w.visit(ctx, i, sh)
-		}
-		if sh.lease != nil {
-			if err := w.keep(ctx, sh.lease); err != nil {
-				w.lost(ctx, sh, err)
-			}
-		}
 		if sh.next.Before(wake) {
 			wake = sh.next
 		}
 		if sh.lease != nil {
-			if r := sh.lease.refreshed.Add(refreshEvery); r.Before(wake) {
+			if r := sh.lease.refreshed.Add(w.cfg.leaseTTL / 3); r.Before(wake) {
 				wake = r
 			}
 		}
@@ -395,9 +392,23 @@ func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 	return wake
 }
 
+// keepAll refreshes the held leases that are due for it, dropping those
+// lost, except shard skip's (the caller handles that one).
+func (w *Sweeper) keepAll(ctx context.Context, shards []shardState, skip int) {
+	for j := range shards {
+		if sh := &shards[j]; j != skip && sh.lease != nil {
+			if err := w.keep(ctx, sh.lease); err != nil {
+				w.lost(ctx, sh, err)
+			}
+		}
+	}
+}
+
 // visit takes shard i's lease if it needs to, sweeps the shard, and sets when
-// to visit it next.
-func (w *Sweeper) visit(ctx context.Context, i int, sh *shardState) {
+// to visit it next. While it sweeps, the other shards' leases are refreshed
+// too: a long sweep of one shard must not let the others lapse.
+func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
+	sh := &shards[i]
 	retry := time.Now().Add(w.cfg.maxIdle)
 	if sh.lease == nil {
 		l, err := w.obtain(ctx, i)
@@ -410,7 +421,10 @@ func (w *Sweeper) visit(ctx context.Context, i int, sh *shardState) {
 		}
 		sh.lease = l
 	}
-	st, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error { return w.keep(ctx, sh.lease) })
+	st, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error {
+		w.keepAll(ctx, shards, i)
+		return w.keep(ctx, sh.lease)
+	})
 	if (st.Expired > 0 || st.Stale > 0) && w.cfg.onSweep != nil {
 		w.cfg.onSweep(st)
 	}
