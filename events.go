@@ -270,7 +270,7 @@ func (c *consumer) round(ctx context.Context) (int, error) {
 // last attempt).
 func (c *consumer) claim(ctx context.Context, i int) (int, error) {
 	sk := &c.set.shards[i]
-	v, err := c.set.run(ctx, "claim from", scriptClaim, []string{sk.events},
+	v, err := c.set.run(ctx, "claim", scriptClaim, []string{sk.events},
 		c.group, c.name, c.visibilityArgs, c.cursor[i], c.cfg.batch)
 	if err != nil {
 		return 0, err
@@ -357,13 +357,13 @@ func (c *consumer) deliver(ctx context.Context, shard int, id string, values map
 		return c.bury(wctx, shard, id, attempt, herr.Error())
 	}
 	sk := &c.set.shards[shard]
-	_, err := c.set.run(wctx, "acknowledge in", scriptAck, []string{sk.events}, c.group, id)
+	_, err := c.set.run(wctx, "ack", scriptAck, []string{sk.events}, c.group, id)
 	return err
 }
 
 func (c *consumer) bury(ctx context.Context, shard int, id string, attempts int, reason string) error {
 	sk := &c.set.shards[shard]
-	_, err := c.set.run(ctx, "bury from", scriptBury, []string{sk.events, sk.dead},
+	_, err := c.set.run(ctx, "bury", scriptBury, []string{sk.events, sk.dead},
 		c.group, c.name, id, attempts, reason)
 	return err
 }
