@@ -38,6 +38,19 @@ var (
 	// orphan data or lose expiry events.
 	ErrConfigMismatch = errors.New("expset: configuration mismatch")
 
+	// ErrInvalidConsumer means a consumer group or consumer name given to
+	// Consume is empty or longer than MaxConsumerLen.
+	ErrInvalidConsumer = errors.New("expset: invalid consumer group or consumer")
+
+	// ErrNoEvents means an event call was made on a set opened without
+	// WithExpiryEvents.
+	ErrNoEvents = errors.New("expset: set has no expiry events")
+
+	// ErrLeaseLost means a sweeper could not refresh a shard's lease (another
+	// sweeper took it, or it lapsed) and stopped sweeping that shard. Run
+	// reports it to WithErrorHandler and carries on with its other shards.
+	ErrLeaseLost = errors.New("expset: sweeper lease lost")
+
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape: a bug, or a key written by something else.
 	ErrUnexpectedReply = errors.New("expset: unexpected reply")

@@ -21,6 +21,11 @@ var (
 	scriptMembers  = loadScript("members.lua")
 	scriptPayload  = loadScript("payload.lua")
 	scriptOpen     = loadScript("open.lua")
+	scriptSweep    = loadScript("sweep.lua")
+	scriptAck      = loadScript("ack.lua")
+	scriptBury     = loadScript("bury.lua")
+	scriptClaim    = loadScript("claim.lua")
+	scriptKick     = loadScript("kick.lua")
 )
 
 // loadScript returns lua/prelude.lua followed by lua/<name> as one script.

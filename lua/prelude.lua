@@ -29,22 +29,30 @@ local function has(flags, c)
 end
 
 -- drop removes expired members of key (deadline <= now), earliest first.
--- Without events or payloads it removes all of them in one call. Otherwise it
--- removes at most max, appending one entry per member to stream (fields o, m,
--- d and, with a payload, p) and deleting their payloads from pkey. It returns
--- how many it removed and whether expired members may remain.
-local function drop(key, pkey, stream, owner, now, events, payloads, max)
-  if not events and not payloads then
-    return call('ZREMRANGEBYSCORE', key, '-inf', now), false
+-- Without events, payloads or bounded it removes all of them in one call.
+-- Otherwise it removes at most max, appending one entry per member to stream
+-- (fields o, m, d and, with a payload, p) and deleting their payloads from
+-- pkey. It returns how many it removed, whether expired members may remain,
+-- and (bounded path only, else 0, 0) the sum and the maximum of now - deadline
+-- over the members it removed, in ms.
+local function drop(key, pkey, stream, owner, now, events, payloads, max, bounded)
+  if not events and not payloads and not bounded then
+    return call('ZREMRANGEBYSCORE', key, '-inf', now), false, 0, 0
   end
   local ex = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, max, 'WITHSCORES')
   local n = #ex / 2
   if n == 0 then
-    return 0, false
+    return 0, false, 0, 0
   end
   local ids = {}
+  local late_sum, late_max = 0, 0
   for i = 1, n do
     ids[i] = ex[2 * i - 1]
+    local late = now - tonumber(ex[2 * i])
+    late_sum = late_sum + late
+    if late > late_max then
+      late_max = late
+    end
   end
   local pl = {}
   if payloads then
@@ -61,7 +69,7 @@ local function drop(key, pkey, stream, owner, now, events, payloads, max)
     end
   end
   call('ZREMRANGEBYRANK', key, 0, n - 1)
-  return n, n == max
+  return n, n == max, late_sum, late_max
 end
 
 -- keep_ttl makes the owner key outlive its latest deadline, which is now+ttl

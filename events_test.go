@@ -1,0 +1,340 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fastConsume are options that make redelivery quick in tests.
+var fastConsume = []ConsumeOption{WithVisibilityTimeout(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+
+// consumeInBackground runs s.Consume until the returned stop is called (or t
+// ends) and checks that it returned nil.
+func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) (stop func()) {
+	t.Helper()
+	return background(t, "Consume", func(ctx context.Context) error {
+		return s.Consume(ctx, group, name, handle, opts...)
+	})
+}
+
+// recorder collects the events a handler saw.
+type recorder struct {
+	mu  sync.Mutex
+	got []Expiry
+}
+
+func (r *recorder) add(e Expiry) {
+	r.mu.Lock()
+	r.got = append(r.got, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) events() []Expiry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Expiry(nil), r.got...)
+}
+
+func (r *recorder) len() int { return len(r.events()) }
+
+// expire adds n members (owners o0.., member m) expiring in 1s, with
+// payloads p0.., moves the clock past them and sweeps.
+func expire(t *testing.T, s *Set, clk *fakeClock, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second, WithPayload([]byte("p"+strconv.Itoa(i)))))
+	}
+	clk.Advance(time.Second)
+	st, err := NewSweeper(s).SweepOnce(ctx)
+	if err != nil || st.Expired != n {
+		t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
+	}
+}
+
+func TestConsumeDeliversOnce(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloads())
+		expire(t, s, clk, 50)
+		var rec recorder
+		stop := consumeInBackground(t, s, "g", "c1", func(_ context.Context, e Expiry) error {
+			rec.add(e)
+			return nil
+		}, WithPollInterval(5*time.Millisecond))
+		waitFor(t, "50 events", func() bool { return rec.len() >= 50 })
+		stop()
+		seen := map[string]bool{}
+		for _, e := range rec.events() {
+			want := "p" + strings.TrimPrefix(e.Owner, "o")
+			if e.Attempt != 1 || e.Member != "m" || string(e.Payload) != want || !e.Deadline.Equal(clk.Now()) || e.Shard != s.ShardOf(e.Owner) {
+				t.Errorf("event %+v", e)
+			}
+			if seen[e.Owner] {
+				t.Errorf("%s delivered twice", e.Owner)
+			}
+			seen[e.Owner] = true
+		}
+		if len(seen) != 50 {
+			t.Fatalf("%d owners' events, want 50", len(seen))
+		}
+		stats := must[[]ShardStats](t)(s.Stats(context.Background()))
+		for _, st := range stats {
+			if st.Events != 0 || st.Pending != 0 || st.Dead != 0 || st.Owners != 0 {
+				t.Errorf("shard %d after consuming everything: %+v", st.Shard, st)
+			}
+		}
+	})
+}
+
+// TestConsumeCrashRedelivers: a consumer that dies before acknowledging; its
+// event comes again to another consumer, with attempt 2, only after the
+// visibility timeout.
+func TestConsumeCrashRedelivers(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		expire(t, s, clk, 1)
+		ctx, crash := context.WithCancel(context.Background())
+		var first recorder
+		err := s.Consume(ctx, "g", "doomed", func(hctx context.Context, e Expiry) error {
+			first.add(e)
+			crash() // the process dies mid-handler
+			<-hctx.Done()
+			return hctx.Err()
+		}, fastConsume...)
+		if err != nil {
+			t.Fatalf("Consume after ctx ended: %v, want nil", err)
+		}
+		delivered := time.Now()
+		if first.len() != 1 || first.events()[0].Attempt != 1 {
+			t.Fatalf("first delivery %+v", first.events())
+		}
+		var rec recorder
+		var at time.Time
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			if rec.len() == 0 {
+				at = time.Now()
+			}
+			rec.add(e)
+			return nil
+		}, fastConsume...)
+		waitFor(t, "the redelivery", func() bool { return rec.len() == 1 })
+		time.Sleep(150 * time.Millisecond)
+		stop()
+		got := rec.events()
+		if len(got) != 1 || got[0].Attempt != 2 || got[0].ID != first.events()[0].ID || string(got[0].Payload) != "p0" {
+			t.Fatalf("redelivered %+v, want the same event at attempt 2", got)
+		}
+		if wait := at.Sub(delivered); wait < 50*time.Millisecond {
+			t.Fatalf("redelivered %v after the crash, before the 60ms visibility timeout", wait)
+		}
+	})
+}
+
+// TestConsumeDeadLetterAndKick: a handler that always fails buries its event
+// after WithMaxAttempts attempts; kicked back, it is consumed from attempt 1.
+func TestConsumeDeadLetterAndKick(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		expire(t, s, clk, 2)
+		ctx := context.Background()
+		var failed recorder
+		stop := consumeInBackground(t, s, "g", "c1", func(_ context.Context, e Expiry) error {
+			failed.add(e)
+			return fmt.Errorf("boom %d", e.Attempt)
+		}, append(fastConsume, WithMaxAttempts(3))...)
+		waitFor(t, "two dead letters", func() bool {
+			d, err := s.DeadLetters(ctx, AllShards, 0)
+			return err == nil && len(d) == 2
+		})
+		stop()
+		attempts := map[string][]int{}
+		for _, e := range failed.events() {
+			attempts[e.Owner] = append(attempts[e.Owner], e.Attempt)
+		}
+		for _, o := range []string{"o0", "o1"} {
+			if fmt.Sprint(attempts[o]) != "[1 2 3]" {
+				t.Errorf("%s attempts %v, want [1 2 3]", o, attempts[o])
+			}
+		}
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		for _, d := range dead {
+			e := d.Event
+			if d.Error != "boom 3" || d.Group != "g" || d.Consumer != "c1" || e.Attempt != 3 || e.Member != "m" ||
+				string(e.Payload) != "p"+strings.TrimPrefix(e.Owner, "o") || !e.Deadline.Equal(clk.Now()) || d.Shard != s.ShardOf(e.Owner) {
+				t.Errorf("dead letter %+v", d)
+			}
+		}
+		if one := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 1)); len(one) != 1 {
+			t.Errorf("DeadLetters(count 1): %d", len(one))
+		}
+		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("DeadLetters(shard 2 of 2): %v", err)
+		}
+		for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
+			if st.Events != 0 || st.Pending != 0 {
+				t.Errorf("shard %d: %+v: buried events left in the stream", st.Shard, st)
+			}
+		}
+
+		// Kick one back, delete the other.
+		if n := must[int](t)(s.Kick(ctx, dead[0])); n != 1 {
+			t.Fatalf("kicked %d", n)
+		}
+		if n := must[int](t)(s.Kick(ctx, dead[0])); n != 0 {
+			t.Fatalf("kicked %d the second time", n)
+		}
+		if n := must[int](t)(s.DeleteDeadLetters(ctx, dead[1])); n != 1 {
+			t.Fatalf("deleted %d", n)
+		}
+		var rec recorder
+		stop = consumeInBackground(t, s, "g", "c2", func(_ context.Context, e Expiry) error {
+			rec.add(e)
+			return nil
+		}, fastConsume...)
+		waitFor(t, "the kicked event", func() bool { return rec.len() == 1 })
+		stop()
+		got := rec.events()[0]
+		if got.Attempt != 1 || got.Owner != dead[0].Event.Owner || string(got.Payload) != string(dead[0].Event.Payload) || !got.Deadline.Equal(clk.Now()) {
+			t.Fatalf("kicked event %+v, want %+v from attempt 1", got, dead[0].Event)
+		}
+		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)); len(d) != 0 {
+			t.Fatalf("dead letters left: %+v", d)
+		}
+	})
+}
+
+// TestConsumeCrashOnLastAttempt: an event whose last attempt is never
+// acknowledged is buried by the next consumer that claims it, not handled.
+func TestConsumeCrashOnLastAttempt(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+		expire(t, s, clk, 1)
+		ctx, crash := context.WithCancel(context.Background())
+		opts := append(fastConsume, WithMaxAttempts(1))
+		_ = s.Consume(ctx, "g", "doomed", func(context.Context, Expiry) error {
+			crash()
+			return nil // succeeds just as ctx ends
+		}, opts...)
+		// Success is acknowledged even after ctx ended: nothing is left.
+		if st := must[[]ShardStats](t)(s.Stats(context.Background()))[0]; st.Events != 0 || st.Pending != 0 {
+			t.Fatalf("a handled event was not acknowledged: %+v", st)
+		}
+
+		expire(t, s, clk, 1)
+		ctx, crash = context.WithCancel(context.Background())
+		_ = s.Consume(ctx, "g", "doomed", func(hctx context.Context, _ Expiry) error {
+			crash()
+			<-hctx.Done()
+			return hctx.Err()
+		}, opts...)
+		var rec recorder
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			rec.add(e)
+			return nil
+		}, opts...)
+		waitFor(t, "the dead letter", func() bool {
+			d, err := s.DeadLetters(context.Background(), 0, 0)
+			return err == nil && len(d) == 1
+		})
+		stop()
+		if rec.len() != 0 {
+			t.Fatalf("handled after its last attempt: %+v", rec.events())
+		}
+		d := must[[]DeadLetter](t)(s.DeadLetters(context.Background(), 0, 0))[0]
+		if d.Event.Attempt != 1 || d.Consumer != "heir" || !strings.Contains(d.Error, "not acknowledged") {
+			t.Fatalf("dead letter %+v", d)
+		}
+	})
+}
+
+func TestConsumeInvalid(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, _ := newTestSet(t, b, WithExpiryEvents())
+		ok := func(context.Context, Expiry) error { return nil }
+		ctx := context.Background()
+		long := strings.Repeat("x", MaxConsumerLen+1)
+		for _, c := range []struct {
+			group, name string
+			handle      func(context.Context, Expiry) error
+			opts        []ConsumeOption
+			want        error
+		}{
+			{"", "c", ok, nil, ErrInvalidConsumer},
+			{"g", "", ok, nil, ErrInvalidConsumer},
+			{long, "c", ok, nil, ErrInvalidConsumer},
+			{"g", "c", nil, nil, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithVisibilityTimeout(0)}, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithReadBatch(1001)}, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithPollInterval(time.Hour)}, ErrInvalidOption},
+		} {
+			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
+				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
+			}
+		}
+		plain, _ := newTestSet(t, b)
+		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
+			t.Errorf("Consume without events: %v", err)
+		}
+		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {
+			t.Errorf("rejected calls wrote keys: %v", setKeys(t, b.rdb, s.Name()))
+		}
+	})
+}
+
+// TestConsumeReturnsPromptly: an idle Consume returns soon after ctx ends.
+func TestConsumeReturnsPromptly(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, _ := newTestSet(t, b, WithExpiryEvents())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Consume(ctx, "g", "c", func(context.Context, Expiry) error { return nil })
+		}()
+		time.Sleep(150 * time.Millisecond)
+		start := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Fatalf("Consume took %v to return", d)
+		}
+	})
+}
+
+func TestStats(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
+		ctx := context.Background()
+		t0 := clk.Now()
+		for i, ttl := range []time.Duration{time.Second, 2 * time.Second, time.Hour} {
+			must[time.Time](t)(s.Add(ctx, "a", "m"+strconv.Itoa(i), ttl))
+		}
+		must[time.Time](t)(s.Add(ctx, "b", "m", 2*time.Second))
+		must[time.Time](t)(s.Add(ctx, "c", "m", time.Hour))
+		clk.Advance(3 * time.Second)
+		st := must[[]ShardStats](t)(s.Stats(ctx))[0]
+		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second)}
+		if st != want {
+			t.Fatalf("stats %+v\nwant  %+v", st, want)
+		}
+		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		st = must[[]ShardStats](t)(s.Stats(ctx))[0]
+		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3}
+		if st != want {
+			t.Fatalf("after the sweep %+v\nwant  %+v", st, want)
+		}
+	})
+}

@@ -1,0 +1,60 @@
+package expset_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/expset/expset"
+	"github.com/redis/go-redis/v9"
+)
+
+// An unpaid order expires after 15 minutes; the sweeper turns its expiry into
+// an event, and a consumer cancels the order, with its payload at hand. In a
+// service, Sweeper.Run and Set.Consume each run in their own goroutine until
+// shutdown; here one sweep and one event show the flow.
+func ExampleSweeper() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	// A fixed clock keeps the output stable; services use Redis's clock.
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	orders, err := expset.New(rdb, "orders", expset.WithClock(clock), expset.WithExpiryEvents(), expset.WithPayloads())
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_, _ = orders.Add(ctx, "alice", "order-1", 15*time.Minute, expset.WithPayload([]byte(`{"total":42}`)))
+	_, _ = orders.Add(ctx, "alice", "order-2", time.Hour)
+
+	now = now.Add(20 * time.Minute)
+	stats, err := expset.NewSweeper(orders).SweepOnce(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("swept %d member(s) of %d owner(s), at most %v late\n", stats.Expired, stats.Owners, stats.MaxLateness)
+
+	consumeCtx, stop := context.WithCancel(ctx)
+	err = orders.Consume(consumeCtx, "billing", "worker-1", func(_ context.Context, e expset.Expiry) error {
+		fmt.Printf("cancel %s of %s, due %s, attempt %d, payload %s\n",
+			e.Member, e.Owner, e.Deadline.UTC().Format(time.Kitchen), e.Attempt, e.Payload)
+		stop()     // one event is enough for the example
+		return nil // acknowledged and deleted
+	})
+	if err != nil {
+		panic(err)
+	}
+	n, _ := orders.Count(ctx, "alice")
+	fmt.Println("alice still holds", n)
+	// Output:
+	// swept 1 member(s) of 1 owner(s), at most 5m0s late
+	// cancel order-1 of alice, due 12:15PM, attempt 1, payload {"total":42}
+	// alice still holds 1
+}

@@ -1,0 +1,31 @@
+-- kick.lua: put dead letters back on the event stream as fresh events
+-- (Set.Kick).
+--
+-- KEYS[1]  shard dead-letter stream  expset:{name:S}:dead
+-- KEYS[2]  shard event stream        expset:{name:S}:ev
+-- ARGV[1..] dead-letter entry IDs (at most 1000)
+--
+-- Each dead letter becomes a new entry with the event's fields only (o, m, d,
+-- p), so it is delivered again from attempt 1, and leaves the dead-letter
+-- stream in the same step.
+-- Reply: how many dead letters were found and kicked (integer).
+local dead, stream = KEYS[1], KEYS[2]
+local n = 0
+for i = 1, #ARGV do
+  local e = call('XRANGE', dead, ARGV[i], ARGV[i])
+  if e[1] then
+    local f = e[1][2]
+    local args = {}
+    for j = 1, #f, 2 do
+      local k = f[j]
+      if k == 'o' or k == 'm' or k == 'd' or k == 'p' then
+        args[#args + 1] = k
+        args[#args + 1] = f[j + 1]
+      end
+    end
+    call('XADD', stream, '*', unpack(args))
+    call('XDEL', dead, ARGV[i])
+    n = n + 1
+  end
+end
+return n

@@ -1,0 +1,463 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+)
+
+// Sweeper defaults.
+const (
+	DefaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
+	DefaultMaxIdle         = time.Second      // WithMaxIdle
+	DefaultOwnersPerBatch  = 100              // WithOwnersPerBatch
+	DefaultMembersPerBatch = 1000             // WithMembersPerBatch
+)
+
+// maxBatch bounds both batch options: a script's keys and unpack calls stay
+// far inside what Redis and miniredis accept.
+const maxBatch = 1000
+
+// Sweeper reclaims expired members of a Set and, with WithExpiryEvents, turns
+// each into exactly one event on its shard's stream, in the same script that
+// removes it.
+//
+// A sweep visits only the owners the shard's due index lists as due, so its
+// work follows what expired, not how many owners exist. Each script handles a
+// bounded batch (WithOwnersPerBatch owners, WithMembersPerBatch members), and
+// Go loops until nothing is due, so no script runs long however much expired.
+//
+// Any number of sweepers, in any number of processes, may sweep one set: each
+// shard is swept under a lease (a github.com/bsm/redislock lock on the shard's
+// lease key), so they share the shards instead of racing over them. The
+// scripts re-check every owner's state, so even two sweepers on one shard
+// (a lease lost mid-batch) remove each member, and emit its event, once.
+// Killing a sweeper loses nothing: another takes its shards when the leases
+// lapse.
+//
+// A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
+// per Sweeper is what it is built for. Create one with NewSweeper.
+type Sweeper struct {
+	set   *Set
+	locks *redislock.Client
+	cfg   sweeperConfig
+}
+
+type sweeperConfig struct {
+	optionErr
+	leaseTTL time.Duration
+	maxIdle  time.Duration
+	owners   int
+	members  int
+	onError  func(error)
+	onSweep  func(SweepStats)
+}
+
+// SweeperOption configures a Sweeper in NewSweeper.
+type SweeperOption func(*sweeperConfig)
+
+// WithLeaseTTL sets how long a shard's lease lasts without a refresh (default
+// DefaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
+// every third of it. A sweeper that dies holds its shards until its leases
+// lapse, so this is also how long its shards may go unswept.
+func WithLeaseTTL(d time.Duration) SweeperOption {
+	return func(c *sweeperConfig) {
+		if c.ok(inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)) {
+			c.leaseTTL = d
+		}
+	}
+}
+
+// WithMaxIdle sets the longest Run waits before looking at its shards again
+// (default DefaultMaxIdle, 1s; 1ms to 1m). Run wakes for the earliest
+// deadline the due indexes show; this cap is how soon it notices an earlier
+// deadline added by another process, and how often it tries to take shards
+// whose lease another sweeper holds.
+func WithMaxIdle(d time.Duration) SweeperOption {
+	return func(c *sweeperConfig) {
+		if c.ok(inRange("WithMaxIdle", d, time.Millisecond, time.Minute)) {
+			c.maxIdle = d
+		}
+	}
+}
+
+// WithOwnersPerBatch sets how many due owners one sweep script takes
+// (default DefaultOwnersPerBatch, 100; 1 to 1000).
+func WithOwnersPerBatch(n int) SweeperOption {
+	return func(c *sweeperConfig) {
+		if c.ok(inRange("WithOwnersPerBatch", n, 1, maxBatch)) {
+			c.owners = n
+		}
+	}
+}
+
+// WithMembersPerBatch sets the most expired members one sweep script removes
+// (default DefaultMembersPerBatch, 1000; 1 to 1000). With expiry events each
+// one is an XADD, so this bounds how long a script holds Redis.
+func WithMembersPerBatch(n int) SweeperOption {
+	return func(c *sweeperConfig) {
+		if c.ok(inRange("WithMembersPerBatch", n, 1, maxBatch)) {
+			c.members = n
+		}
+	}
+}
+
+// WithErrorHandler makes Run report the errors it survives to f: Redis
+// errors (the shard is tried again after the max idle interval) and lost
+// leases (errors matching ErrLeaseLost). Default: none. f is called from
+// Run's goroutine and should return quickly.
+func WithErrorHandler(f func(error)) SweeperOption {
+	return func(c *sweeperConfig) { c.onError = f }
+}
+
+// WithSweepHandler makes Run report each shard sweep that removed members or
+// corrected the index to f, for metrics and logs. Default: none. f is called
+// from Run's goroutine and should return quickly.
+func WithSweepHandler(f func(SweepStats)) SweeperOption {
+	return func(c *sweeperConfig) { c.onSweep = f }
+}
+
+// NewSweeper returns a sweeper of s. Invalid options (or a nil s) are
+// reported by Run and SweepOnce, as errors matching ErrInvalidOption.
+// Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
+// WithMembersPerBatch, WithErrorHandler, WithSweepHandler.
+func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
+	cfg := sweeperConfig{
+		leaseTTL: DefaultLeaseTTL,
+		maxIdle:  DefaultMaxIdle,
+		owners:   DefaultOwnersPerBatch,
+		members:  DefaultMembersPerBatch,
+	}
+	applyOptions(&cfg, opts)
+	w := &Sweeper{set: s, cfg: cfg}
+	if s == nil {
+		w.cfg.ok(fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption))
+	} else {
+		w.locks = redislock.New(s.rdb)
+	}
+	return w
+}
+
+// SweepStats counts what sweeping did. Sweeping 3 owners with 2 expired
+// members each, 1 and 3 seconds late, in one batch of one shard, reports
+// Owners=3, Expired=6, Batches=1, Shards=1, MaxLateness=3s, MeanLateness=2s.
+type SweepStats struct {
+	Owners       int           // owner visits that removed at least one expired member
+	Expired      int           // expired members removed (with events on, events written)
+	Stale        int           // index entries corrected without removing anything: early, or of a gone owner
+	Batches      int           // sweep scripts that were given owners
+	Shards       int           // shards swept (their lease taken and nothing left due)
+	Skipped      int           // shards left alone: another sweeper holds the lease, or it was lost
+	MaxLateness  time.Duration // the largest now - deadline of the members removed
+	MeanLateness time.Duration // the mean now - deadline of the members removed
+
+	lateSum int64 // ms, for merging
+}
+
+func (s *SweepStats) add(o SweepStats) {
+	s.Owners += o.Owners
+	s.Expired += o.Expired
+	s.Stale += o.Stale
+	s.Batches += o.Batches
+	s.Shards += o.Shards
+	s.Skipped += o.Skipped
+	s.MaxLateness = max(s.MaxLateness, o.MaxLateness)
+	s.lateSum += o.lateSum
+	if s.Expired > 0 {
+		s.MeanLateness = time.Duration(s.lateSum/int64(s.Expired)) * time.Millisecond
+	}
+}
+
+// sweepReply is one sweep.lua reply.
+type sweepReply struct {
+	now, earliest int64 // ms; earliest is -1 when the index is empty
+	stats         SweepStats
+	due           []string
+}
+
+func parseSweep(v any) (sweepReply, error) {
+	xs, ok := v.([]any)
+	if !ok || len(xs) < 7 {
+		return sweepReply{}, unexpected("sweep.lua", v)
+	}
+	var n [7]int64
+	for i := range n {
+		if n[i], ok = asInt64(xs[i]); !ok {
+			return sweepReply{}, unexpected("sweep.lua", v)
+		}
+	}
+	r := sweepReply{now: n[0], earliest: n[6]}
+	r.stats = SweepStats{
+		Expired:     int(n[1]),
+		lateSum:     n[2],
+		MaxLateness: time.Duration(n[3]) * time.Millisecond,
+		Owners:      int(n[4]),
+		Stale:       int(n[5]),
+	}
+	for _, e := range xs[7:] {
+		o, ok := asString(e)
+		if !ok {
+			return sweepReply{}, unexpected("sweep.lua", v)
+		}
+		r.due = append(r.due, o)
+	}
+	return r, nil
+}
+
+// sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
+// due).
+func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
+	keys := make([]string, 2, 2+2*len(owners))
+	keys[0], keys[1] = sk.due, sk.events
+	args := make([]any, 4, 4+len(owners))
+	args[0], args[1], args[2], args[3] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners
+	for _, o := range owners {
+		keys = append(keys, sk.owner+o)
+		args = append(args, o)
+	}
+	for _, o := range owners {
+		keys = append(keys, sk.payload+o)
+	}
+	v, err := w.set.run(ctx, "sweep", scriptSweep, keys, args...)
+	if err != nil {
+		return sweepReply{}, err
+	}
+	r, err := parseSweep(v)
+	if err == nil && len(owners) > 0 {
+		r.stats.Batches = 1
+	}
+	return r, err
+}
+
+// sweepShard sweeps shard i until nothing is due, calling keep before every
+// batch: an error from keep (a lost lease) stops the sweep at once. The reply
+// returned is the last one, whose earliest tells when the shard is next due.
+func (w *Sweeper) sweepShard(ctx context.Context, i int, keep func(context.Context) error) (SweepStats, sweepReply, error) {
+	sk := &w.set.shards[i]
+	var st SweepStats
+	var owners []string
+	for {
+		if err := keep(ctx); err != nil {
+			return st, sweepReply{}, err
+		}
+		r, err := w.sweepBatch(ctx, sk, owners)
+		if err != nil {
+			return st, r, err
+		}
+		st.add(r.stats)
+		owners = r.due
+		if len(owners) == 0 {
+			st.Shards = 1
+			return st, r, nil
+		}
+	}
+}
+
+// lease is a held shard lease and when it was last confirmed.
+type lease struct {
+	lock      *redislock.Lock
+	refreshed time.Time
+}
+
+// obtain tries once to take shard i's lease: (nil, nil) when another
+// sweeper holds it.
+func (w *Sweeper) obtain(ctx context.Context, i int) (*lease, error) {
+	// A fresh strategy per Obtain: redislock's strategies keep state.
+	l, err := w.locks.Obtain(ctx, w.set.shards[i].lease, w.cfg.leaseTTL, &redislock.Options{RetryStrategy: redislock.NoRetry()})
+	if errors.Is(err, redislock.ErrNotObtained) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("expset: lease %s: %w", w.set.shards[i].lease, err)
+	}
+	return &lease{lock: l, refreshed: time.Now()}, nil
+}
+
+// keep refreshes l when a third of its TTL has passed since it was last
+// confirmed; a lease that cannot be refreshed is lost (ErrLeaseLost).
+func (w *Sweeper) keep(ctx context.Context, l *lease) error {
+	if time.Since(l.refreshed) < w.cfg.leaseTTL/3 {
+		return nil
+	}
+	if err := l.lock.Refresh(ctx, w.cfg.leaseTTL, nil); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.lock.Key(), err)
+	}
+	l.refreshed = time.Now()
+	return nil
+}
+
+// release gives up l, with a context that outlives the caller's: leases are
+// released even when Run's ctx has ended.
+func release(ctx context.Context, l *lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = l.lock.Release(ctx)
+}
+
+func (w *Sweeper) check() error {
+	return w.cfg.err
+}
+
+// SweepOnce sweeps every shard whose lease it can take, each until nothing is
+// due, releasing each lease when done, and returns what it did. Shards leased
+// by another sweeper are counted in Skipped. It stops at the first Redis
+// error, returning the stats so far.
+func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
+	var total SweepStats
+	if err := w.check(); err != nil {
+		return total, err
+	}
+	for i := range w.set.shards {
+		l, err := w.obtain(ctx, i)
+		if err != nil {
+			return total, err
+		}
+		if l == nil {
+			total.Skipped++
+			continue
+		}
+		st, _, err := w.sweepShard(ctx, i, func(ctx context.Context) error { return w.keep(ctx, l) })
+		release(ctx, l)
+		total.add(st)
+		if errors.Is(err, ErrLeaseLost) {
+			total.Skipped++
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// shardState is what Run knows of one shard.
+type shardState struct {
+	lease *lease    // nil when not held
+	next  time.Time // when to sweep it (held) or try its lease (not held)
+}
+
+// Run sweeps until ctx ends, then releases its leases and returns nil. It
+// takes every shard whose lease is free, sweeps each when the earliest
+// deadline in its due index comes (looking at least every max idle interval,
+// WithMaxIdle), refreshes its leases about every third of their TTL, and
+// drops a shard at once when its lease is lost. Every max idle interval it
+// tries again to take the shards it does not hold, so the shards of a
+// sweeper that died are taken over once its leases lapse. Redis errors do
+// not end Run: they go to WithErrorHandler and the shard is tried again
+// later. Run returns an error only for invalid options.
+func (w *Sweeper) Run(ctx context.Context) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	shards := make([]shardState, len(w.set.shards))
+	defer func() {
+		for i := range shards {
+			if l := shards[i].lease; l != nil {
+				release(ctx, l)
+			}
+		}
+	}()
+	return loop(ctx, func() (time.Duration, error) {
+		return max(time.Until(w.round(ctx, shards)), time.Millisecond), nil
+	})
+}
+
+// round does what is due for each shard and returns when the next thing is.
+func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
+	now := time.Now()
+	for i := range shards {
+		if ctx.Err() != nil {
+			break
+		}
+		if !shards[i].next.After(now) {
+			w.visit(ctx, i, shards)
+		}
+	}
+	w.keepAll(ctx, shards, -1)
+	wake := now.Add(w.cfg.maxIdle)
+	for i := range shards {
+		sh := &shards[i]
+		if sh.next.Before(wake) {
+			wake = sh.next
+		}
+		if sh.lease != nil {
+			if r := sh.lease.refreshed.Add(w.cfg.leaseTTL / 3); r.Before(wake) {
+				wake = r
+			}
+		}
+	}
+	return wake
+}
+
+// keepAll refreshes the held leases that are due for it, dropping those
+// lost, except shard skip's (the caller handles that one).
+func (w *Sweeper) keepAll(ctx context.Context, shards []shardState, skip int) {
+	for j := range shards {
+		if sh := &shards[j]; j != skip && sh.lease != nil {
+			if err := w.keep(ctx, sh.lease); err != nil {
+				w.lost(ctx, sh, err)
+			}
+		}
+	}
+}
+
+// visit takes shard i's lease if it needs to, sweeps the shard, and sets when
+// to visit it next. While it sweeps, the other shards' leases are refreshed
+// too: a long sweep of one shard must not let the others lapse.
+func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
+	sh := &shards[i]
+	retry := time.Now().Add(w.cfg.maxIdle)
+	if sh.lease == nil {
+		l, err := w.obtain(ctx, i)
+		if err != nil {
+			w.report(ctx, err)
+		}
+		if l == nil {
+			sh.next = retry
+			return
+		}
+		sh.lease = l
+	}
+	st, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error {
+		w.keepAll(ctx, shards, i)
+		return w.keep(ctx, sh.lease)
+	})
+	if (st.Expired > 0 || st.Stale > 0) && w.cfg.onSweep != nil {
+		w.cfg.onSweep(st)
+	}
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		w.lost(ctx, sh, err)
+		return
+	case err != nil:
+		w.report(ctx, err)
+		sh.next = retry
+		return
+	}
+	sh.next = retry
+	if r.earliest >= 0 {
+		// The index's clock (server TIME or WithClock) may differ from this
+		// process's: wait for the distance between the two, not a wall time.
+		if at := time.Now().Add(time.Duration(r.earliest-r.now) * time.Millisecond); at.Before(retry) {
+			sh.next = at
+		}
+	}
+}
+
+// lost drops a lease that could not be refreshed; the shard is tried again
+// after the max idle interval.
+func (w *Sweeper) lost(ctx context.Context, sh *shardState, err error) {
+	w.report(ctx, err)
+	sh.lease = nil
+	sh.next = time.Now().Add(w.cfg.maxIdle)
+}
+
+func (w *Sweeper) report(ctx context.Context, err error) {
+	if ctx.Err() != nil || w.cfg.onError == nil {
+		return
+	}
+	w.cfg.onError(err)
+}

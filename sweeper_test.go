@@ -1,0 +1,486 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// seedStaggered gives owners o0..o(owners-1) members m0..m(per-1) with
+// deadlines 1s, 2s, ... apart (member j of owner i at (i+j)%spread+1 seconds),
+// and returns every member keyed by owner with its deadline.
+func seedStaggered(t *testing.T, s *Set, owners, per, spread int) map[string]map[string]time.Time {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]map[string]time.Time{}
+	for i := 0; i < owners; i++ {
+		o := "o" + strconv.Itoa(i)
+		out[o] = map[string]time.Time{}
+		for j := 0; j < per; j++ {
+			m := "m" + strconv.Itoa(j)
+			ttl := time.Duration((i+j)%spread+1) * time.Second
+			d, err := s.Add(ctx, o, m, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[o][m] = d
+		}
+	}
+	return out
+}
+
+// indexOf returns the due index of every shard: owner -> score.
+func indexOf(t *testing.T, s *Set) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, sk := range s.shards {
+		zs, err := s.rdb.ZRangeWithScores(context.Background(), sk.due, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zs {
+			out[z.Member.(string)] = int64(z.Score)
+		}
+	}
+	return out
+}
+
+// eventsOf reads every entry of every shard's event stream.
+func eventsOf(t *testing.T, s *Set) []Expiry {
+	t.Helper()
+	var out []Expiry
+	for i, sk := range s.shards {
+		msgs, err := s.rdb.XRange(context.Background(), sk.events, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			e, err := parseExpiry(i, m, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkSwept checks that at now every member with a deadline <= now is gone,
+// every later one is there, and the index lists exactly the owners that
+// still have members, each at its earliest deadline or below.
+func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, now time.Time) (expired int) {
+	t.Helper()
+	ctx := context.Background()
+	idx := indexOf(t, s)
+	for o, ms := range seeded {
+		zs, err := s.rdb.ZRangeWithScores(ctx, s.OwnerKey(o), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, z := range zs {
+			have[z.Member.(string)] = true
+		}
+		for m, d := range ms {
+			switch {
+			case !d.After(now) && have[m]:
+				t.Errorf("%s/%s expired at %v (now %v) but is still stored", o, m, d, now)
+			case d.After(now) && !have[m]:
+				t.Errorf("%s/%s live until %v (now %v) but is gone", o, m, d, now)
+			}
+			if !d.After(now) {
+				expired++
+			}
+		}
+		score, indexed := idx[o]
+		switch {
+		case len(zs) > 0 && !indexed:
+			t.Errorf("owner %s has %d members but no index entry", o, len(zs))
+		case len(zs) == 0 && indexed:
+			t.Errorf("owner %s has no members but an index entry", o)
+		case len(zs) > 0 && score > int64(zs[0].Score):
+			t.Errorf("owner %s indexed at %d, after its earliest deadline %v", o, score, zs[0].Score)
+		}
+		delete(idx, o)
+	}
+	if len(idx) > 0 {
+		t.Errorf("index holds unknown owners %v", idx)
+	}
+	return expired
+}
+
+func TestSweepStaggered(t *testing.T) {
+	for _, ev := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", ev), func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				var opts []Option
+				if ev {
+					opts = append(opts, WithExpiryEvents(), WithPayloads())
+				}
+				s, clk := newTestSet(t, b, append(opts, WithShards(4))...)
+				seeded := seedStaggered(t, s, 60, 25, 10)
+				// Small batches, so owners need several visits and shards
+				// several batches.
+				w := NewSweeper(s, WithOwnersPerBatch(7), WithMembersPerBatch(11))
+				ctx := context.Background()
+				total := 0
+				for step := 0; step < 11; step++ {
+					st, err := w.SweepOnce(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := checkSwept(t, s, seeded, clk.Now())
+					total += st.Expired
+					if total != want {
+						t.Fatalf("step %d: swept %d in all, want %d", step, total, want)
+					}
+					if st.Shards != 4 || st.Skipped != 0 {
+						t.Fatalf("step %d: %+v", step, st)
+					}
+					if step > 0 && (st.Expired == 0 || st.MaxLateness != 0 || st.Batches == 0) {
+						// Every step moves the clock exactly onto a deadline.
+						t.Fatalf("step %d: %+v", step, st)
+					}
+					clk.Advance(time.Second)
+				}
+				if total != 60*25 {
+					t.Fatalf("swept %d, want %d", total, 60*25)
+				}
+				if n := len(indexOf(t, s)); n != 0 {
+					t.Fatalf("index holds %d owners after everything expired", n)
+				}
+				evs := eventsOf(t, s)
+				if !ev {
+					if len(evs) != 0 {
+						t.Fatalf("%d events without WithExpiryEvents", len(evs))
+					}
+					return
+				}
+				seen := map[string]int{}
+				for _, e := range evs {
+					seen[e.Owner+"/"+e.Member]++
+					if want := seeded[e.Owner][e.Member]; !e.Deadline.Equal(want) {
+						t.Errorf("event %s/%s: deadline %v, want %v", e.Owner, e.Member, e.Deadline, want)
+					}
+				}
+				if len(seen) != 60*25 || len(evs) != 60*25 {
+					t.Fatalf("%d events for %d members, want one each of %d", len(evs), len(seen), 60*25)
+				}
+			})
+		})
+	}
+}
+
+func TestSweepLatenessAndStale(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
+		ctx := context.Background()
+		for i, ttl := range []time.Duration{time.Second, 3 * time.Second} {
+			for _, o := range []string{"a", "b", "c"} {
+				must[time.Time](t)(s.Add(ctx, o, "m"+strconv.Itoa(i), ttl))
+			}
+		}
+		// A stale early entry, and one of an owner that no longer exists.
+		sk := s.shards[0]
+		b.rdb.ZAdd(ctx, sk.due, redisZ(float64(clk.Now().UnixMilli()-5000), "ghost"))
+		must[time.Time](t)(s.Add(ctx, "d", "x", time.Hour))
+		b.rdb.ZAdd(ctx, sk.due, redisZ(float64(clk.Now().UnixMilli()), "d"))
+		clk.Advance(4 * time.Second)
+		st, err := NewSweeper(s).SweepOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := SweepStats{Owners: 3, Expired: 6, Stale: 2, Batches: 1, Shards: 1,
+			MaxLateness: 3 * time.Second, MeanLateness: 2 * time.Second, lateSum: 12000}
+		if st != want {
+			t.Fatalf("stats %+v, want %+v", st, want)
+		}
+		idx := indexOf(t, s)
+		if len(idx) != 1 || idx["d"] != clk.Now().Add(time.Hour-4*time.Second).UnixMilli() {
+			t.Fatalf("index %v: want only d, re-filed at its deadline", idx)
+		}
+	})
+}
+
+func TestSweeperInvalidOptions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, _ := newTestSet(t, b)
+		for _, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1)} {
+			w := NewSweeper(s, o)
+			if _, err := w.SweepOnce(context.Background()); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("SweepOnce: %v, want ErrInvalidOption", err)
+			}
+			if err := w.Run(context.Background()); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("Run: %v, want ErrInvalidOption", err)
+			}
+		}
+		if err := NewSweeper(nil).Run(context.Background()); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("nil set: %v", err)
+		}
+	})
+}
+
+// noLeaks fails t if goroutines started during it outlive it, apart from
+// the shared redis-server's waiter, which redistest may start on first use.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	current := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		goleak.VerifyNone(t, current, goleak.IgnoreAnyFunction("github.com/expset/expset/internal/redistest.(*Server).launch.func1"))
+	})
+}
+
+// runSweeper starts w.Run and returns a stop function that ends it and waits.
+func runSweeper(t *testing.T, w *Sweeper) (stop func()) {
+	t.Helper()
+	return background(t, "Run", w.Run)
+}
+
+// background runs run in a goroutine until the returned stop is called (or t
+// ends), then waits for it and checks that it returned nil.
+func background(t *testing.T, what string, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond every 5ms for up to 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestRunSweepsAndReleases(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents())
+		seeded := seedStaggered(t, s, 20, 3, 5)
+		var mu sync.Mutex
+		var got SweepStats
+		w := NewSweeper(s, WithMaxIdle(10*time.Millisecond), WithSweepHandler(func(st SweepStats) {
+			mu.Lock()
+			got.add(st)
+			mu.Unlock()
+		}))
+		stop := runSweeper(t, w)
+		clk.Advance(3 * time.Second)
+		want := 0
+		for _, ms := range seeded {
+			for _, d := range ms {
+				if !d.After(clk.Now()) {
+					want++
+				}
+			}
+		}
+		waitFor(t, "the sweep", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return got.Expired == want
+		})
+		stop()
+		checkSwept(t, s, seeded, clk.Now())
+		if n := len(eventsOf(t, s)); n != want {
+			t.Fatalf("%d events, want %d", n, want)
+		}
+		for _, sk := range s.shards {
+			if n := b.rdb.Exists(context.Background(), sk.lease).Val(); n != 0 {
+				t.Fatalf("lease %s still held after Run returned", sk.lease)
+			}
+		}
+	})
+}
+
+// TestRunWakesForDeadline checks that with the server's clock an idle Run
+// turns a deadline into an event within about a second (the max idle
+// interval), even when the deadline was added after Run last looked.
+func TestRunWakesForDeadline(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		stop := runSweeper(t, NewSweeper(s))
+		time.Sleep(50 * time.Millisecond) // Run has looked at the empty shards
+		ctx := context.Background()
+		d := must[time.Time](t)(s.Add(ctx, "o", "m", 200*time.Millisecond))
+		var seen time.Time
+		waitFor(t, "the event", func() bool {
+			if len(eventsOf(t, s)) == 1 {
+				seen = time.Now()
+				return true
+			}
+			return false
+		})
+		stop()
+		if late := seen.Sub(d); late > 1200*time.Millisecond {
+			t.Fatalf("event %v after the deadline, want within the 1s max idle", late)
+		}
+		t.Logf("event seen %v after its deadline", seen.Sub(d))
+	})
+}
+
+// TestTwoSweepersRace runs two sweepers over the same shards while members
+// keep expiring, plus two lease-less sweep loops (sweepers whose leases
+// lapsed mid-sweep, the worst case): every expired member yields exactly one
+// event.
+func TestTwoSweepersRace(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
+		seeded := seedStaggered(t, s, 40, 10, 8)
+		opts := []SweeperOption{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		stop1 := runSweeper(t, NewSweeper(s, opts...))
+		stop2 := runSweeper(t, NewSweeper(s, opts...))
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for g := 0; g < 2; g++ {
+			w := NewSweeper(s, WithOwnersPerBatch(2), WithMembersPerBatch(3))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				noLease := func(context.Context) error { return nil }
+				for ctx.Err() == nil {
+					for i := range s.shards {
+						if _, _, err := w.sweepShard(ctx, i, noLease); err != nil && ctx.Err() == nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}()
+		}
+		for i := 0; i < 9; i++ {
+			clk.Advance(time.Second)
+			time.Sleep(10 * time.Millisecond)
+		}
+		waitFor(t, "every event", func() bool { return len(eventsOf(t, s)) >= 400 })
+		cancel()
+		wg.Wait()
+		stop1()
+		stop2()
+		checkSwept(t, s, seeded, clk.Now())
+		seen := map[string]int{}
+		for _, e := range eventsOf(t, s) {
+			seen[e.Owner+"/"+e.Member]++
+		}
+		var dup []string
+		for k, n := range seen {
+			if n != 1 {
+				dup = append(dup, k)
+			}
+		}
+		sort.Strings(dup)
+		if len(seen) != 400 || len(dup) > 0 {
+			t.Fatalf("%d members with events (want 400), duplicated: %v", len(seen), dup)
+		}
+	})
+}
+
+// TestLeaseStolen overwrites one shard's lease under a running sweeper: it
+// stops sweeping that shard, keeps sweeping the other, and takes the shard
+// back once the lease is free.
+func TestLeaseStolen(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		ctx := context.Background()
+		// One owner per shard.
+		owner := [2]string{}
+		for i := 0; owner[0] == "" || owner[1] == ""; i++ {
+			o := "o" + strconv.Itoa(i)
+			if owner[s.ShardOf(o)] == "" {
+				owner[s.ShardOf(o)] = o
+			}
+		}
+		var mu sync.Mutex
+		var lost []error
+		w := NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond), WithErrorHandler(func(err error) {
+			mu.Lock()
+			lost = append(lost, err)
+			mu.Unlock()
+		}))
+		stop := runSweeper(t, w)
+		waitFor(t, "both leases", func() bool {
+			// One key per EXISTS: on a cluster the two shards' keys lie in
+			// different slots.
+			return b.rdb.Exists(ctx, s.shards[0].lease).Val() == 1 && b.rdb.Exists(ctx, s.shards[1].lease).Val() == 1
+		})
+		// Steal shard 0's lease for good (no TTL).
+		if err := b.rdb.Set(ctx, s.shards[0].lease, "thief", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the lost lease", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(lost) > 0
+		})
+		if !errors.Is(lost[0], ErrLeaseLost) {
+			t.Fatalf("reported %v, want ErrLeaseLost", lost[0])
+		}
+		for _, o := range owner {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		clk.Advance(time.Second)
+		waitFor(t, "shard 1's sweep", func() bool { return b.rdb.XLen(ctx, s.shards[1].events).Val() == 1 })
+		time.Sleep(50 * time.Millisecond)
+		if n := b.rdb.XLen(ctx, s.shards[0].events).Val(); n != 0 {
+			t.Fatalf("shard 0 swept under a stolen lease: %d events", n)
+		}
+		if v := b.rdb.Get(ctx, s.shards[0].lease).Val(); v != "thief" {
+			t.Fatalf("lease overwritten: %q", v)
+		}
+		b.rdb.Del(ctx, s.shards[0].lease)
+		waitFor(t, "shard 0 taken back", func() bool { return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 })
+		stop()
+	})
+}
+
+// TestSweepOnceSkipsLeasedShard: a shard whose lease another holds is left
+// alone, and taken over when the lease lapses (a sweeper killed mid-way).
+func TestSweepOnceSkipsLeasedShard(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
+		ctx := context.Background()
+		must[time.Time](t)(s.Add(ctx, "o", "m", time.Second))
+		clk.Advance(time.Second)
+		// A "dead" sweeper's lease, 100ms left.
+		b.rdb.Set(ctx, s.shards[0].lease, "dead", 100*time.Millisecond)
+		w := NewSweeper(s)
+		st, err := w.SweepOnce(ctx)
+		if err != nil || st.Skipped != 1 || st.Expired != 0 {
+			t.Fatalf("%+v %v: want the shard skipped", st, err)
+		}
+		if b.mr != nil {
+			b.mr.FastForward(100 * time.Millisecond)
+		} else {
+			time.Sleep(120 * time.Millisecond)
+		}
+		st, err = w.SweepOnce(ctx)
+		if err != nil || st.Shards != 1 || st.Expired != 1 {
+			t.Fatalf("%+v %v: want the shard swept once the lease lapsed", st, err)
+		}
+	})
+}
