@@ -345,7 +345,11 @@ func (c *consumer) deliver(ctx context.Context, shard int, id string, values map
 	} else {
 		attempt = c.cfg.maxAttempts // a malformed entry will not get better
 	}
-	if herr != nil && (attempt < c.cfg.maxAttempts || ctx.Err() != nil) {
+	pending := herr != nil && (attempt < c.cfg.maxAttempts || ctx.Err() != nil)
+	if h := c.set.hooks.OnEvent; h != nil {
+		h(EventInfo{Set: c.set.name, Shard: shard, Attempt: attempt, Err: herr, DeadLettered: herr != nil && !pending})
+	}
+	if pending {
 		// Pending: delivered again after the visibility timeout. A failure
 		// as Consume stops is left like a crash, not buried here.
 		return nil

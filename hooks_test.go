@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +86,65 @@ func TestShardOfKey(t *testing.T) {
 			t.Errorf("shardOfKey(%q) = %d, want %d", key, got, want)
 		}
 	}
+}
+
+func TestHooksSeeSweepsAndEvents(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		defer noLeaks(t)
+		var (
+			mu     sync.Mutex
+			sweeps []SweepInfo
+			events []EventInfo
+		)
+		h := Hooks{
+			OnSweep: func(si SweepInfo) { mu.Lock(); sweeps = append(sweeps, si); mu.Unlock() },
+			OnEvent: func(ei EventInfo) { mu.Lock(); events = append(events, ei); mu.Unlock() },
+		}
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads(), WithShards(1), WithHooks(h))
+		expire(t, s, clk, 3) // sweeps 3 members
+		mu.Lock()
+		if len(sweeps) != 1 || sweeps[0].Expired != 3 || sweeps[0].Owners != 3 || sweeps[0].Shard != 0 || sweeps[0].Set != s.Name() {
+			t.Errorf("OnSweep saw %+v", sweeps)
+		}
+		mu.Unlock()
+
+		// The handler fails o0's event every time: attempts 1 and 2, then
+		// dead-lettered; the others succeed at once.
+		stop := consumeInBackground(t, s, "g", "c1", func(_ context.Context, e Expiry) error {
+			if e.Owner == "o0" {
+				return errors.New("payment service down")
+			}
+			return nil
+		}, append(fastConsume, WithMaxAttempts(2))...)
+		waitFor(t, "o0 dead-lettered", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range events {
+				if e.DeadLettered {
+					return true
+				}
+			}
+			return false
+		})
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		var ok, failed, dead int
+		for _, e := range events {
+			switch {
+			case e.DeadLettered:
+				dead++
+				if e.Attempt != 2 || e.Err == nil {
+					t.Errorf("dead-lettered event %+v", e)
+				}
+			case e.Err != nil:
+				failed++
+			default:
+				ok++
+			}
+		}
+		if ok != 2 || failed != 1 || dead != 1 {
+			t.Errorf("OnEvent saw %d ok, %d failed, %d dead-lettered (%+v); want 2, 1, 1", ok, failed, dead, events)
+		}
+	})
 }

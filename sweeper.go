@@ -228,6 +228,10 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 	r, err := parseSweep(v)
 	if err == nil && len(owners) > 0 {
 		r.stats.Batches = 1
+		if h := w.set.hooks.OnSweep; h != nil {
+			h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Owners: r.stats.Owners,
+				Expired: r.stats.Expired, Lateness: r.stats.MaxLateness})
+		}
 	}
 	return r, err
 }

@@ -150,7 +150,8 @@ func TestBinaryInspect(t *testing.T) {
 }
 
 func TestBinaryDemo(t *testing.T) {
-	code, out, errs := runBin(t, "demo", "--ttl", "900ms")
+	t.Parallel() // each demo waits out a ttl
+	code, out, errs := runBin(t, "demo", "--ttl", "2s")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}

@@ -38,7 +38,7 @@ func checkDemo(t *testing.T, out string) {
 
 func TestDemoEmbedded(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
-	code, out, errs := runCLI(t, "demo", "--ttl", "900ms")
+	code, out, errs := runCLI(t, "demo", "--ttl", "2s")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -49,8 +49,9 @@ func TestDemoEmbedded(t *testing.T) {
 }
 
 func TestDemoRealRedisLeavesNothing(t *testing.T) {
+	t.Parallel() // each demo waits out a ttl
 	addr := redistest.Addr(t)
-	code, out, errs := runCLI(t, "demo", "--ttl", "900ms", "--redis", "redis://"+addr)
+	code, out, errs := runCLI(t, "demo", "--ttl", "2s", "--redis", "redis://"+addr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
