@@ -259,15 +259,15 @@ func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 	}
 	switch {
 	case l.TimeBits < 1 || l.NodeBits < 0 || l.SeqBits < 0:
-		return nil, fmt.Errorf("%w %s: field widths time %d, node %d, seq %d must be positive", ErrInvalidLayout, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
+		return nil, fmt.Errorf("%w: %s: field widths time %d, node %d, seq %d must be positive", ErrInvalidLayout, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
 	case l.TimeBits+l.NodeBits+l.SeqBits != 63:
-		return nil, fmt.Errorf("%w %s: field widths add up to %d bits, want 63", ErrInvalidLayout, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
+		return nil, fmt.Errorf("%w: %s: field widths add up to %d bits, want 63", ErrInvalidLayout, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
 	case l.TimeUnit <= 0:
-		return nil, fmt.Errorf("%w %s: time unit %v is not positive", ErrInvalidLayout, l.name(), l.TimeUnit)
+		return nil, fmt.Errorf("%w: %s: time unit %v is not positive", ErrInvalidLayout, l.name(), l.TimeUnit)
 	case uint64(1)<<l.TimeBits > uint64(math.MaxInt64/l.TimeUnit):
-		return nil, fmt.Errorf("%w %s: 2^%d time units of %v overflow a time.Duration", ErrInvalidLayout, l.name(), l.TimeBits, l.TimeUnit)
+		return nil, fmt.Errorf("%w: %s: 2^%d time units of %v overflow a time.Duration", ErrInvalidLayout, l.name(), l.TimeBits, l.TimeUnit)
 	case l.Epoch.IsZero():
-		return nil, fmt.Errorf("%w %s: zero epoch", ErrInvalidLayout, l.name())
+		return nil, fmt.Errorf("%w: %s: zero epoch", ErrInvalidLayout, l.name())
 	}
 
 	c.timeShift = uint(l.NodeBits + l.SeqBits)
@@ -282,10 +282,10 @@ func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 		budget = scoreBits - 1
 		lo = max(0, min(l.SeqBits, budget-l.TimeBits))
 	default:
-		return nil, fmt.Errorf("%w %s: unknown strategy %d", ErrInvalidLayout, l.name(), c.strategy)
+		return nil, fmt.Errorf("%w: %s: unknown strategy %d", ErrInvalidLayout, l.name(), c.strategy)
 	}
 	if lo >= budget {
-		return nil, fmt.Errorf("%w %s: %v keeps %d sequence bits, leaving no room for the time in %d", ErrInvalidLayout, l.name(), c.strategy, lo, budget)
+		return nil, fmt.Errorf("%w: %s: %v keeps %d sequence bits, leaving no room for the time in %d", ErrInvalidLayout, l.name(), c.strategy, lo, budget)
 	}
 	if lo < 0 || (l.NodeBits == 0 || l.SeqHigh) && lo == l.SeqBits {
 		// The dropped bits are the lowest: one shift keeps the rest, in order.
@@ -349,9 +349,9 @@ func (c *Codec) idError(id int64) error {
 	case c.hiLimit == 0:
 		return fmt.Errorf("%w: zero Codec, use NewCodec", ErrInvalidLayout)
 	case id < 0:
-		return fmt.Errorf("%w %d: negative", ErrInvalidID, id)
+		return fmt.Errorf("%w: %d is negative", ErrInvalidID, id)
 	}
-	return fmt.Errorf("%w %d: its time %s is past the codec's horizon %s",
+	return fmt.Errorf("%w: %d: its time %s is past the codec's horizon %s",
 		ErrInvalidID, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
 }
 
@@ -429,7 +429,7 @@ func memberError(s string) error {
 	if len(s) > 2*memberLen {
 		s = s[:2*memberLen] + "..."
 	}
-	return fmt.Errorf("%w %q: want %d decimal digits", ErrMalformedMember, s, memberLen)
+	return fmt.Errorf("%w: %q (want %d decimal digits, at most %d)", ErrMalformedMember, s, memberLen, int64(math.MaxInt64))
 }
 
 // formatScore writes a score as the exact decimal Redis parses back to the
@@ -467,13 +467,13 @@ func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key strin
 			Key: key, Start: from, Stop: "+inf", ByScore: true, Offset: offset, Count: n,
 		}).Result()
 		if err != nil {
-			return nil, fmt.Errorf("expset: reading ids after %d from %q: %w", id, key, err)
+			return nil, fmt.Errorf("expset: ids after %d in %q: %w", id, key, err)
 		}
 		for _, z := range zs {
 			m, _ := z.Member.(string)
 			v, err := c.ParseMember(m)
 			if err != nil {
-				return nil, fmt.Errorf("reading ids after %d from %q: %w", id, key, err)
+				return nil, fmt.Errorf("%w in %q", err, key)
 			}
 			if z.Score == skipScore && v <= id {
 				continue

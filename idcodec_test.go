@@ -192,7 +192,7 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 			if !errors.Is(err, ErrInvalidLayout) || c != nil {
 				t.Fatalf("NewCodec = %v, %v; want ErrInvalidLayout", c, err)
 			}
-			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid snowflake layout Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
+			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid snowflake layout: Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("error %q does not name Twitter and %q", msg, tt.wantMsg)
 			}
 		})
