@@ -301,7 +301,9 @@ func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 		c.loMask = 1<<lo - 1
 		budget -= lo
 	}
-	c.hiLimit = 1 << budget
+	// Capped at the range of non-negative IDs, one comparison rejects both
+	// negative IDs and those past the horizon.
+	c.hiLimit = 1 << min(budget, 63-int(c.hiShift))
 	// hi < 2^budget holds for every time field below 2^e.
 	if e := budget + int(c.hiShift) - int(c.timeShift); e < l.TimeBits {
 		c.timeLimit = 1 << e
@@ -338,20 +340,36 @@ func (c *Codec) score(u uint64) uint64 {
 // negative or its time lies past the Horizon.
 func (c *Codec) Score(id int64) (float64, error) {
 	u := uint64(id)
-	if id < 0 || u>>c.hiShift >= c.hiLimit {
-		return 0, c.idError(id)
+	hi := u >> (c.hiShift & 63) // &63: shifts are below 64, no check needed
+	if hi >= c.hiLimit {
+		return 0, &idError{c, id} // formatted when read, so Score inlines
 	}
-	return float64(c.score(u)), nil
+	return float64(int64(hi<<(c.loBits&63) | u>>(c.loShift&63)&c.loMask)), nil // below 2^53: exact
 }
 
-func (c *Codec) idError(id int64) error {
+// idError is the error of Score: ErrInvalidID, or ErrInvalidLayout for the
+// zero Codec, with the ID at fault.
+type idError struct {
+	c  *Codec
+	id int64
+}
+
+func (e *idError) Unwrap() error {
+	if e.c.hiLimit == 0 {
+		return ErrInvalidLayout
+	}
+	return ErrInvalidID
+}
+
+func (e *idError) Error() string {
+	c, id := e.c, e.id
 	switch {
 	case c.hiLimit == 0:
-		return fmt.Errorf("%w: zero Codec, use NewCodec", ErrInvalidLayout)
+		return ErrInvalidLayout.Error() + ": zero Codec, use NewCodec"
 	case id < 0:
-		return fmt.Errorf("%w: %d is negative", ErrInvalidID, id)
+		return fmt.Sprintf("%v: %d is negative", ErrInvalidID, id)
 	}
-	return fmt.Errorf("%w: %d: its time %s is past the codec's horizon %s",
+	return fmt.Sprintf("%v: %d: its time %s is past the codec's horizon %s",
 		ErrInvalidID, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
 }
 
@@ -374,7 +392,7 @@ func (c *Codec) ScoreAt(t time.Time) float64 {
 		return 0
 	}
 	tick := min(uint64(d/c.layout.TimeUnit), c.timeLimit)
-	return float64(c.score(tick << c.timeShift))
+	return float64(int64(c.score(tick << c.timeShift)))
 }
 
 // Time returns the time id was generated at: the start of its tick. It reads
