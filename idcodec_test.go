@@ -354,9 +354,13 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	if c.Ordered() && sa > sb {
 		t.Fatalf("%v: %d < %d but scores %v > %v", c.strategy, a, b, sa, sb)
 	}
+	// Scores grow with the tick; strictly where no time bit is dropped.
 	ta, tb := uint64(a)>>c.timeShift, uint64(b)>>c.timeShift
-	if ta < tb && sa >= sb {
-		t.Fatalf("%v: tick %d < %d but scores %v >= %v", c.strategy, ta, tb, sa, sb)
+	if ta < tb && (sa > sb || sa == sb && c.hiShift <= c.timeShift) {
+		t.Fatalf("%v: tick %d < %d but scores %v, %v", c.strategy, ta, tb, sa, sb)
+	}
+	if at := c.ScoreAt(c.Time(a)); at > sa {
+		t.Fatalf("ScoreAt(Time(%d)) = %v, above its score %v", a, at, sa)
 	}
 	// One node's IDs in one tick get their own scores, in order (for the
 	// 52-bit scheme only below its sequence wrap).
@@ -366,8 +370,11 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	}
 	sameNode := ta == tb && uint64(a)&nodeMask == uint64(b)&nodeMask
 	if sameNode && a != b && c.strategy != keepTop {
-		seqB := uint64(b) >> uint(l.seqShift()) & fieldMax(l.SeqBits)
-		if c.strategy == keepTimeSeq || seqB < 1<<c.loBits || c.Ordered() {
+		keptSeq := c.loBits // below the time field, or else next to it:
+		if keptSeq == 0 {
+			keptSeq = 63 - uint(l.TimeBits) - c.hiShift
+		}
+		if seqB := uint64(b) >> l.seqShift() & fieldMax(l.SeqBits); seqB < 1<<keptSeq {
 			if sa >= sb {
 				t.Fatalf("%v: same node and tick, %d < %d but scores %v >= %v", c.strategy, a, b, sa, sb)
 			}
@@ -384,20 +391,37 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 }
 
 func TestCodecProperties(t *testing.T) {
-	forEachCodec(t, func(t *testing.T, c *Codec) {
+	check := func(t *testing.T, c *Codec) {
 		l := c.Layout()
 		r := rand.New(rand.NewPCG(3, 4))
+		// Custom layouts may have a horizon before their time field ends.
+		valid := func(id int64) int64 {
+			if tick := uint64(id) >> c.timeShift; tick >= c.timeLimit {
+				id = int64(tick%c.timeLimit<<c.timeShift | uint64(id)&fieldMax(int(c.timeShift)))
+			}
+			return id
+		}
 		for range 20000 {
-			a := randomID(r, l)
-			checkCodecPair(t, c, a, randomID(r, l))
-			if a < math.MaxInt64 {
-				checkCodecPair(t, c, a, a+1) // neighbours
+			a := valid(randomID(r, l))
+			checkCodecPair(t, c, a, valid(randomID(r, l)))
+			if next := valid(a + 1); next > a {
+				checkCodecPair(t, c, a, next) // neighbours
 			}
 			// Same tick, another node or sequence.
 			tick := uint64(a) >> c.timeShift
 			checkCodecPair(t, c, a, compose(l, tick, r.Uint64N(fieldMax(l.NodeBits)+1), r.Uint64N(fieldMax(l.SeqBits)+1)))
 		}
-	})
+	}
+	forEachCodec(t, check)
+	for _, l := range []Layout{
+		{Name: "wide time", Epoch: time.Unix(0, 0), TimeUnit: time.Microsecond, TimeBits: 45, NodeBits: 6, SeqBits: 12},
+		{Name: "narrow ticks", Epoch: time.Unix(0, 0), TimeUnit: time.Nanosecond, TimeBits: 58, NodeBits: 2, SeqBits: 3, SeqHigh: true},
+		{Name: "no node", Epoch: time.Unix(0, 0), TimeUnit: time.Millisecond, TimeBits: 41, SeqBits: 22},
+	} {
+		for _, s := range codecStrategies {
+			t.Run(l.Name+"/"+s.name, func(t *testing.T) { check(t, mustCodec(t, l, s.opt)) })
+		}
+	}
 }
 
 // TestCodecOrderedFlag checks Ordered against a brute-force search for a
@@ -539,21 +563,40 @@ func TestCodecDocTables(t *testing.T) {
 	}
 }
 
-// FuzzCodec checks the codec's promises on any pair of IDs, any layout and
-// strategy, and ParseMember on any string.
+// FuzzCodec checks the codec's promises on any pair of IDs, under any
+// preset layout or a custom one (timeBits, nodeBits, seqHigh), any strategy,
+// and ParseMember on any string.
 func FuzzCodec(f *testing.F) {
-	f.Add(int64(215857550229364736), int64(215857550229364737), uint8(0), uint8(0), "0215857550229364736")
-	f.Add(int64(0), int64(math.MaxInt64), uint8(1), uint8(1), "9223372036854775808")
-	f.Add(int64(-1), int64(1<<22), uint8(2), uint8(2), "")
-	f.Add(int64(4095), int64(4096), uint8(3), uint8(2), "-000000000000000001")
+	f.Add(int64(215857550229364736), int64(215857550229364737), uint8(0), uint8(0), uint8(0), uint8(0), false, "0215857550229364736")
+	f.Add(int64(0), int64(math.MaxInt64), uint8(1), uint8(1), uint8(0), uint8(0), true, "9223372036854775808")
+	f.Add(int64(-1), int64(1<<22), uint8(2), uint8(2), uint8(0), uint8(0), false, "")
+	f.Add(int64(4095), int64(4096), uint8(3), uint8(2), uint8(0), uint8(0), false, "-000000000000000001")
+	f.Add(int64(1<<62), int64(1<<62+1), uint8(4), uint8(1), uint8(45), uint8(6), false, "")
+	f.Add(int64(5), int64(1<<40), uint8(4), uint8(0), uint8(58), uint8(2), true, "")
 	codecs := make([]*Codec, 0, len(codecLayouts)*len(codecStrategies))
 	for _, l := range codecLayouts {
 		for _, s := range codecStrategies {
 			codecs = append(codecs, mustCodec(f, l, s.opt))
 		}
 	}
-	f.Fuzz(func(t *testing.T, a, b int64, layout, strategy uint8, member string) {
-		c := codecs[(int(layout)%len(codecLayouts))*len(codecStrategies)+int(strategy)%len(codecStrategies)]
+	f.Fuzz(func(t *testing.T, a, b int64, layout, strategy, timeBits, nodeBits uint8, seqHigh bool, member string) {
+		strategy %= uint8(len(codecStrategies))
+		var c *Codec
+		if int(layout)%(len(codecLayouts)+1) < len(codecLayouts) {
+			c = codecs[int(layout)%(len(codecLayouts)+1)*len(codecStrategies)+int(strategy)]
+		} else {
+			l := Layout{Name: "custom", Epoch: time.Unix(0, 0), TimeUnit: time.Nanosecond,
+				TimeBits: 1 + int(timeBits)%62, SeqHigh: seqHigh}
+			l.NodeBits = int(nodeBits) % (64 - l.TimeBits)
+			l.SeqBits = 63 - l.TimeBits - l.NodeBits
+			var err error
+			if c, err = NewCodec(l, codecStrategies[strategy].opt); err != nil {
+				if !errors.Is(err, ErrInvalidLayout) {
+					t.Fatalf("NewCodec(%+v): %v", l, err)
+				}
+				return
+			}
+		}
 		if id, err := c.ParseMember(member); err == nil {
 			if c.Member(id) != member {
 				t.Fatalf("ParseMember(%q) = %d, which Member writes as %q", member, id, c.Member(id))
@@ -562,13 +605,15 @@ func FuzzCodec(f *testing.F) {
 			t.Fatalf("ParseMember(%q): %v", member, err)
 		}
 		for _, id := range []int64{a, b} {
-			if _, err := c.Score(id); (err != nil) != (id < 0) {
-				t.Fatalf("Score(%d): %v", id, err)
+			valid := id >= 0 && c.Time(id).Before(c.Horizon())
+			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidID) {
+				t.Fatalf("Score(%d) with horizon %v: %v", id, c.Horizon(), err)
+			}
+			if !valid {
+				return
 			}
 		}
-		if a >= 0 && b >= 0 {
-			checkCodecPair(t, c, a, b)
-		}
+		checkCodecPair(t, c, a, b)
 	})
 }
 
