@@ -138,7 +138,9 @@ type CodecOption func(*Codec)
 // Scores never decrease as IDs grow, so with Member as the member a sorted
 // set lists IDs in exactly ID order. IDs that differ only in their 10 low
 // bits share a score: for Twitter, up to 1024 IDs one node makes in one
-// millisecond. It is the default, and what new data should use.
+// millisecond. (In a custom layout whose node and sequence fields have
+// fewer than 10 bits together, it drops time bits too, and neighbouring
+// ticks share scores.) It is the default, and what new data should use.
 func KeepTopBits() CodecOption { return func(c *Codec) { c.strategy = keepTop } }
 
 // KeepTimeSeq keeps the time field and the whole sequence field, and drops
@@ -259,7 +261,7 @@ func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 	}
 	switch {
 	case l.TimeBits < 1 || l.NodeBits < 0 || l.SeqBits < 0:
-		return nil, fmt.Errorf("%w: %s: field widths time %d, node %d, seq %d must be positive", ErrInvalidLayout, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
+		return nil, fmt.Errorf("%w: %s: field widths time %d, node %d, seq %d (time needs 1 bit, the others 0 or more)", ErrInvalidLayout, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
 	case l.TimeBits+l.NodeBits+l.SeqBits != 63:
 		return nil, fmt.Errorf("%w: %s: field widths add up to %d bits, want 63", ErrInvalidLayout, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
 	case l.TimeUnit <= 0:
@@ -413,12 +415,14 @@ func (c *Codec) Member(id int64) string {
 	if id < 0 {
 		return ""
 	}
+	// Two halves, written side by side: shorter chains of divisions.
 	var b [memberLen]byte
-	u := uint64(id)
-	for i := memberLen - 1; i >= 0; i-- {
-		b[i] = byte('0' + u%10)
-		u /= 10
+	hi, lo := uint64(id)/1e9, uint64(id)%1e9
+	for i := memberLen - 1; i >= 10; i-- {
+		b[i], b[i-9] = byte('0'+lo%10), byte('0'+hi%10)
+		lo, hi = lo/10, hi/10
 	}
+	b[0] = byte('0' + hi)
 	return string(b[:])
 }
 
@@ -429,14 +433,20 @@ func (c *Codec) ParseMember(s string) (int64, error) {
 	if len(s) != memberLen {
 		return 0, memberError(s)
 	}
-	var u uint64 // 19 digits stay below 2^64
-	for i := 0; i < memberLen; i++ {
-		d := s[i] - '0'
-		if d > 9 {
+	// Digits 0-9 and 10-18 in two chains side by side; 19 digits stay
+	// below 2^64.
+	hi, lo := uint64(s[0]-'0'), uint64(0)
+	if hi > 9 {
+		return 0, memberError(s)
+	}
+	for i := 1; i < 10; i++ {
+		a, b := s[i]-'0', s[i+9]-'0'
+		if a > 9 || b > 9 {
 			return 0, memberError(s)
 		}
-		u = u*10 + uint64(d)
+		hi, lo = hi*10+uint64(a), lo*10+uint64(b)
 	}
+	u := hi*1e9 + lo
 	if u > math.MaxInt64 {
 		return 0, memberError(s)
 	}
