@@ -155,20 +155,6 @@ func ownerState(t testing.TB, s *Set, owners ...string) map[string][]Member {
 	return out
 }
 
-// sameMembers reports whether a and b list the same members with the same
-// deadlines, in the same order.
-func sameMembers(a, b []Member) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].ID != b[i].ID || !a[i].Deadline.Equal(b[i].Deadline) {
-			return false
-		}
-	}
-	return true
-}
-
 // TestScriptCacheFlushed checks the promise that losing the script cache
 // (SCRIPT FLUSH, a restart, a failover to a node that never ran the scripts)
 // breaks nothing: every call sends its script again (go-redis's Script.Run
@@ -218,11 +204,11 @@ func TestScriptCacheFlushed(t *testing.T) {
 		}
 		flush()
 		want := []Member{{"b", t0.Add(2 * time.Minute)}, {"a", t0.Add(3 * time.Minute)}}
-		if ms, err := s.Members(ctx, "u"); err != nil || !sameMembers(ms, want) {
+		if ms, err := s.Members(ctx, "u"); err != nil || !equalMembers(ms, want) {
 			t.Fatalf("Members: %v, %v; want %v", ms, err, want)
 		}
 		flush()
-		if ms, err := s.MembersN(ctx, "u", 1); err != nil || !sameMembers(ms, want[:1]) {
+		if ms, err := s.MembersN(ctx, "u", 1); err != nil || !equalMembers(ms, want[:1]) {
 			t.Fatalf("MembersN: %v, %v", ms, err)
 		}
 		flush()
@@ -387,8 +373,8 @@ func TestStalledServer(t *testing.T) {
 	after := ownerState(t, q.Set(), owners...)
 	m3 := Member{"m3", clk.Now().Add(time.Minute)}
 	for _, o := range owners {
-		landed := sameMembers(after[o], append(before[o][:2:2], m3))
-		if !landed && !sameMembers(after[o], before[o]) {
+		landed := equalMembers(after[o], append(before[o][:2:2], m3))
+		if !landed && !equalMembers(after[o], before[o]) {
 			t.Fatalf("owner %s half-written: before %v, after %v", o, before[o], after[o])
 		}
 		t.Logf("owner %s: the Acquire that timed out had landed: %v", o, landed)

@@ -314,7 +314,7 @@ func (r *modelRun) step(op modelOp) {
 		if has, err := r.s.Contains(ctx, owner, member); err != nil || has != ok {
 			r.fail("Contains: library %v, %v; model %v", has, err, ok)
 		}
-		if got, err := r.s.MembersN(ctx, owner, 1); err != nil || !sameMembers(got, r.m.live(owner)[:min(1, len(r.m.live(owner)))]) {
+		if got, err := r.s.MembersN(ctx, owner, 1); err != nil || !equalMembers(got, r.m.live(owner)[:min(1, len(r.m.live(owner)))]) {
 			r.fail("MembersN 1: library %v, %v; model %v", got, err, r.m.live(owner))
 		}
 	}
@@ -330,7 +330,7 @@ func (r *modelRun) checkOwner(o int) {
 	owner := modelOwners[o]
 	want := r.m.live(owner)
 	got, err := r.s.Members(ctx, owner)
-	if err != nil || !sameMembers(got, want) {
+	if err != nil || !equalMembers(got, want) {
 		r.fail("owner %q: library members %v, %v\nmodel members %v", owner, got, err, want)
 	}
 	if n, err := r.s.Count(ctx, owner); err != nil || n != len(want) {
