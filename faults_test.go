@@ -55,10 +55,10 @@ func flushScripts(t testing.TB, rdb redis.UniversalClient) {
 	}
 }
 
-// waitFor calls check until it returns nil, failing t with what and the
+// waitHealed calls check until it returns nil, failing t with what and the
 // last error when limit passes first. Use it for things that become true
 // after a fault heals; it asserts nothing about how long they take.
-func waitFor(t testing.TB, what string, limit time.Duration, check func() error) {
+func waitHealed(t testing.TB, what string, limit time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
@@ -102,7 +102,7 @@ func checkTimeoutErr(t testing.TB, op string, err error, key string) {
 func waitDrained(t testing.TB, probe *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, "the stalled server still serves connections of closed clients", faultWait, func() error {
+	waitHealed(t, "the stalled server still serves connections of closed clients", faultWait, func() error {
 		info, err := redistest.Info(ctx, probe, "clients")
 		if err != nil {
 			return err
@@ -258,7 +258,7 @@ func TestRestartWithAOFKeepsAcknowledgedWrites(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
-	waitFor(t, "the client reconnects after the restart", faultWait, func() error { return rdb.Ping(ctx).Err() })
+	waitHealed(t, "the client reconnects after the restart", faultWait, func() error { return rdb.Ping(ctx).Err() })
 
 	if after := ownerState(t, s, "u", "v"); !reflect.DeepEqual(after, before) {
 		t.Fatalf("acknowledged writes changed by the crash:\nbefore %v\nafter  %v", before, after)
@@ -433,7 +433,7 @@ func TestFailoverKeepsQuota(t *testing.T) {
 	promoted := cl.KillMaster(t, master)
 	t.Logf("killed master %s; replica %s serves %s now", master.Addr, promoted.Addr, key)
 
-	waitFor(t, "the cluster client follows the failover", faultWait, func() error {
+	waitHealed(t, "the cluster client follows the failover", faultWait, func() error {
 		_, err := s.Count(ctx, "u")
 		return err
 	})
