@@ -21,6 +21,9 @@ type Configuration struct {
 // ReadConfiguration returns the configuration recorded for the set called
 // name, or an error matching ErrNotFound when no set of that name was opened.
 func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name string) (Configuration, error) {
+	if err := checkClient(rdb); err != nil {
+		return Configuration{}, err
+	}
 	if err := validateName(name); err != nil {
 		return Configuration{}, err
 	}

@@ -59,8 +59,8 @@ func New(rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
 // ErrConfigMismatch: opening a set with another shard count would orphan its
 // data. Open makes one round trip; the Set it returns makes none until used.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+	if err := checkClient(rdb); err != nil {
+		return nil, err
 	}
 	if err := validateName(name); err != nil {
 		return nil, err
@@ -96,6 +96,26 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
 	}
 	return s, nil
+}
+
+// checkClient rejects a nil client: a nil interface, or a nil *redis.Client,
+// *redis.ClusterClient or *redis.Ring in it (whose methods would panic).
+func checkClient(rdb redis.UniversalClient) error {
+	isNil := false
+	switch c := rdb.(type) {
+	case nil:
+		isNil = true
+	case *redis.Client:
+		isNil = c == nil
+	case *redis.ClusterClient:
+		isNil = c == nil
+	case *redis.Ring:
+		isNil = c == nil
+	}
+	if isNil {
+		return fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+	}
+	return nil
 }
 
 func (s *Set) configString() string {

@@ -81,6 +81,12 @@ if cur then
   if has(flags, 'r') then
     d = now + ttl
     call('ZADD', key, d, member)
+    -- A refresh may move the deadline earlier than every other: the index
+    -- must stay at or before the earliest deadline. r[2] is the earliest
+    -- live deadline (r holds live members, earliest first).
+    if d < tonumber(r[2]) then
+      call('ZADD', KEYS[2], 'LT', d, owner)
+    end
     keep_ttl(key, ttl, false, events)
     if has(flags, 'P') then
       put_payload(KEYS[4], member, ARGV[7], ttl, events)
@@ -101,6 +107,7 @@ local function nth(k)
 end
 
 local reply = {1, 0, 0, 0}
+local evicted = false
 if count >= limit then
   local k = count - limit + 1
   if not has(flags, 'v') then
@@ -108,6 +115,7 @@ if count >= limit then
     return {0, count, 0, tonumber(s) - now}
   end
   -- Evict the k earliest live members, in batches that unpack safely.
+  evicted = true
   while k > 0 do
     local b = k
     if b > DROP_MAX then
@@ -141,7 +149,9 @@ end
 local d = now + ttl
 local fresh = count == 0 and not more
 call('ZADD', key, d, member)
-if fresh or (r[2] and d < tonumber(r[2])) then
+-- After an eviction r is empty and the earliest remaining deadline unread:
+-- ZADD LT lowers the index only when d is earlier than it.
+if fresh or evicted or (r[2] and d < tonumber(r[2])) then
   call('ZADD', KEYS[2], 'LT', d, owner)
 end
 -- d is the latest deadline when the owner was empty or r held every member.

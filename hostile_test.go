@@ -1,0 +1,691 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var updateHostileDoc = flag.Bool("update-hostile-doc", false, "rewrite docs/hostile-input.md from the table in hostile_test.go")
+
+const hostileDocPath = "docs/hostile-input.md"
+
+// hostileCase is one row of the hostile-input table: a public call, what
+// makes its input hostile, and what the call must give: the sentinel error,
+// or (want nil) success with the result that run renders.
+type hostileCase struct {
+	call  string
+	input string // markdown
+	want  error
+	got   string // on success: run's rendering of the result
+	run   func(e *hostileEnv) (string, error)
+	name  string // for New and Open: the name whose meta key a rejection must not create
+}
+
+// hostileEnv is what the rows run against: a set with payloads and a
+// quota of 3 on it, a set without payloads, and a clock that never moves,
+// so results render as offsets from it.
+type hostileEnv struct {
+	t     testing.TB
+	ctx   context.Context
+	rdb   redis.UniversalClient
+	clk   *fakeClock
+	s     *Set   // WithPayloads
+	plain *Set   // without
+	q     *Quota // limit 3 on s
+	keys  map[string]string
+	names map[string]string
+}
+
+// rt renders a time as an offset from the env's clock.
+func (e *hostileEnv) rt(t time.Time) string {
+	if t.IsZero() {
+		return "zero time"
+	}
+	return "now+" + t.Sub(e.clk.Now()).String()
+}
+
+func (e *hostileEnv) decision(d Decision) string {
+	out := "denied"
+	if d.Allowed {
+		out = "allowed"
+	}
+	if d.Existing {
+		out += ", existing"
+	}
+	out += fmt.Sprintf(", count %d of %d", d.Count, d.Limit)
+	if d.Allowed {
+		out += ", deadline " + e.rt(d.Deadline)
+	} else {
+		out += ", retry after " + d.RetryAfter.String()
+	}
+	if len(d.Evicted) > 0 {
+		out += fmt.Sprintf(", evicted %q", d.Evicted)
+	}
+	return out
+}
+
+func (e *hostileEnv) members(ms []Member) string {
+	var parts []string
+	for _, m := range ms {
+		parts = append(parts, strconv.Quote(m.ID)+" until "+e.rt(m.Deadline))
+	}
+	if parts == nil {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// named returns a fresh valid set name ending in suffix, the same for the
+// same suffix, whose keys are deleted when the test ends.
+func (e *hostileEnv) named(suffix string) string {
+	if n, ok := e.names[suffix]; ok {
+		return n
+	}
+	n := uniqueName(e.t, e.rdb)
+	n += suffix[:min(len(suffix), MaxNameLen-len(n))]
+	e.t.Cleanup(func() {
+		for _, k := range setKeys(e.t, e.rdb, n) {
+			e.rdb.Del(context.Background(), k)
+		}
+	})
+	e.names[suffix] = n
+	return n
+}
+
+// stored checks that Add put member into owner's own key: the key holds it
+// with the deadline, and no other owner of the table uses that key.
+func (e *hostileEnv) stored(owner, member string, d time.Time) error {
+	k := e.s.OwnerKey(owner)
+	if prev, ok := e.keys[k]; ok && prev != owner {
+		return fmt.Errorf("owners %q and %q share key %q", prev, owner, k)
+	}
+	e.keys[k] = owner
+	score, err := e.rdb.ZScore(e.ctx, k, member).Result()
+	if err != nil || int64(score) != d.UnixMilli() {
+		return fmt.Errorf("key %q holds %v (%v) for the member, want %d", k, int64(score), err, d.UnixMilli())
+	}
+	return nil
+}
+
+// settle removes owner's member "m" after a successful call with a ttl
+// under a second: on a real server its key would expire on the server's
+// clock while later rows compare snapshots.
+func (e *hostileEnv) settle(owner string, ttl time.Duration) {
+	if ttl >= time.Millisecond && ttl < time.Second {
+		if _, err := e.s.Remove(e.ctx, owner, "m"); err != nil {
+			e.t.Fatalf("removing the short-lived member of %q: %v", owner, err)
+		}
+	}
+}
+
+type hostileValue struct {
+	desc string
+	v    string
+	ok   bool
+}
+
+func quoted(v string) string { return "`" + strconv.Quote(v) + "`" }
+
+func val(v string, ok bool) hostileValue { return hostileValue{quoted(v), v, ok} }
+
+func hostileCases() []hostileCase {
+	var cs []hostileCase
+	row := func(call, input string, want error, got string, run func(e *hostileEnv) (string, error)) {
+		cs = append(cs, hostileCase{call: call, input: input, want: want, got: got, run: run})
+	}
+	huge := strings.Repeat("x", 1<<20)
+	long := func(n int) string { return strings.Repeat("x", n) }
+	ok := func(b bool, s string) string {
+		if b {
+			return s
+		}
+		return ""
+	}
+	errIf := func(b bool, err error) error {
+		if b {
+			return nil
+		}
+		return err
+	}
+
+	// Owners: every call that takes one. The valid ones, however odd, each
+	// get their own key (checked after Add) and work like any other.
+	owners := []hostileValue{
+		{"owner empty", "", false},
+		{"owner of 1 MiB", huge, false},
+		{"owner of 1025 bytes", long(MaxOwnerLen + 1), false},
+		{"owner of 1024 bytes (MaxOwnerLen)", long(MaxOwnerLen), true},
+		val("\x00\xff\x01", true), val("{a}", true), val("}{", true), val("{}", true),
+		val("a:b:", true), val("a\nb", true), val("ü€", true), val("*?[x]", true), val(" ", true),
+	}
+	for _, o := range owners {
+		in, v, good := o.desc, o.v, o.ok
+		if strings.HasPrefix(o.desc, "`") {
+			in = "owner " + o.desc
+		}
+		err := errIf(good, ErrInvalidOwner)
+		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Add(e.ctx, v, "m", time.Minute)
+			if err == nil {
+				err = e.stored(v, "m", d)
+			}
+			return e.rt(d), err
+		})
+		row("Set.Contains", in, err, ok(good, "true"), func(e *hostileEnv) (string, error) {
+			b, err := e.s.Contains(e.ctx, v, "m")
+			return strconv.FormatBool(b), err
+		})
+		row("Set.Deadline", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Deadline(e.ctx, v, "m")
+			return e.rt(d), err
+		})
+		row("Set.Extend", in, err, ok(good, "now+2m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Extend(e.ctx, v, "m", 2*time.Minute)
+			return e.rt(d), err
+		})
+		row("Set.Count", in, err, ok(good, "1"), func(e *hostileEnv) (string, error) {
+			n, err := e.s.Count(e.ctx, v)
+			return strconv.Itoa(n), err
+		})
+		row("Set.Members", in, err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
+			ms, err := e.s.Members(e.ctx, v)
+			return e.members(ms), err
+		})
+		row("Set.MembersN", in+", n 1", err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
+			ms, err := e.s.MembersN(e.ctx, v, 1)
+			return e.members(ms), err
+		})
+		row("Set.Payload", in, err, ok(good, "no payload"), func(e *hostileEnv) (string, error) {
+			p, err := e.s.Payload(e.ctx, v, "m")
+			if p == nil {
+				return "no payload", err
+			}
+			return strconv.Quote(string(p)), err
+		})
+		row("Quota.Acquire", in+", member held", err, ok(good, "allowed, existing, count 1 of 3, deadline now+2m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.q.Acquire(e.ctx, v, "m", time.Minute)
+			return e.decision(d), err
+		})
+		row("Quota.Release", in, err, ok(good, "true"), func(e *hostileEnv) (string, error) {
+			b, err := e.q.Release(e.ctx, v, "m")
+			return strconv.FormatBool(b), err
+		})
+		row("Set.Remove", in+", member gone", err, ok(good, "0"), func(e *hostileEnv) (string, error) {
+			n, err := e.s.Remove(e.ctx, v, "m")
+			return strconv.Itoa(n), err
+		})
+	}
+
+	// Members: every call that takes one, each member under its own owner.
+	members := []hostileValue{
+		{"member empty", "", false},
+		{"member of 1 MiB", huge, false},
+		{"member of 1025 bytes", long(MaxMemberLen + 1), false},
+		{"member of 1024 bytes (MaxMemberLen)", long(MaxMemberLen), true},
+		val("\x00\xff\n", true), val("{m}", true), val("ü€", true), val(" ", true),
+	}
+	for i, m := range members {
+		in, v, good, owner := m.desc, m.v, m.ok, "member-"+strconv.Itoa(i)
+		if strings.HasPrefix(m.desc, "`") {
+			in = "member " + m.desc
+		}
+		err := errIf(good, ErrInvalidMember)
+		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Add(e.ctx, owner, v, time.Minute)
+			if err == nil {
+				err = e.stored(owner, v, d)
+			}
+			return e.rt(d), err
+		})
+		row("Set.Contains", in, err, ok(good, "true"), func(e *hostileEnv) (string, error) {
+			b, err := e.s.Contains(e.ctx, owner, v)
+			return strconv.FormatBool(b), err
+		})
+		row("Set.Deadline", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Deadline(e.ctx, owner, v)
+			return e.rt(d), err
+		})
+		row("Set.Extend", in, err, ok(good, "now+2m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.s.Extend(e.ctx, owner, v, 2*time.Minute)
+			return e.rt(d), err
+		})
+		row("Set.Payload", in, err, ok(good, "no payload"), func(e *hostileEnv) (string, error) {
+			p, err := e.s.Payload(e.ctx, owner, v)
+			if p == nil {
+				return "no payload", err
+			}
+			return strconv.Quote(string(p)), err
+		})
+		row("Quota.Acquire", in+", held", err, ok(good, "allowed, existing, count 1 of 3, deadline now+2m0s"), func(e *hostileEnv) (string, error) {
+			d, err := e.q.Acquire(e.ctx, owner, v, time.Minute)
+			return e.decision(d), err
+		})
+		row("Quota.Release", in, err, ok(good, "true"), func(e *hostileEnv) (string, error) {
+			b, err := e.q.Release(e.ctx, owner, v)
+			return strconv.FormatBool(b), err
+		})
+		row("Set.Remove", in+", among valid ones", err, ok(good, "0"), func(e *hostileEnv) (string, error) {
+			n, err := e.s.Remove(e.ctx, owner, "a", v, "b")
+			return strconv.Itoa(n), err
+		})
+	}
+
+	// ttls: truncated to whole milliseconds, 1ms to MaxTTL.
+	ttls := []struct {
+		desc string
+		d    time.Duration
+		got  string // the deadline now+ttl, "" when rejected
+	}{
+		{"ttl 0", 0, ""},
+		{"ttl -1ns", -1, ""},
+		{"ttl -1s", -time.Second, ""},
+		{"ttl math.MinInt64", math.MinInt64, ""},
+		{"ttl 999µs", 999 * time.Microsecond, ""},
+		{"ttl 1ms", time.Millisecond, "now+1ms"},
+		{"ttl 1.5ms (truncated)", 1500 * time.Microsecond, "now+1ms"},
+		{"ttl MaxTTL (100 years)", MaxTTL, "now+876000h0m0s"},
+		{"ttl MaxTTL+1ns", MaxTTL + 1, ""},
+		{"ttl MaxTTL+1ms", MaxTTL + time.Millisecond, ""},
+		{"ttl math.MaxInt64", math.MaxInt64, ""},
+	}
+	for i, tt := range ttls {
+		d, good := tt.d, tt.got != ""
+		err := errIf(good, ErrInvalidTTL)
+		row("Set.Add", tt.desc, err, tt.got, func(e *hostileEnv) (string, error) {
+			dl, err := e.s.Add(e.ctx, "ttl", "m", d)
+			e.settle("ttl", d)
+			return e.rt(dl), err
+		})
+		// The member extended holds now+1h: Extend never shortens it.
+		extended := map[string]string{"now+1ms": "now+1h0m0s", "now+876000h0m0s": "now+876000h0m0s"}[tt.got]
+		row("Set.Extend", tt.desc+", member held for 1h", err, extended, func(e *hostileEnv) (string, error) {
+			dl, err := e.s.Extend(e.ctx, "ttl-extend", "x", d)
+			return e.rt(dl), err
+		})
+		owner := "ttl-" + strconv.Itoa(i)
+		row("Quota.Acquire", tt.desc, err, ok(good, "allowed, count 1 of 3, deadline "+tt.got), func(e *hostileEnv) (string, error) {
+			dec, err := e.q.Acquire(e.ctx, owner, "m", d)
+			e.settle(owner, d)
+			return e.decision(dec), err
+		})
+	}
+
+	// Limits: 1 to MaxLimit, for NewQuota and per call with WithLimit.
+	limits := []struct {
+		desc string
+		n    int
+		good bool
+	}{
+		{"math.MinInt", math.MinInt, false}, {"-1", -1, false}, {"0", 0, false}, {"1", 1, true},
+		{"MaxLimit (2^30)", MaxLimit, true}, {"MaxLimit+1", MaxLimit + 1, false}, {"math.MaxInt", math.MaxInt, false},
+	}
+	for i, l := range limits {
+		n, good := l.n, l.good
+		err := errIf(good, ErrInvalidLimit)
+		row("NewQuota", "limit "+l.desc, err, ok(good, "limit "+strconv.Itoa(n)), func(e *hostileEnv) (string, error) {
+			q, err := NewQuota(e.s, n)
+			if err != nil {
+				return "", err
+			}
+			return "limit " + strconv.Itoa(q.Limit()), nil
+		})
+		owner := "limit-" + strconv.Itoa(i)
+		row("Quota.Acquire", "WithLimit("+l.desc+")", err, ok(good, fmt.Sprintf("allowed, count 1 of %d, deadline now+1m0s", n)), func(e *hostileEnv) (string, error) {
+			d, err := e.q.Acquire(e.ctx, owner, "m", time.Minute, WithLimit(n))
+			return e.decision(d), err
+		})
+	}
+	row("Set.Add", "WithLimit(2)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(2))
+		return "", err
+	})
+	row("Set.Add", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(0))
+		return "", err
+	})
+	row("Set.MembersN", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.MembersN(e.ctx, "base", -1)
+		return e.members(ms), err
+	})
+	row("Set.MembersN", "n math.MaxInt", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.MembersN(e.ctx, "base", math.MaxInt)
+		return e.members(ms), err
+	})
+	row("Set.Remove", "no members", nil, "0", func(e *hostileEnv) (string, error) {
+		n, err := e.s.Remove(e.ctx, "base")
+		return strconv.Itoa(n), err
+	})
+	row("Set.Remove", "1001 members absent (two batches)", nil, "0", func(e *hostileEnv) (string, error) {
+		ms := make([]string, 1001)
+		for i := range ms {
+			ms[i] = "absent-" + strconv.Itoa(i)
+		}
+		n, err := e.s.Remove(e.ctx, "base", ms...)
+		return strconv.Itoa(n), err
+	})
+
+	// Payloads.
+	row("Set.Add", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.plain.Add(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
+		return "", err
+	})
+	row("Quota.Acquire", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
+		_, err := q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
+		return "", err
+	})
+	row("Set.Add", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+		return "", err
+	})
+	row("Quota.Acquire", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+		return "", err
+	})
+	row("Set.Add", "WithPayload of MaxPayloadLen (1 MiB) bytes", nil, "now+1m0s, payload of 1048576 bytes", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "payload", "big", time.Minute, WithPayload(make([]byte, MaxPayloadLen)))
+		if err != nil {
+			return "", err
+		}
+		p, err := e.s.Payload(e.ctx, "payload", "big")
+		return fmt.Sprintf("%s, payload of %d bytes", e.rt(d), len(p)), err
+	})
+	row("Quota.Acquire", "WithPayload of binary bytes", nil, `allowed, count 1 of 3, deadline now+1m0s, payload "\x00\xff"`, func(e *hostileEnv) (string, error) {
+		d, err := e.q.Acquire(e.ctx, "payload-bin", "m", time.Minute, WithPayload([]byte{0, 0xff}))
+		if err != nil {
+			return "", err
+		}
+		p, err := e.s.Payload(e.ctx, "payload-bin", "m")
+		return e.decision(d) + ", payload " + strconv.Quote(string(p)), err
+	})
+
+	// nil options and clients.
+	row("Set.Add", "a nil CallOption", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, nil)
+		return e.rt(d), err
+	})
+	row("Quota.Acquire", "a nil CallOption", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, nil)
+		return e.decision(d), err
+	})
+	row("NewQuota", "a nil QuotaOption", nil, "limit 3", func(e *hostileEnv) (string, error) {
+		q, err := NewQuota(e.s, 3, nil)
+		if err != nil {
+			return "", err
+		}
+		return "limit " + strconv.Itoa(q.Limit()), nil
+	})
+	row("NewQuota", "nil Set", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		_, err := NewQuota(nil, 3)
+		return "", err
+	})
+	nilClients := []struct {
+		desc string
+		c    redis.UniversalClient
+	}{
+		{"nil client", nil},
+		{"nil *redis.Client", (*redis.Client)(nil)},
+		{"nil *redis.ClusterClient", (*redis.ClusterClient)(nil)},
+	}
+	for _, nc := range nilClients {
+		c := nc.c
+		row("New", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+			_, err := New(c, "x")
+			return "", err
+		})
+		row("Open", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+			_, err := Open(e.ctx, c, "x")
+			return "", err
+		})
+		row("ReadConfiguration", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+			_, err := ReadConfiguration(e.ctx, c, "x")
+			return "", err
+		})
+		row("Drop", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+			_, err := Drop(e.ctx, c, "x")
+			return "", err
+		})
+	}
+
+	// Options of New and Open.
+	shardOpts := []struct {
+		desc string
+		n    int
+	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(MaxShards+1)", MaxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
+	for _, so := range shardOpts {
+		n := so.n
+		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidOption, name: "shards-bad",
+			run: func(e *hostileEnv) (string, error) {
+				_, err := New(e.rdb, e.named("shards-bad"), WithShards(n))
+				return "", err
+			}})
+	}
+	row("New", "WithShards(MaxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
+		s, err := New(e.rdb, e.named("shards-max"), WithShards(MaxShards))
+		if err != nil {
+			return "", err
+		}
+		return strconv.Itoa(s.Shards()) + " shards", nil
+	})
+	row("New", "a nil Option, WithClock(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
+		s, err := New(e.rdb, e.named("nil-options"), nil, WithClock(nil))
+		if err != nil {
+			return "", err
+		}
+		return strconv.Itoa(s.Shards()) + " shards", nil
+	})
+	row("Open", "other shards than recorded", ErrConfigMismatch, "", func(e *hostileEnv) (string, error) {
+		_, err := Open(e.ctx, e.rdb, e.s.Name(), WithShards(3), WithPayloads())
+		return "", err
+	})
+	row("Open", "without the recorded WithPayloads", ErrConfigMismatch, "", func(e *hostileEnv) (string, error) {
+		_, err := Open(e.ctx, e.rdb, e.s.Name())
+		return "", err
+	})
+	row("ReadConfiguration", "a valid name never opened", ErrNotFound, "", func(e *hostileEnv) (string, error) {
+		_, err := ReadConfiguration(e.ctx, e.rdb, e.named("never"))
+		return "", err
+	})
+	row("Drop", "a valid name never opened", nil, "0 keys", func(e *hostileEnv) (string, error) {
+		n, err := Drop(e.ctx, e.rdb, e.named("never"))
+		return strconv.Itoa(n) + " keys", err
+	})
+
+	// Names: they sit inside every key's hash tag, and Drop matches keys by
+	// pattern, so only letters, digits and _.:/- are allowed.
+	names := []hostileValue{
+		{"name empty", "", false},
+		{"name of 129 bytes", strings.Repeat("n", MaxNameLen+1), false},
+		val("{a}", false), val("a{", false), val("a}", false), val("*", false), val("a?", false),
+		val("[a]", false), val("a b", false), val("ü", false), val("a\x00", false), val("a\n", false),
+		{"name of 128 bytes (MaxNameLen)", "max-length", true},
+		{"name using all of `_.:/-`", "a_b.c:d/e-f", true},
+	}
+	for _, n := range names {
+		in, v, good := n.desc, n.v, n.ok
+		if strings.HasPrefix(n.desc, "`") {
+			in = "name " + n.desc
+		}
+		name := func(e *hostileEnv) string {
+			if !good {
+				return v
+			}
+			if v == "max-length" {
+				return e.named(strings.Repeat("n", MaxNameLen))
+			}
+			return e.named(v)
+		}
+		err := errIf(good, ErrInvalidName)
+		cs = append(cs,
+			hostileCase{call: "New", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
+				s, err := New(e.rdb, name(e))
+				if err != nil {
+					return "", err
+				}
+				if good && len(s.Name()) != len(name(e)) {
+					return "", fmt.Errorf("name %q became %q", name(e), s.Name())
+				}
+				return strconv.Itoa(s.Shards()) + " shards", nil
+			}},
+			hostileCase{call: "Open", input: in + ", opened before", want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
+				s, err := Open(e.ctx, e.rdb, name(e))
+				if err != nil {
+					return "", err
+				}
+				return strconv.Itoa(s.Shards()) + " shards", nil
+			}},
+			hostileCase{call: "ReadConfiguration", input: in, want: err, got: ok(good, "16 shards"), run: func(e *hostileEnv) (string, error) {
+				c, err := ReadConfiguration(e.ctx, e.rdb, name(e))
+				return strconv.Itoa(c.Shards) + " shards", err
+			}},
+			hostileCase{call: "Drop", input: in, want: err, got: ok(good, "1 keys"), run: func(e *hostileEnv) (string, error) {
+				n, err := Drop(e.ctx, e.rdb, name(e))
+				return strconv.Itoa(n) + " keys", err
+			}},
+		)
+	}
+	return cs
+}
+
+// TestHostileInput runs every row of the hostile-input table (see
+// docs/hostile-input.md) on every backend, in order: each call gives its
+// sentinel error (wrapped, named "expset: ...") or succeeds with the result
+// in the table, and a rejected call leaves the database as it was.
+func TestHostileInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		clk := newFakeClock()
+		e := &hostileEnv{t: t, ctx: ctx, rdb: b.rdb, clk: clk, keys: map[string]string{}, names: map[string]string{}}
+		e.s = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloads()))
+		e.plain = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now)))
+		e.q = must[*Quota](t)(NewQuota(e.s, 3))
+		must[time.Time](t)(e.s.Add(ctx, "base", "m", time.Minute))
+		must[time.Time](t)(e.s.Add(ctx, "ttl-extend", "x", time.Hour))
+		must[time.Time](t)(e.plain.Add(ctx, "u", "m", time.Minute))
+
+		for i, c := range hostileCases() {
+			where := fmt.Sprintf("row %d: %s with %s", i, c.call, c.input)
+			var before []map[string]string
+			if c.want != nil {
+				before = []map[string]string{snapshot(t, b.rdb, e.s.Name()), snapshot(t, b.rdb, e.plain.Name())}
+			}
+			got, err := runHostile(e, c)
+			if c.want == nil {
+				if err != nil || got != c.got {
+					t.Errorf("%s: got %q, %v; want %q", where, got, err, c.got)
+				}
+				continue
+			}
+			if !errors.Is(err, c.want) || !strings.HasPrefix(err.Error(), "expset: ") {
+				t.Errorf("%s: got %v, want %v", where, err, c.want)
+			}
+			after := []map[string]string{snapshot(t, b.rdb, e.s.Name()), snapshot(t, b.rdb, e.plain.Name())}
+			if !reflect.DeepEqual(before, after) {
+				t.Fatalf("%s: rejected, but changed the data:\nbefore %v\nafter  %v", where, before, after)
+			}
+			if c.name != "" {
+				name := c.name
+				if n, ok := e.names[c.name]; ok {
+					name = n
+				}
+				if n := b.rdb.Exists(ctx, metaKey(name)).Val(); n != 0 {
+					t.Fatalf("%s: rejected, but recorded %s", where, metaKey(name))
+				}
+			}
+		}
+	})
+}
+
+// runHostile runs one row, turning a panic into an error.
+func runHostile(e *hostileEnv, c hostileCase) (got string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return c.run(e)
+}
+
+// hostileDoc renders the table as docs/hostile-input.md.
+func hostileDoc() string {
+	var b strings.Builder
+	b.WriteString(`# Hostile input: what every public call does with it
+
+Generated from the table in ` + "`hostile_test.go`" + `; ` + "`TestHostileInputDoc`" + ` fails when
+this file and the table disagree. After changing the table, regenerate it with
+` + "`go test -run TestHostileInputDoc -update-hostile-doc`" + `.
+
+` + "`TestHostileInput`" + ` runs every row, in this order, on miniredis, a real
+redis-server and a three-master Redis Cluster. A rejected call returns an error
+matching the sentinel shown (` + "`errors.Is`" + `) and worded "expset: ...", and
+the test checks that the database is unchanged afterwards (a
+snapshot of every key of the sets involved, and no configuration recorded for a
+rejected name). An accepted call gives the result shown; times are offsets from
+the test's clock, which does not move. Owners and members are byte strings:
+any bytes from 1 to 1024 of them work, each owner in its own key.
+
+Not in the table, because they are the caller's bug, as in the standard
+library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics), a
+nil or zero ` + "`*Set`" + ` or ` + "`*Quota`" + ` (use New, Open and NewQuota).
+` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` take any string and
+touch no Redis.
+
+| call | input | outcome |
+|---|---|---|
+`)
+	for _, c := range hostileCases() {
+		out := "ok: " + c.got
+		if c.want != nil {
+			out = "`" + sentinelName(c.want) + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", c.call, mdCell(c.input), mdCell(out))
+	}
+	return b.String()
+}
+
+func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// sentinelName returns the exported name of a sentinel error.
+func sentinelName(err error) string {
+	for name, e := range map[string]error{
+		"ErrNotFound": ErrNotFound, "ErrInvalidName": ErrInvalidName, "ErrInvalidOwner": ErrInvalidOwner,
+		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
+		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
+		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
+	} {
+		if e == err {
+			return name
+		}
+	}
+	return err.Error()
+}
+
+// TestHostileInputDoc checks that docs/hostile-input.md is the table in
+// this file, rendered (run with -update-hostile-doc to rewrite it).
+func TestHostileInputDoc(t *testing.T) {
+	want := hostileDoc()
+	if *updateHostileDoc {
+		if err := os.WriteFile(hostileDocPath, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(hostileDocPath)
+	if err != nil {
+		t.Fatalf("%v (create it with go test -run TestHostileInputDoc -update-hostile-doc)", err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s differs from the table in hostile_test.go; regenerate it with go test -run TestHostileInputDoc -update-hostile-doc", hostileDocPath)
+	}
+}
