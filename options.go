@@ -114,7 +114,9 @@ func WithEvictOldest() QuotaOption {
 }
 
 // WithRefreshOnReacquire makes Acquire of a member that already holds a slot
-// push its deadline to now+ttl. By default a re-acquire keeps the original
+// set its deadline to now+ttl, exactly: the latest call's ttl wins, so a
+// shorter ttl shortens it (use Set.Extend to only ever lengthen). By default a
+// re-acquire keeps the original
 // deadline, so a retried request changes nothing.
 func WithRefreshOnReacquire() QuotaOption {
 	return func(q *Quota) { q.refresh = true }
