@@ -60,9 +60,9 @@ func (q *Quota) Set() *Set { return q.set }
 
 // Acquire gives member a slot among owner's live members, with the deadline
 // now+ttl, if fewer than the limit are live. A member that already holds a
-// slot is reported with Allowed and Existing, keeping its deadline (or pushing
-// setting it to now+ttl with WithRefreshOnReacquire): retrying an Acquire whose reply
-// was lost is safe. At the limit it denies with RetryAfter, or evicts the
+// slot is reported with Allowed and Existing, keeping its deadline (or
+// setting it to now+ttl with WithRefreshOnReacquire): retrying an Acquire
+// whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload.
 func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
