@@ -66,17 +66,38 @@ func (q *Quota) Set() *Set { return q.set }
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload.
 func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+	c, err := q.prepare(owner, member, ttl, opts)
+	if err != nil {
+		return Decision{}, err
+	}
+	v, err := q.set.run(ctx, "acquire in", scriptAcquire, c.keys, c.args...)
+	if err != nil {
+		return Decision{}, err
+	}
+	return parseDecision(v, c.limit)
+}
+
+// acquireCall is one validated Acquire: the script's keys and arguments and
+// the limit it applies.
+type acquireCall struct {
+	keys  []string
+	args  []any
+	limit int
+}
+
+// prepare validates one Acquire and builds its script call; it sends nothing.
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
 	s := q.set
 	if err := s.checkOwnerMember(owner, member); err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	c, err := s.callOptions(opts, true)
 	if err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	limit := q.limit
 	if c.limit != 0 {
@@ -94,11 +115,7 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	v, err := s.run(ctx, "acquire in", scriptAcquire, s.ownerKeys(owner), args...)
-	if err != nil {
-		return Decision{}, err
-	}
-	return parseDecision(v, limit)
+	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {
