@@ -115,7 +115,16 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
+	var keys []string
+	if s.flags == "" {
+		// Without events or payloads the script touches only the owner key
+		// and the due index: declaring just those saves building the others.
+		sk := &s.shards[s.ShardOf(owner)]
+		keys = []string{sk.owner + owner, sk.due}
+	} else {
+		keys = s.ownerKeys(owner)
+	}
+	return acquireCall{keys: keys, args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

@@ -2,8 +2,8 @@
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due
--- KEYS[3]  shard event stream    expset:{name:S}:ev
--- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
+-- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
+-- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
