@@ -80,11 +80,7 @@ func runAcquire(b *testing.B, srv server, r recipe, w workload) {
 	var next, retries, allowed atomic.Int64
 	var firstErr atomic.Pointer[error]
 
-	resetStats(ctx, b, srv)
-	parallel(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
+	start := startParallel(ctx, b, srv)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := int(next.Add(1) - 1)
@@ -130,4 +126,3 @@ func runAcquire(b *testing.B, srv server, r recipe, w workload) {
 		b.ReportMetric(usec/float64(b.N), "server-us/op")
 	}
 }
-

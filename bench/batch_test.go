@@ -36,11 +36,7 @@ func runBatch(b *testing.B, srv server, size int) {
 	var next, denied atomic.Int64
 	var firstErr atomic.Pointer[error]
 
-	resetStats(ctx, b, srv)
-	parallel(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
+	start := startParallel(ctx, b, srv)
 	b.RunParallel(func(pb *testing.PB) {
 		reqs := make([]expset.AcquireRequest, 0, size)
 		send := func() {

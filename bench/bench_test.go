@@ -108,9 +108,15 @@ func underServer(b *testing.B, fn func(b *testing.B, srv server)) {
 	})
 }
 
-// parallel sets b to run goroutines goroutines in RunParallel.
-func parallel(b *testing.B) {
+// startParallel readies b for the timed part of a parallel benchmark: INFO
+// commandstats zeroed, goroutines goroutines in RunParallel, allocations
+// reported, the timer reset. It returns when the timed part starts.
+func startParallel(ctx context.Context, b *testing.B, srv server) time.Time {
+	resetStats(ctx, b, srv)
 	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	return time.Now()
 }
 
 // resetStats zeroes INFO commandstats (real Redis only).

@@ -153,4 +153,3 @@ func runServerTime(b *testing.B, srv server, held int) {
 	b.ReportMetric(per["lua"]/per["zadd"], "lua/zadd")
 	b.ReportMetric(per["time-zadd"]/per["zadd"], "time-zadd/zadd")
 }
-
