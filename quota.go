@@ -66,17 +66,47 @@ func (q *Quota) Set() *Set { return q.set }
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload.
 func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+	c, err := q.prepare(owner, member, ttl, opts)
+	if err != nil {
+		return Decision{}, err
+	}
+	v, err := q.set.run(ctx, "acquire", scriptAcquire, c.keys, c.args...)
+	if err != nil {
+		return Decision{}, err
+	}
+	return q.set.decided(c, v)
+}
+
+// decided parses an acquire reply and reports it to Hooks.OnAcquire.
+func (s *Set) decided(c acquireCall, v any) (Decision, error) {
+	d, err := parseDecision(v, c.limit)
+	if err == nil && s.hooks.OnAcquire != nil {
+		s.hooks.OnAcquire(AcquireInfo{Set: s.name, Shard: shardOfKey(c.keys[0]), Decision: d})
+	}
+	return d, err
+}
+
+// acquireCall is one validated Acquire: the script's keys and arguments and
+// the limit it applies.
+type acquireCall struct {
+	keys  []string
+	args  []any
+	limit int
+}
+
+// prepare validates one Acquire and builds its script call; it sends nothing.
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
 	s := q.set
 	if err := s.checkOwnerMember(owner, member); err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	c, err := s.callOptions(opts, true)
 	if err != nil {
-		return Decision{}, err
+		return acquireCall{}, err
 	}
 	limit := q.limit
 	if c.limit != 0 {
@@ -94,16 +124,16 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "acquire", scriptAcquire, keys, args...)
-	if err != nil {
-		return Decision{}, err
+	var keys []string
+	if s.flags == "" {
+		// Without events or payloads the script touches only the owner key
+		// and the due index: declaring just those saves building the others.
+		sk := &s.shards[s.ShardOf(owner)]
+		keys = []string{sk.owner + owner, sk.due}
+	} else {
+		keys = s.ownerKeys(owner)
 	}
-	d, err := parseDecision(v, limit)
-	if err == nil && s.hooks.OnAcquire != nil {
-		s.hooks.OnAcquire(AcquireInfo{Set: s.name, Shard: shardOfKey(keys[0]), Decision: d})
-	}
-	return d, err
+	return acquireCall{keys: keys, args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

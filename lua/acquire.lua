@@ -2,8 +2,8 @@
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due
--- KEYS[3]  shard event stream    expset:{name:S}:ev
--- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
+-- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
+-- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
@@ -19,51 +19,57 @@
 --   retry     when denied, ms until enough live members expire to make room
 --   evicted   with flag v, the members evicted to make room (earliest first)
 --
--- The common path (allowed, nothing expired) is TIME, one ZRANGE and one
--- ZADD, plus the key TTL (without events) and an index entry when the owner
--- was empty: the ZRANGE of the first limit+1 members gives the live count,
--- whether the member is there, the earliest deadline and whether anything
--- expired, all at once.
+-- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
+-- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
+-- (without events), and the index ZADD when the owner was empty: the ZRANGE
+-- of the first limit+1 members gives the live count, whether the member is
+-- there, the earliest and latest deadlines and whether anything expired,
+-- all at once. Each redis.call costs about as much as a short script, so
+-- the rarer paths build what they need (the live bound, the helpers of
+-- lib()) only when they run.
 local key, member, owner, flags = KEYS[1], ARGV[3], ARGV[4], ARGV[5]
 local now = now_ms(ARGV[1])
-local ttl = tonumber(ARGV[2])
 local limit = tonumber(ARGV[6])
-local events, payloads = has(flags, 'e'), has(flags, 'p')
--- live() is the ZRANGE BYSCORE bound that excludes expired members; only the
--- rare paths need it.
-local function live()
-  return '(' .. string.format('%d', now)
+local flagged = flags ~= ''
+local events, payloads = false, false
+if flagged then
+  events, payloads = has(flags, 'e'), has(flags, 'p')
 end
 
-local want = limit
+-- Read the first want+1 members. '0' and ARGV[6] go to Redis as strings: a
+-- number argument costs a %.17g formatting.
+local want, wantarg = limit, ARGV[6]
 if want > 32 then
-  want = 32
+  want, wantarg = 32, '32'
 end
-local r = call('ZRANGE', key, 0, want, 'WITHSCORES')
+local r = call('ZRANGE', key, '0', wantarg, 'WITHSCORES')
 local more = false
+local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local _
-  _, more = drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
   if more then
-    r = call('ZRANGE', key, live(), '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
+    lo = '(' .. string.format('%d', now)
+    r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
   else
-    r = call('ZRANGE', key, 0, want, 'WITHSCORES')
+    r = call('ZRANGE', key, '0', wantarg, 'WITHSCORES')
   end
 end
 -- r now holds live members only, earliest first; whole when it holds them all.
-local n = #r / 2
+local nr = #r
+local n = nr / 2
 local whole = n <= want
 local count = n
 if not whole then
   if more then
-    count = call('ZCOUNT', key, live(), '+inf')
+    count = call('ZCOUNT', key, lo, '+inf')
   else
     count = call('ZCARD', key)
   end
 end
 
 local cur
-for i = 1, #r, 2 do
+for i = 1, nr, 2 do
   if r[i] == member then
     cur = r[i + 1]
     break
@@ -76,9 +82,10 @@ if not cur and not whole then
   end
 end
 
+local ttl = tonumber(ARGV[2])
 if cur then
   local d = tonumber(cur)
-  if has(flags, 'r') then
+  if flagged and has(flags, 'r') then
     d = now + ttl
     call('ZADD', key, d, member)
     -- A refresh may move the deadline earlier than every other: the index
@@ -89,33 +96,28 @@ if cur then
     end
     keep_ttl(key, ttl, false, events)
     if has(flags, 'P') then
-      put_payload(KEYS[4], member, ARGV[7], ttl, events)
+      lib().put_payload(KEYS[4], member, ARGV[7], ttl, events)
     elseif payloads then
-      stretch_payload(KEYS[4], ttl, events)
+      lib().stretch_payload(KEYS[4], ttl, events)
     end
   end
   return {2, count, d, 0}
 end
 
--- nth returns the deadline and member of the k-th earliest live member.
-local function nth(k)
-  if 2 * k <= #r then
-    return r[2 * k], r[2 * k - 1]
-  end
-  local x = call('ZRANGE', key, live(), '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')
-  return x[2], x[1]
-end
-
-local reply = {1, 0, 0, 0}
-local evicted = false
+local evicted
 if count >= limit then
   local k = count - limit + 1
-  if not has(flags, 'v') then
-    local s = nth(k)
+  if not (flagged and has(flags, 'v')) then
+    -- Denied: room comes when the k-th earliest live member expires.
+    local s = r[2 * k]
+    if not s then
+      lo = lo or '(' .. string.format('%d', now)
+      s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
+    end
     return {0, count, 0, tonumber(s) - now}
   end
   -- Evict the k earliest live members, in batches that unpack safely.
-  evicted = true
+  evicted = {1, 0, 0, 0}
   while k > 0 do
     local b = k
     if b > DROP_MAX then
@@ -127,7 +129,8 @@ if count >= limit then
         ids[i] = r[2 * i - 1]
       end
     else
-      local x = call('ZRANGE', key, live(), '+inf', 'BYSCORE', 'LIMIT', 0, b)
+      lo = lo or '(' .. string.format('%d', now)
+      local x = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, b)
       for i = 1, #x do
         ids[i] = x[i]
       end
@@ -137,28 +140,44 @@ if count >= limit then
       call('HDEL', KEYS[4], unpack(ids))
     end
     for i = 1, #ids do
-      reply[#reply + 1] = ids[i]
+      evicted[#evicted + 1] = ids[i]
     end
     count = count - #ids
     k = k - #ids
     n = 0 -- r is stale now; later batches read afresh
     r = {}
+    nr = 0
   end
 end
 
 local d = now + ttl
+-- Formatted once with %d (exact below 2^53), not twice with %.17g.
+local ds = string.format('%d', d)
 local fresh = count == 0 and not more
-call('ZADD', key, d, member)
--- After an eviction r is empty and the earliest remaining deadline unread:
+call('ZADD', key, ds, member)
+-- After an eviction r is stale and the earliest remaining deadline unread:
 -- ZADD LT lowers the index only when d is earlier than it.
 if fresh or evicted or (r[2] and d < tonumber(r[2])) then
-  call('ZADD', KEYS[2], 'LT', d, owner)
+  call('ZADD', KEYS[2], 'LT', ds, owner)
 end
--- d is the latest deadline when the owner was empty or r held every member.
-keep_ttl(key, ttl, fresh or (whole and not more and r[#r] ~= nil and d >= tonumber(r[#r])), events)
-if has(flags, 'P') then
-  put_payload(KEYS[4], member, ARGV[7], ttl, events)
+if not events then
+  if fresh then
+    call('PEXPIRE', key, ARGV[2])
+  elseif whole and not more and nr > 0 then
+    -- r held every member: the key's TTL already reaches r's latest
+    -- deadline, so only a later one needs a PEXPIRE, and no GT.
+    if d > tonumber(r[nr]) then
+      call('PEXPIRE', key, ARGV[2])
+    end
+  else
+    call('PEXPIRE', key, ARGV[2], 'GT')
+  end
 end
-reply[2] = count + 1
-reply[3] = d
-return reply
+if flagged and has(flags, 'P') then
+  lib().put_payload(KEYS[4], member, ARGV[7], ttl, events)
+end
+if evicted then
+  evicted[2], evicted[3] = count + 1, d
+  return evicted
+end
+return {1, count + 1, d, 0}

@@ -23,7 +23,7 @@ local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local more = false
 if first[2] and tonumber(first[2]) <= now then
   local _
-  _, more = drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
   first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 end
 local empty = first[1] == nil
@@ -34,8 +34,8 @@ if empty or d < tonumber(first[2]) then
 end
 keep_ttl(key, ttl, empty, events)
 if has(flags, 'P') then
-  put_payload(KEYS[4], member, ARGV[6], ttl, events)
+  lib().put_payload(KEYS[4], member, ARGV[6], ttl, events)
 elseif payloads and not empty then
-  stretch_payload(KEYS[4], ttl, events)
+  lib().stretch_payload(KEYS[4], ttl, events)
 end
 return d

@@ -29,6 +29,6 @@ end
 call('ZADD', key, 'XX', d, member)
 keep_ttl(key, ttl, false, events)
 if has(flags, 'p') then
-  stretch_payload(KEYS[4], ttl, events)
+  lib().stretch_payload(KEYS[4], ttl, events)
 end
 return d

@@ -24,7 +24,7 @@ end
 local more = false
 if tonumber(first[2]) <= now then
   local _
-  _, more = drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
 end
 
 local ids = {}

@@ -47,7 +47,7 @@ for i = 1, n do
   local removed = 0
   if first[1] and tonumber(first[2]) <= now then
     local _, ls, lm
-    removed, _, ls, lm = drop(key, pkey, stream, owner, now, events, payloads, budget, true)
+    removed, _, ls, lm = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true)
     budget = budget - removed
     expired = expired + removed
     late_sum = late_sum + ls

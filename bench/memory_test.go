@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/expset/expset"
+	"github.com/redis/go-redis/v9"
+)
+
+// memoryCases are the members per owner measured, with enough owners that
+// each of the 16 shards' due index holds more than 128 entries (past
+// listpack, as in production) at 3 per owner.
+var memoryCases = []struct{ perOwner, owners int }{
+	{3, 4000},
+	{100, 100},
+	{1000, 10},
+}
+
+// BenchmarkMemory reports the bytes each pending member costs: MEMORY USAGE
+// (SAMPLES 0, exact) over every owner key plus the shards' due indexes,
+// divided by the members, beside a bare sorted set per owner holding the
+// same members and deadlines with a key TTL. Metrics: B/member (expset,
+// bookkeeping included), B/member-bare, B/member-index (the due indexes'
+// share of B/member). The timed loop is MEMORY USAGE of one owner key per
+// op; the metrics are what matters. Real Redis only: miniredis has no
+// MEMORY USAGE.
+func BenchmarkMemory(b *testing.B) {
+	underServer(b, func(b *testing.B, srv server) {
+		if !srv.real {
+			b.Skip("MEMORY USAGE is real Redis only")
+		}
+		for _, c := range memoryCases {
+			b.Run("per-owner="+strconv.Itoa(c.perOwner), func(b *testing.B) {
+				runMemory(b, srv, c.perOwner, c.owners)
+			})
+		}
+	})
+}
+
+func runMemory(b *testing.B, srv server, perOwner, nOwners int) {
+	ctx := context.Background()
+	const ttl = time.Hour
+	tag := uniqueTag("mem")
+	a, err := openLibrary(ctx, srv.rdb, tag, perOwner)
+	fatalIf(b, err, "open")
+	l := a.(*library)
+	bare := &plain{rdb: srv.rdb, prefix: "bench:" + tag + ":"}
+	defer func() {
+		fatalIf(b, l.cleanup(ctx), "cleanup")
+		fatalIf(b, bare.cleanup(ctx), "cleanup")
+	}()
+	// Realistic IDs: owners "user-<n>", members "order-<n>" of 12 bytes.
+	owners := names("user-", nOwners)
+	for m := 0; m < perOwner; m++ {
+		member := fmt.Sprintf("order-%06d", m)
+		fatalIf(b, l.seed(ctx, owners, member, ttl), "seed expset")
+		fatalIf(b, bare.seed(ctx, owners, member, ttl), "seed bare")
+	}
+	s := l.q.Set()
+	members := float64(perOwner * nOwners)
+	var ownerBytes, bareBytes, indexBytes int64
+	for _, o := range owners {
+		ownerBytes += memoryUsage(ctx, b, srv.rdb, s.OwnerKey(o))
+		bareBytes += memoryUsage(ctx, b, srv.rdb, bare.prefix+o)
+	}
+	indexed := 0
+	for shard := 0; shard < s.Shards(); shard++ {
+		if n := int(srv.rdb.ZCard(ctx, dueKey(s, shard)).Val()); n > 0 {
+			indexed += n
+			indexBytes += memoryUsage(ctx, b, srv.rdb, dueKey(s, shard))
+		}
+	}
+	if indexed != nOwners {
+		b.Fatalf("the due indexes hold %d owners, want %d: the key layout changed?", indexed, nOwners)
+	}
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		memoryUsage(ctx, b, srv.rdb, s.OwnerKey(owners[i%len(owners)]))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(ownerBytes+indexBytes)/members, "B/member")
+	b.ReportMetric(float64(bareBytes)/members, "B/member-bare")
+	b.ReportMetric(float64(indexBytes)/members, "B/member-index")
+}
+
+// dueKey is shard's due index, as README.md's key layout names it.
+func dueKey(s *expset.Set, shard int) string {
+	return "expset:{" + s.Name() + ":" + strconv.Itoa(shard) + "}:due"
+}
+
+func memoryUsage(ctx context.Context, b *testing.B, rdb redis.UniversalClient, key string) int64 {
+	n, err := rdb.MemoryUsage(ctx, key, 0).Result()
+	if err != nil {
+		b.Fatalf("MEMORY USAGE %s: %v", key, err)
+	}
+	return n
+}
