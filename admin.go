@@ -16,6 +16,7 @@ type Configuration struct {
 	Shards   int
 	Events   bool
 	Payloads bool
+	Index    bool // the due index is kept (always with Events)
 }
 
 // ReadConfiguration returns the configuration recorded for the set called
@@ -41,7 +42,7 @@ func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name stri
 func parseConfiguration(key, v string) (Configuration, error) {
 	var c Configuration
 	f := strings.Fields(v)
-	if len(f) != 4 || f[0] != "v1" {
+	if len(f) != 5 || f[0] != "v1" {
 		return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
 	}
 	for _, kv := range f[1:] {
@@ -57,6 +58,8 @@ func parseConfiguration(key, v string) (Configuration, error) {
 			c.Events = n == 1
 		case "payloads":
 			c.Payloads = n == 1
+		case "index":
+			c.Index = n == 1
 		default:
 			return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
 		}
@@ -141,6 +144,9 @@ func (c Configuration) Options() []Option {
 	}
 	if c.Payloads {
 		opts = append(opts, WithPayloads())
+	}
+	if c.Index && !c.Events {
+		opts = append(opts, WithSweepIndex())
 	}
 	return opts
 }

@@ -46,6 +46,10 @@ var (
 	// WithExpiryEvents.
 	ErrNoEvents = errors.New("expset: set has no expiry events")
 
+	// ErrNoIndex means a Sweeper was given a set that keeps no due index:
+	// one opened without WithExpiryEvents or WithSweepIndex.
+	ErrNoIndex = errors.New("expset: set keeps no due index")
+
 	// ErrLeaseLost means a sweeper could not refresh a shard's lease (another
 	// sweeper took it, or it lapsed) and stopped sweeping that shard. Run
 	// reports it to WithErrorHandler and carries on with its other shards.

@@ -35,7 +35,8 @@ type Set struct {
 	clock    func() time.Time
 	events   bool
 	payloads bool
-	flags    string // script flags fixed by the configuration: e, p
+	index    bool   // the due index is kept: events, or WithSweepIndex
+	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
 }
 
@@ -85,6 +86,10 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if s.payloads {
 		s.flags += "p"
 	}
+	s.index = cfg.events || cfg.index
+	if s.index {
+		s.flags += "i"
+	}
 
 	want := s.configString()
 	key := metaKey(name)
@@ -125,7 +130,7 @@ func (s *Set) configString() string {
 		}
 		return "0"
 	}
-	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads)
+	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads) + " index=" + b(s.index)
 }
 
 // Name returns the set's name.

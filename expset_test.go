@@ -292,6 +292,7 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 			{WithShards(4)},
 			{WithShards(8), WithExpiryEvents()},
 			{WithShards(8), WithPayloads()},
+			{WithShards(8), WithSweepIndex()},
 		} {
 			_, err := New(b.rdb, name, opts...)
 			if !errors.Is(err, ErrConfigMismatch) {
@@ -448,7 +449,7 @@ func formatMillis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 
 func TestIndexTracksEarliestDeadline(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(1))
+		s, clk := newTestSet(t, b, WithShards(1), WithSweepIndex())
 		q := must[*Quota](t)(NewQuota(s, 10))
 		due := s.shards[0].due
 		check := func(owner string) {

@@ -235,7 +235,7 @@ type modelRun struct {
 func runModel(t testing.TB, rdb redis.UniversalClient, mr *miniredis.Miniredis, name string, unit time.Duration, ops []modelOp) {
 	t.Helper()
 	clk := newFakeClock()
-	s, err := New(rdb, name, WithClock(clk.Now))
+	s, err := New(rdb, name, WithClock(clk.Now), WithSweepIndex())
 	if err != nil {
 		t.Fatal(err)
 	}

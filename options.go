@@ -20,6 +20,7 @@ type setConfig struct {
 	clock    func() time.Time
 	events   bool
 	payloads bool
+	index    bool
 	hooks    Hooks
 	err      error
 }
@@ -61,6 +62,17 @@ func WithClock(now func() time.Time) Option {
 // events. The setting is recorded in Redis like WithShards.
 func WithExpiryEvents() Option {
 	return func(c *setConfig) { c.events = true }
+}
+
+// WithSweepIndex keeps each shard's due index (owner -> earliest deadline)
+// on a set without expiry events, so that a Sweeper can reclaim expired
+// members promptly (default off). Without it such a set needs no sweeper:
+// owner keys expire by their key TTL once their latest deadline passes, and
+// every write to an owner drops its expired members; the index would cost a
+// write for each new owner and about 100 bytes per owner. WithExpiryEvents
+// always keeps the index. Recorded in Redis like WithShards.
+func WithSweepIndex() Option {
+	return func(c *setConfig) { c.index = true }
 }
 
 // WithPayloads lets Add and Acquire store a payload with a member

@@ -126,10 +126,9 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 	}
 	var keys []string
 	if s.flags == "" {
-		// Without events or payloads the script touches only the owner key
-		// and the due index: declaring just those saves building the others.
-		sk := &s.shards[s.ShardOf(owner)]
-		keys = []string{sk.owner + owner, sk.due}
+		// Without events, payloads or the due index the script touches only
+		// the owner key: declaring just that saves building the others.
+		keys = []string{s.OwnerKey(owner)}
 	} else {
 		keys = s.ownerKeys(owner)
 	}

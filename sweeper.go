@@ -121,7 +121,9 @@ func WithSweepHandler(f func(SweepStats)) SweeperOption {
 }
 
 // NewSweeper returns a sweeper of s. Invalid options (or a nil s) are
-// reported by Run and SweepOnce, as errors matching ErrInvalidOption.
+// reported by Run and SweepOnce, as errors matching ErrInvalidOption; a set
+// that keeps no due index (opened without WithExpiryEvents or
+// WithSweepIndex) as ErrNoIndex.
 // Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
 // WithMembersPerBatch, WithErrorHandler, WithSweepHandler.
 func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
@@ -133,9 +135,12 @@ func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 	}
 	applyOptions(&cfg, opts)
 	w := &Sweeper{set: s, cfg: cfg}
-	if s == nil {
+	switch {
+	case s == nil:
 		w.cfg.ok(fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption))
-	} else {
+	case !s.index:
+		w.cfg.ok(fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name))
+	default:
 		w.locks = redislock.New(s.rdb)
 	}
 	return w

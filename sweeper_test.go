@@ -120,7 +120,7 @@ func TestSweepStaggered(t *testing.T) {
 	for _, ev := range []bool{false, true} {
 		t.Run(fmt.Sprintf("events=%v", ev), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				var opts []Option
+				opts := []Option{WithSweepIndex()}
 				if ev {
 					opts = append(opts, WithExpiryEvents(), WithPayloads())
 				}
@@ -211,7 +211,7 @@ func TestSweepLatenessAndStale(t *testing.T) {
 
 func TestSweeperInvalidOptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, _ := newTestSet(t, b)
+		s, _ := newTestSet(t, b, WithSweepIndex())
 		for _, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
 			WithOwnersPerBatch(1001), WithMembersPerBatch(-1)} {
 			w := NewSweeper(s, o)
@@ -224,6 +224,43 @@ func TestSweeperInvalidOptions(t *testing.T) {
 		}
 		if err := NewSweeper(nil).Run(context.Background()); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("nil set: %v", err)
+		}
+	})
+}
+
+// TestNoIndexWithoutEvents checks that a set opened without expiry events or
+// WithSweepIndex keeps no due index (its writes touch only the owner's keys),
+// that a Sweeper refuses it, and that its keys still go by their key TTL.
+func TestNoIndexWithoutEvents(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b, WithShards(1))
+		q := must[*Quota](t)(NewQuota(s, 2, WithEvictOldest(), WithRefreshOnReacquire()))
+		must[time.Time](t)(s.Add(ctx, "u", "a", time.Minute))
+		must[Decision](t)(q.Acquire(ctx, "v", "a", time.Minute))
+		must[Decision](t)(q.Acquire(ctx, "v", "a", time.Second))
+		must[Decision](t)(q.Acquire(ctx, "v", "b", time.Minute))
+		must[Decision](t)(q.Acquire(ctx, "v", "c", time.Millisecond))
+		must[int](t)(s.Remove(ctx, "u", "a"))
+		if n := b.rdb.Exists(ctx, s.shards[0].due).Val(); n != 0 {
+			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
+		}
+		checkPTTL(t, b, s.OwnerKey("v"), time.Minute)
+		for _, run := range []func() error{
+			func() error { _, err := NewSweeper(s).SweepOnce(ctx); return err },
+			func() error { return NewSweeper(s).Run(ctx) },
+		} {
+			if err := run(); !errors.Is(err, ErrNoIndex) {
+				t.Fatalf("sweeping a set without an index: %v, want ErrNoIndex", err)
+			}
+		}
+		// WithSweepIndex is recorded like the other options.
+		if _, err := New(b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {
+			t.Fatalf("reopen WithSweepIndex: %v, want ErrConfigMismatch", err)
+		}
+		cfg := must[Configuration](t)(ReadConfiguration(ctx, b.rdb, s.Name()))
+		if cfg.Index {
+			t.Fatalf("configuration %+v records an index", cfg)
 		}
 	})
 }

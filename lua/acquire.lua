@@ -1,7 +1,7 @@
 -- acquire.lua: the quota's atomic check-then-add (Quota.Acquire).
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
--- KEYS[2]  shard due index       expset:{name:S}:due
+-- KEYS[2]  shard due index       expset:{name:S}:due   (flag i; else undeclared)
 -- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
@@ -31,9 +31,9 @@ local key, member, owner, flags = KEYS[1], ARGV[3], ARGV[4], ARGV[5]
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[6])
 local flagged = flags ~= ''
-local events, payloads = false, false
+local events, payloads, index = false, false, false
 if flagged then
-  events, payloads = has(flags, 'e'), has(flags, 'p')
+  events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
 end
 
 -- Read the first want+1 members. '0' and ARGV[6] go to Redis as strings: a
@@ -91,7 +91,7 @@ if cur then
     -- A refresh may move the deadline earlier than every other: the index
     -- must stay at or before the earliest deadline. r[2] is the earliest
     -- live deadline (r holds live members, earliest first).
-    if d < tonumber(r[2]) then
+    if index and d < tonumber(r[2]) then
       call('ZADD', KEYS[2], 'LT', d, owner)
     end
     keep_ttl(key, ttl, false, events)
@@ -157,7 +157,7 @@ local fresh = count == 0 and not more
 call('ZADD', key, ds, member)
 -- After an eviction r is stale and the earliest remaining deadline unread:
 -- ZADD LT lowers the index only when d is earlier than it.
-if fresh or evicted or (r[2] and d < tonumber(r[2])) then
+if index and (fresh or evicted or (r[2] and d < tonumber(r[2]))) then
   call('ZADD', KEYS[2], 'LT', ds, owner)
 end
 if not events then

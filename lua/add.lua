@@ -17,7 +17,7 @@ local key, member, owner, flags = KEYS[1], ARGV[3], ARGV[4], ARGV[5]
 local now = now_ms(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local d = now + ttl
-local events, payloads = has(flags, 'e'), has(flags, 'p')
+local events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
 
 local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local more = false
@@ -29,7 +29,7 @@ end
 local empty = first[1] == nil
 
 call('ZADD', key, d, member)
-if empty or d < tonumber(first[2]) then
+if index and (empty or d < tonumber(first[2])) then
   call('ZADD', KEYS[2], 'LT', d, owner)
 end
 keep_ttl(key, ttl, empty, events)

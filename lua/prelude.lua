@@ -10,6 +10,7 @@
 --   * A member is live while its deadline > now; at deadline <= now it is expired.
 --   * Flags are single letters in one ARGV string:
 --       e  expiry events on: every expired member removed gets one stream entry
+--       i  the shard's due index is kept (always with e; WithSweepIndex)
 --       p  payloads on: owner payload hashes exist and go with their members
 --       P  this call carries a payload
 --       v  (acquire) evict the earliest-deadline members instead of denying

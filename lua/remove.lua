@@ -15,7 +15,7 @@
 -- Reply: the number of live members removed (integer).
 local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
 local now = now_ms(ARGV[1])
-local events, payloads = has(flags, 'e'), has(flags, 'p')
+local events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
 
 local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 if first[1] == nil then
@@ -52,7 +52,7 @@ if removed > 0 then
   if payloads then
     call('HDEL', KEYS[4], unpack(ids))
   end
-  if call('EXISTS', key) == 0 then
+  if index and call('EXISTS', key) == 0 then
     call('ZREM', KEYS[2], owner)
   end
 end
