@@ -633,3 +633,48 @@ func TestParseFlagsAnywhere(t *testing.T) {
 		t.Errorf("unknown flag after an argument: %v", err)
 	}
 }
+
+// TestBinaryOnCluster runs the operator commands on a three-master Redis
+// Cluster: every shard's keys lie in their own slot, so each command must
+// go shard by shard.
+func TestBinaryOnCluster(t *testing.T) {
+	cluster := redistest.SharedCluster(t)
+	rdb := cluster.Client(t)
+	url := strings.Join(cluster.Addrs(), ",")
+	name := "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	set, err := expset.New(rdb, name, expset.WithShards(6), expset.WithExpiryEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { expset.Drop(context.Background(), rdb, name) })
+	owners := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	addExpired(t, set, rdb, owners...)
+
+	if tot := totals(t, url, set).Total; tot.MembersDue != 8 {
+		t.Fatalf("stats on the cluster: %+v", tot)
+	}
+	tail := startBin(t, "events", "--redis", url, name, "tail")
+	tail.line("tailing expiry events")
+	code, out, errs := runBin(t, "sweep", "--redis", url, "--once", name)
+	if m := membersRemoved.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "8" {
+		t.Fatalf("sweep --once on the cluster: exit %d, %s%s", code, out, errs)
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(owners) {
+		l := tail.line("owner=")
+		_, o, _ := strings.Cut(l, "owner=")
+		o, _, _ = strings.Cut(o, " ")
+		seen[o] = true
+	}
+	if code, _ := tail.interrupt(); code != 0 {
+		t.Errorf("tail exit %d: %s", code, tail.stderr.String())
+	}
+	bury(t, set, 8)
+	code, out, errs = runBin(t, "events", "--redis", url, name, "kick", "--all")
+	if code != 0 || !strings.Contains(out, "kicked 8 dead letters") {
+		t.Fatalf("kick --all on the cluster: exit %d, %s%s", code, out, errs)
+	}
+	if tot := totals(t, url, set).Total; tot.Dead != 0 || tot.Events != 8 {
+		t.Errorf("after kick --all: %+v", tot)
+	}
+}
