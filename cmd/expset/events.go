@@ -257,7 +257,7 @@ func listDead(ctx context.Context, set *expset.Set, shard, limit int, asJSON boo
 	if more {
 		note = fmt.Sprintf(" (the first %d; --limit to see more)", limit)
 	}
-	fmt.Fprintf(stdout, "\n%d dead letters%s; 'kick ID...' re-queues them, 'drop ID...' deletes them\n", len(ds), note)
+	fmt.Fprintf(stdout, "\n%s%s; 'kick ID...' re-queues them, 'drop ID...' deletes them\n", deadLetters(len(ds)), note)
 	return nil
 }
 
@@ -381,11 +381,11 @@ func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []dead
 			return err
 		}
 	} else {
-		what := "kicked %d dead letters of set %s back onto their event streams (delivered again from attempt 1)"
+		what := "kicked %s of set %s back onto their event streams (delivered again from attempt 1)"
 		if action == "drop" {
-			what = "deleted %d dead letters of set %s for good"
+			what = "deleted %s of set %s for good"
 		}
-		fmt.Fprintf(stdout, what+"\n", n, set.Name())
+		fmt.Fprintf(stdout, what+"\n", deadLetters(n), set.Name())
 		if len(letters) > 0 {
 			fmt.Fprintln(stdout)
 			if err := printDead(stdout, letters, false); err != nil {
@@ -398,4 +398,12 @@ func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []dead
 		return fmt.Errorf("%w: %d of the %d dead letters named were gone by the time of the %s", errNotFound, len(letters)-n, len(letters), action)
 	}
 	return nil
+}
+
+// deadLetters says "1 dead letter", "2 dead letters".
+func deadLetters(n int) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return strconv.Itoa(n) + " dead letters"
 }

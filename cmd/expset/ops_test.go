@@ -531,7 +531,7 @@ func TestBinaryEventsDead(t *testing.T) {
 
 	// Kick one: it leaves the dead letters and waits on its stream again.
 	code, out, errs = runBin(t, "events", "--redis", url, set.Name(), "kick", ref(ds[0]))
-	if code != 0 || !strings.Contains(out, "kicked 1 dead letters") || !strings.Contains(out, ds[0].Member) {
+	if code != 0 || !strings.Contains(out, "kicked 1 dead letter of") || !strings.Contains(out, ds[0].Member) {
 		t.Fatalf("kick: exit %d, %q, %q", code, out, errs)
 	}
 	if tot := totals(t, url, set).Total; tot.Dead != 2 || tot.Events != 1 {
@@ -553,7 +553,7 @@ func TestBinaryEventsDead(t *testing.T) {
 		t.Errorf("drop --all without --yes: exit %d, %q", code, errs)
 	}
 	code, out, errs = runBin(t, "events", "--redis", url, set.Name(), "drop", ref(ds[1]))
-	if code != 0 || !strings.Contains(out, "deleted 1 dead letters") {
+	if code != 0 || !strings.Contains(out, "deleted 1 dead letter of") {
 		t.Fatalf("drop: exit %d, %q, %q", code, out, errs)
 	}
 	code, out, errs = runBin(t, "events", "--redis", url, "--json", set.Name(), "drop", "--all", "--yes")
@@ -676,5 +676,21 @@ func TestBinaryOnCluster(t *testing.T) {
 	}
 	if tot := totals(t, url, set).Total; tot.Dead != 0 || tot.Events != 8 {
 		t.Errorf("after kick --all: %+v", tot)
+	}
+}
+
+func TestBinaryStatsPartialCount(t *testing.T) {
+	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
+	owners := make([]string, statsOwnerScan+1)
+	for i := range owners {
+		owners[i] = "o" + strconv.Itoa(i)
+	}
+	addExpired(t, set, rdb, owners...)
+	code, out, errs := runBin(t, "stats", "--redis", url, set.Name())
+	if f := totalLine(t, out); code != 0 || f[2] != "1001" || f[3] != "1000+" || !strings.Contains(out, "counted over the first 1000 due owners") {
+		t.Errorf("exit %d, total line %q:\n%s%s", code, f, out, errs)
+	}
+	if rep := totals(t, url, set); !rep.Total.Partial || !rep.Shards[0].Partial || rep.Total.MembersDue != 1000 {
+		t.Errorf("--json: %+v", rep.Total)
 	}
 }

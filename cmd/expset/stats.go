@@ -29,6 +29,7 @@ type statCounts struct {
 	Owners     int64      `json:"owners"`
 	OwnersDue  int64      `json:"owners_due"`
 	MembersDue int64      `json:"members_due"`
+	Partial    bool       `json:"members_due_partial,omitempty"` // over statsOwnerScan owners due: MembersDue counts only the first ones
 	OldestDue  *time.Time `json:"oldest_due,omitempty"`
 	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
 	Events     int64      `json:"events"`
@@ -46,6 +47,10 @@ type totalRow struct {
 	statCounts
 	Leased int `json:"leased_shards"`
 }
+
+// statsOwnerScan is how many due owners of a shard Set.Stats reads to count
+// MembersDue (as ShardStats documents): with more due, the count is partial.
+const statsOwnerScan = 1000
 
 // watchFlag is --watch: a flag that needs no value (every 5s) and takes an
 // interval as --watch=2s.
@@ -158,7 +163,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 	for _, s := range st {
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
-			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue,
+			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.OwnersDue > statsOwnerScan,
 			Events: s.Events, Pending: s.Pending, Dead: s.Dead,
 		}}
 		if !s.OldestDue.IsZero() {
@@ -171,6 +176,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Owners += row.Owners
 		t.OwnersDue += row.OwnersDue
 		t.MembersDue += row.MembersDue
+		t.Partial = t.Partial || row.Partial
 		t.Events += row.Events
 		t.Pending += row.Pending
 		t.Dead += row.Dead
@@ -193,7 +199,11 @@ func printStats(w io.Writer, rep statsReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tLAG\tEVENTS\tPENDING\tDEAD\tLEASE")
 	row := func(label string, c statCounts, lease string) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, c.MembersDue,
+		due := strconv.FormatInt(c.MembersDue, 10)
+		if c.Partial {
+			due += "+"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due,
 			lag(c.LagMS, c.OldestDue != nil), c.Events, c.Pending, c.Dead, lease)
 	}
 	for _, s := range rep.Shards {
@@ -204,7 +214,13 @@ func printStats(w io.Writer, rep statsReport) error {
 		row(strconv.Itoa(s.Shard), s.statCounts, lease)
 	}
 	row("total", rep.Total.statCounts, fmt.Sprintf("%d/%d", rep.Total.Leased, len(rep.Shards)))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.Total.Partial {
+		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
+	}
+	return nil
 }
 
 // lag formats a sweeper lag: "-" when nothing is due.
