@@ -41,7 +41,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print JSON instead of aligned text (tail: one object a line)")
 	backlog := fs.Bool("backlog", false, "tail: first print the events already waiting in the streams")
 	limit := fs.Int("limit", 100, "dead: show at most this many dead letters, oldest first in shard order")
-	shard := fs.Int("shard", expset.AllShards, "dead: only this shard's dead letters (default all)")
+	shard := fs.Int("shard", expset.AllShards, "dead: only this shard's dead letters (-1: every shard)")
 	all := fs.Bool("all", false, "kick, drop: every dead letter of the set")
 	yes := fs.Bool("yes", false, "drop --all: really delete them all")
 	if err := parseFlags(fs, args); err != nil {
