@@ -30,19 +30,10 @@ type sweepSummary struct {
 	Interrupted bool    `json:"interrupted,omitempty"`
 }
 
-// add merges one SweepStats (of SweepOnce, or of a WithSweepHandler call).
-func (s *sweepSummary) add(st expset.SweepStats) {
-	late := s.MeanLateMS*int64(s.Expired) + st.MeanLateness.Milliseconds()*int64(st.Expired)
-	s.Expired += st.Expired
-	s.Owners += st.Owners
-	s.Batches += st.Batches
-	s.Shards += st.Shards
-	s.Skipped += st.Skipped
-	s.Stale += st.Stale
-	s.MaxLateMS = max(s.MaxLateMS, st.MaxLateness.Milliseconds())
-	if s.Expired > 0 {
-		s.MeanLateMS = late / int64(s.Expired)
-	}
+// summarize fills s from the total stats of the sweep.
+func (s *sweepSummary) summarize(st expset.SweepStats) {
+	s.Expired, s.Owners, s.Batches, s.Shards, s.Skipped, s.Stale = st.Expired, st.Owners, st.Batches, st.Shards, st.Skipped, st.Stale
+	s.MaxLateMS, s.MeanLateMS = st.MaxLateness.Milliseconds(), st.MeanLateness.Milliseconds()
 }
 
 // sweepProgress counts sweep batches as Hooks.OnSweep reports them, for the
@@ -131,7 +122,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	sum := sweepSummary{Set: set.Name(), Once: *once}
+	var total expset.SweepStats
 	opts := []expset.SweeperOption{
 		expset.WithLeaseTTL(*leaseTTL), expset.WithMaxIdle(*maxIdle),
 		expset.WithOwnersPerBatch(*owners), expset.WithMembersPerBatch(*members),
@@ -141,7 +132,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if !*once {
 		// Called from Run, on this goroutine.
-		opts = append(opts, expset.WithSweepHandler(sum.add))
+		opts = append(opts, expset.WithSweepHandler(total.Add))
 	}
 	w := expset.NewSweeper(set, opts...)
 	if !*once {
@@ -150,9 +141,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	stop := prog.report(progressOut, *every)
 	if *once {
-		var st expset.SweepStats
-		st, err = w.SweepOnce(ctx)
-		sum.add(st)
+		total, err = w.SweepOnce(ctx)
 	} else {
 		err = w.Run(ctx)
 	}
@@ -160,6 +149,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if errors.Is(err, expset.ErrInvalidOption) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	sum := sweepSummary{Set: set.Name(), Once: *once}
+	sum.summarize(total)
 	sum.Seconds = time.Since(start).Round(time.Millisecond).Seconds()
 	sum.Interrupted = *once && err != nil && ctx.Err() != nil
 	if *asJSON {
