@@ -9,14 +9,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// EventsKey returns the Redis key of shard's expiry event stream, and
-// DeadLettersKey that of its dead-letter stream, for operators and tools that
-// name them (shard is 0 to Shards()-1).
-func (s *Set) EventsKey(shard int) string { return s.shards[shard].events }
+// EventsKey returns the Redis key of shard's expiry event stream, for
+// operators and tools that name it; "" when shard is not 0 to Shards()-1.
+func (s *Set) EventsKey(shard int) string {
+	if shard < 0 || shard >= len(s.shards) {
+		return ""
+	}
+	return s.shards[shard].events
+}
 
-// DeadLettersKey returns the Redis key of shard's dead-letter stream (see
-// EventsKey).
-func (s *Set) DeadLettersKey(shard int) string { return s.shards[shard].dead }
+// DeadLettersKey returns the Redis key of shard's dead-letter stream; "" when
+// shard is not 0 to Shards()-1.
+func (s *Set) DeadLettersKey(shard int) string {
+	if shard < 0 || shard >= len(s.shards) {
+		return ""
+	}
+	return s.shards[shard].dead
+}
 
 // ReadEvents returns up to count expiry events (1 to 1000) of one shard's
 // stream whose IDs come after after, and the ID to pass as after next time.
