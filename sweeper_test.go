@@ -521,3 +521,13 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 		}
 	})
 }
+
+func TestSweepStatsAdd(t *testing.T) {
+	var total SweepStats
+	total.Add(SweepStats{Owners: 1, Expired: 1, Batches: 1, Shards: 1, MaxLateness: time.Second, MeanLateness: time.Second, lateSum: 1000})
+	total.Add(SweepStats{Owners: 2, Expired: 3, Stale: 1, Batches: 1, Shards: 1, Skipped: 1, MaxLateness: 3 * time.Second, MeanLateness: 3 * time.Second, lateSum: 9000})
+	want := SweepStats{Owners: 3, Expired: 4, Stale: 1, Batches: 2, Shards: 2, Skipped: 1, MaxLateness: 3 * time.Second, MeanLateness: 2500 * time.Millisecond, lateSum: 10000}
+	if total != want {
+		t.Fatalf("got %+v, want %+v", total, want)
+	}
+}

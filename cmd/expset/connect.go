@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -32,6 +33,12 @@ func (discardLogger) Printf(context.Context, string, ...any) {}
 // connect opens the Redis given by url (or $REDIS_URL). With neither, it
 // starts an embedded miniredis when embedded is true and fails otherwise.
 func connect(ctx context.Context, url string, embedded bool) (*conn, error) {
+	return connectPool(ctx, url, embedded, 0)
+}
+
+// connectPool is connect with at least pool connections per server (0: the
+// go-redis default), for commands that hold one per shard.
+func connectPool(ctx context.Context, url string, embedded bool, pool int) (*conn, error) {
 	quiet.Do(func() { redis.SetLogger(discardLogger{}) })
 	if url == "" {
 		url = os.Getenv("REDIS_URL")
@@ -57,13 +64,14 @@ func connect(ctx context.Context, url string, embedded bool) (*conn, error) {
 				addrs = append(addrs, a)
 			}
 		}
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: poolSize(0, pool)})
 		desc = "Redis Cluster at " + strings.Join(addrs, ",")
 	} else {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --redis %q: %v", errUsage, url, err)
 		}
+		opt.PoolSize = poolSize(opt.PoolSize, pool)
 		rdb = redis.NewClient(opt)
 		desc = "Redis at " + opt.Addr
 	}
@@ -72,4 +80,13 @@ func connect(ctx context.Context, url string, embedded bool) (*conn, error) {
 		return nil, fmt.Errorf("connect to %s: %w", desc, err)
 	}
 	return &conn{rdb: rdb, desc: desc, close: func() { rdb.Close() }}, nil
+}
+
+// poolSize returns the pool size to configure: the one given (0: the go-redis
+// default of 10 per CPU), raised to want.
+func poolSize(given, want int) int {
+	if given == 0 {
+		given = 10 * runtime.GOMAXPROCS(0)
+	}
+	return max(given, want)
 }

@@ -4,10 +4,14 @@
 //
 //	expset demo [--redis URL] [--ttl 3s]
 //	expset inspect [--redis URL] [--json] NAME OWNER
+//	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
+//	expset sweep [--redis URL] [--json] [--once] NAME
+//	expset events [--redis URL] [--json] NAME tail|dead|kick|drop [ID...] [--all] [--yes]
 //
-// Run "expset help" or "expset COMMAND --help" for each command's flags and an
-// example. Exit codes: 0 success, 1 failure, 2 bad usage, 3 no such set (or
-// member).
+// Flags may come before or after the arguments ("--" ends them). Run "expset
+// help" or "expset COMMAND --help" for each command's flags and an example.
+// Exit codes: 0 success (also a long-running command stopped by SIGINT or
+// SIGTERM), 1 failure, 2 bad usage, 3 no such set, member or dead letter.
 package main
 
 import (
@@ -34,10 +38,18 @@ type command struct {
 var commands = map[string]command{
 	"demo":    {"play the unpaid-orders checkout story (embedded Redis by default)", runDemo},
 	"inspect": {"show one owner's members, deadlines and time left, expired-but-unswept marked", runInspect},
+	"stats":   {"per shard: owners, due members, sweeper lag, events waiting, pending, dead; --watch, --serve /metrics", runStats},
+	"sweep":   {"run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary", runSweep},
+	"events":  {"tail expiry events without consuming them; list, kick or drop dead letters", runEvents},
 }
 
-// errUsage marks a usage error: exit code 2.
-var errUsage = errors.New("usage")
+var (
+	// errUsage marks a usage error: exit code 2.
+	errUsage = errors.New("usage")
+	// errNotFound marks something named on the command line that is not
+	// there (a dead letter's ID): exit code 3, like expset.ErrNotFound.
+	errNotFound = errors.New("not found")
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
 		return 2
-	case errors.Is(err, expset.ErrNotFound):
+	case errors.Is(err, expset.ErrNotFound), errors.Is(err, errNotFound):
 		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
 		return 3
 	default:
@@ -106,13 +118,28 @@ func newFlags(name, synopsis, example string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args, mapping a parse failure to errUsage.
+// parseFlags parses args, mapping a parse failure to errUsage. Flags may
+// come before, between or after the arguments ("expset events orders kick
+// --all"); after "--" everything is an argument. fs.Args() holds the
+// arguments afterwards.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	return nil
+	return fs.Parse(append([]string{"--"}, pos...))
 }

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/expset/expset"
+)
+
+// statsReport is what "expset stats" prints; --json prints it as is.
+type statsReport struct {
+	Set    string     `json:"set"`
+	Now    time.Time  `json:"now"`
+	Events bool       `json:"events"`
+	Shards []shardRow `json:"shards"`
+	Total  totalRow   `json:"total"`
+}
+
+// statCounts are the numbers a shard and the totals share.
+type statCounts struct {
+	Owners     int64      `json:"owners"`
+	OwnersDue  int64      `json:"owners_due"`
+	MembersDue int64      `json:"members_due"`
+	Partial    bool       `json:"members_due_partial,omitempty"` // over statsOwnerScan owners due: MembersDue counts only the first ones
+	OldestDue  *time.Time `json:"oldest_due,omitempty"`
+	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
+	Events     int64      `json:"events"`
+	Pending    int64      `json:"pending"`
+	Dead       int64      `json:"dead"`
+}
+
+type shardRow struct {
+	Shard int `json:"shard"`
+	statCounts
+	Leased bool `json:"leased"`
+}
+
+type totalRow struct {
+	statCounts
+	Leased int `json:"leased_shards"`
+}
+
+// statsOwnerScan is how many due owners of a shard Set.Stats reads to count
+// MembersDue (as ShardStats documents): with more due, the count is partial.
+const statsOwnerScan = 1000
+
+// watchFlag is --watch: a flag that needs no value (every 5s) and takes an
+// interval as --watch=2s.
+type watchFlag struct{ every time.Duration }
+
+const defaultWatch = 5 * time.Second
+
+func (w *watchFlag) String() string {
+	if w == nil || w.every == 0 {
+		return ""
+	}
+	return w.every.String()
+}
+
+func (w *watchFlag) IsBoolFlag() bool { return true }
+
+func (w *watchFlag) Set(s string) error {
+	switch s {
+	case "true":
+		w.every = defaultWatch
+		return nil
+	case "false":
+		w.every = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 100*time.Millisecond {
+		return fmt.Errorf("want an interval of 100ms or more, like --watch=2s")
+	}
+	w.every = d
+	return nil
+}
+
+func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("stats", "stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME",
+		"expset stats --redis redis://localhost:6380 unpaid-orders\n"+
+			"expset stats --watch=2s unpaid-orders            # a timestamped block every 2s until Ctrl-C\n"+
+			"expset stats --serve :9090 unpaid-orders         # Prometheus gauges on http://host:9090/metrics", stderr)
+	url := fs.String("redis", "", redisFlagHelp)
+	asJSON := fs.Bool("json", false, "print JSON instead of aligned text (with --watch: one object a line)")
+	var watch watchFlag
+	fs.Var(&watch, "watch", "print the stats again every 5s, or every interval given as --watch=2s, until interrupted")
+	serve := fs.String("serve", "", "serve the numbers as Prometheus gauges on http://ADDR/metrics (e.g. :9090) until interrupted")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want NAME, got %d arguments", errUsage, fs.NArg())
+	}
+	if *serve != "" && (watch.every > 0 || *asJSON) {
+		return fmt.Errorf("%w: --serve goes without --watch and --json", errUsage)
+	}
+	c, err := connect(ctx, *url, false)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	cfg, err := expset.ReadConfiguration(ctx, c.rdb, set.Name())
+	if err != nil {
+		return err
+	}
+	if *serve != "" {
+		return serveMetrics(ctx, set, *serve, stdout, stderr)
+	}
+	print := func() error {
+		st, err := set.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		rep := newStatsReport(set.Name(), cfg.Events, st)
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			if watch.every == 0 {
+				enc.SetIndent("", "  ")
+			}
+			return enc.Encode(rep)
+		}
+		return printStats(stdout, rep)
+	}
+	if watch.every == 0 {
+		return print()
+	}
+	t := time.NewTicker(watch.every)
+	defer t.Stop()
+	for first := true; ; first = false {
+		if !first && !*asJSON {
+			fmt.Fprintln(stdout)
+		}
+		if err := print(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// A blip must not end a watch: say so and try again.
+			fmt.Fprintf(stderr, "%s expset stats: %v\n", time.Now().UTC().Format(time.RFC3339), err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func newStatsReport(name string, events bool, st []expset.ShardStats) statsReport {
+	rep := statsReport{Set: name, Events: events, Shards: make([]shardRow, 0, len(st))}
+	for _, s := range st {
+		rep.Now = s.Now.UTC()
+		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
+			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.OwnersDue > statsOwnerScan,
+			Events: s.Events, Pending: s.Pending, Dead: s.Dead,
+		}}
+		if !s.OldestDue.IsZero() {
+			d := s.OldestDue.UTC()
+			row.OldestDue = &d
+			row.LagMS = max(s.Now.Sub(d).Milliseconds(), 0)
+		}
+		rep.Shards = append(rep.Shards, row)
+		t := &rep.Total
+		t.Owners += row.Owners
+		t.OwnersDue += row.OwnersDue
+		t.MembersDue += row.MembersDue
+		t.Partial = t.Partial || row.Partial
+		t.Events += row.Events
+		t.Pending += row.Pending
+		t.Dead += row.Dead
+		if row.Leased {
+			t.Leased++
+		}
+		if row.OldestDue != nil && (t.OldestDue == nil || row.OldestDue.Before(*t.OldestDue)) {
+			t.OldestDue, t.LagMS = row.OldestDue, row.LagMS
+		}
+	}
+	return rep
+}
+
+func printStats(w io.Writer, rep statsReport) error {
+	events := "off"
+	if rep.Events {
+		events = "on"
+	}
+	fmt.Fprintf(w, "set %s at %s: %d shards, expiry events %s\n\n", rep.Set, rep.Now.Format("2006-01-02T15:04:05.000Z"), len(rep.Shards), events)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tLAG\tEVENTS\tPENDING\tDEAD\tLEASE")
+	row := func(label string, c statCounts, lease string) {
+		due := strconv.FormatInt(c.MembersDue, 10)
+		if c.Partial {
+			due += "+"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due,
+			lag(c.LagMS, c.OldestDue != nil), c.Events, c.Pending, c.Dead, lease)
+	}
+	for _, s := range rep.Shards {
+		lease := "-"
+		if s.Leased {
+			lease = "held"
+		}
+		row(strconv.Itoa(s.Shard), s.statCounts, lease)
+	}
+	row("total", rep.Total.statCounts, fmt.Sprintf("%d/%d", rep.Total.Leased, len(rep.Shards)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.Total.Partial {
+		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
+	}
+	return nil
+}
+
+// lag formats a sweeper lag: "-" when nothing is due.
+func lag(ms int64, due bool) string {
+	if !due {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// serveMetrics serves set's Stats on http://addr/metrics, read afresh for
+// every scrape, until ctx ends.
+func serveMetrics(ctx context.Context, set *expset.Set, addr string, stdout, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--serve %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		rctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		st, err := set.Stats(rctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s expset stats: scrape: %v\n", time.Now().UTC().Format(time.RFC3339), err)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		writeMetrics(w, set.Name(), st)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "expset stats of set %q: see /metrics\n", set.Name())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "expset stats: serving set %q on http://%s/metrics until interrupted\n", set.Name(), ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("--serve %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("--serve %s: shut down: %w", addr, err)
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("--serve %s: %w", addr, err)
+	}
+	return nil
+}

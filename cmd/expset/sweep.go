@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/expset/expset"
+)
+
+// sweepSummary is what "expset sweep" prints at the end; --json prints it as
+// is.
+type sweepSummary struct {
+	Set         string  `json:"set"`
+	Once        bool    `json:"once"`
+	Seconds     float64 `json:"seconds"`
+	Expired     int     `json:"expired"` // members removed (with expiry events: events written)
+	Owners      int     `json:"owners"`
+	Batches     int     `json:"batches"`
+	Shards      int     `json:"shards"`  // --once: shards swept; else: shard sweeps that removed or corrected something
+	Skipped     int     `json:"skipped"` // shards another sweeper held (--once)
+	Stale       int     `json:"stale"`
+	MaxLateMS   int64   `json:"max_lateness_ms"`
+	MeanLateMS  int64   `json:"mean_lateness_ms"`
+	Interrupted bool    `json:"interrupted,omitempty"`
+}
+
+// summarize fills s from the total stats of the sweep.
+func (s *sweepSummary) summarize(st expset.SweepStats) {
+	s.Expired, s.Owners, s.Batches, s.Shards, s.Skipped, s.Stale = st.Expired, st.Owners, st.Batches, st.Shards, st.Skipped, st.Stale
+	s.MaxLateMS, s.MeanLateMS = st.MaxLateness.Milliseconds(), st.MeanLateness.Milliseconds()
+}
+
+// sweepProgress counts sweep batches as Hooks.OnSweep reports them, for the
+// progress line: it sees each batch as it is swept, also inside SweepOnce
+// and inside one shard's long sweep.
+type sweepProgress struct {
+	mu      sync.Mutex
+	expired int
+	owners  int
+	lastLag time.Duration // the lateness of the latest batch that removed something
+}
+
+func (p *sweepProgress) onSweep(si expset.SweepInfo) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expired += si.Expired
+	p.owners += si.Owners
+	if si.Expired > 0 {
+		p.lastLag = si.Lateness
+	}
+}
+
+// report prints a progress line every interval in which something was swept,
+// until the returned stop is called.
+func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		printed, at := 0, time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				p.mu.Lock()
+				expired, owners, lag := p.expired, p.owners, p.lastLag
+				p.mu.Unlock()
+				if expired == printed {
+					continue
+				}
+				rate := float64(expired-printed) / now.Sub(at).Seconds()
+				fmt.Fprintf(w, "%s swept %d members of %d owners so far, %.0f/s, lag %v\n",
+					now.UTC().Format("15:04:05"), expired, owners, rate, lag)
+				printed, at = expired, now
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sweep", "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] NAME",
+		"expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n"+
+			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C", stderr)
+	url := fs.String("redis", "", redisFlagHelp)
+	asJSON := fs.Bool("json", false, "print the summary as JSON (progress lines then go to stderr)")
+	once := fs.Bool("once", false, "sweep every shard whose lease is free once (SweepOnce), then exit")
+	every := fs.Duration("progress", time.Second, "print a progress line this often while members are swept")
+	leaseTTL := fs.Duration("lease-ttl", expset.DefaultLeaseTTL, "how long a shard's lease lasts without a refresh")
+	maxIdle := fs.Duration("max-idle", expset.DefaultMaxIdle, "the longest the sweeper waits before looking at its shards again")
+	owners := fs.Int("owners-per-batch", expset.DefaultOwnersPerBatch, "due owners one sweep script takes")
+	members := fs.Int("members-per-batch", expset.DefaultMembersPerBatch, "expired members one sweep script removes at most")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want NAME, got %d arguments", errUsage, fs.NArg())
+	}
+	if *every < 10*time.Millisecond {
+		return fmt.Errorf("%w: --progress %v: want 10ms or more", errUsage, *every)
+	}
+	progressOut := stdout
+	if *asJSON {
+		progressOut = stderr
+	}
+	c, err := connect(ctx, *url, false)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var prog sweepProgress
+	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0), expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep}))
+	if err != nil {
+		return err
+	}
+
+	var total expset.SweepStats
+	opts := []expset.SweeperOption{
+		expset.WithLeaseTTL(*leaseTTL), expset.WithMaxIdle(*maxIdle),
+		expset.WithOwnersPerBatch(*owners), expset.WithMembersPerBatch(*members),
+		expset.WithErrorHandler(func(err error) {
+			fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), err)
+		}),
+	}
+	if !*once {
+		// Called from Run, on this goroutine.
+		opts = append(opts, expset.WithSweepHandler(total.Add))
+	}
+	w := expset.NewSweeper(set, opts...)
+	if !*once {
+		fmt.Fprintf(progressOut, "sweeping set %q (%d shards) until interrupted\n", set.Name(), set.Shards())
+	}
+	start := time.Now()
+	stop := prog.report(progressOut, *every)
+	if *once {
+		total, err = w.SweepOnce(ctx)
+	} else {
+		err = w.Run(ctx)
+	}
+	stop()
+	if errors.Is(err, expset.ErrInvalidOption) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	sum := sweepSummary{Set: set.Name(), Once: *once}
+	sum.summarize(total)
+	sum.Seconds = time.Since(start).Round(time.Millisecond).Seconds()
+	sum.Interrupted = *once && err != nil && ctx.Err() != nil
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(sum); jerr != nil {
+			return jerr
+		}
+	} else {
+		printSweep(stdout, sum)
+	}
+	if sum.Interrupted {
+		return errors.New("interrupted before every shard was swept")
+	}
+	return err
+}
+
+func printSweep(w io.Writer, s sweepSummary) {
+	how := "swept until interrupted"
+	if s.Once {
+		how = "swept once"
+	}
+	if s.Interrupted {
+		how = "interrupted"
+	}
+	fmt.Fprintf(w, "set %s %s in %v\n", s.Set, how, time.Duration(s.Seconds*float64(time.Second)))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  members removed\t%d (with expiry events: one event each)\n", s.Expired)
+	fmt.Fprintf(tw, "  owners visited\t%d\n", s.Owners)
+	fmt.Fprintf(tw, "  batches\t%d (sweep scripts run)\n", s.Batches)
+	if s.Once {
+		fmt.Fprintf(tw, "  shards swept\t%d\n", s.Shards)
+		fmt.Fprintf(tw, "  shards skipped\t%d (another sweeper holds the lease)\n", s.Skipped)
+	} else {
+		fmt.Fprintf(tw, "  shard sweeps\t%d (that removed or corrected something)\n", s.Shards)
+	}
+	fmt.Fprintf(tw, "  stale entries\t%d (due-index entries corrected without removing anything)\n", s.Stale)
+	fmt.Fprintf(tw, "  lateness\tmax %v, mean %v (deadline to removal)\n",
+		time.Duration(s.MaxLateMS)*time.Millisecond, time.Duration(s.MeanLateMS)*time.Millisecond)
+	tw.Flush()
+}
