@@ -22,6 +22,7 @@ type ShardStats struct {
 	Owners     int64     // owners in the due index: every owner with members, plus stale entries
 	OwnersDue  int64     // index entries due now: owners the next sweep will visit
 	MembersDue int64     // expired members not yet swept, counted over the first 1000 due owners
+	Partial    bool      // more than 1000 owners are due: MembersDue counts only the first 1000's
 	OldestDue  time.Time // the earliest deadline among those members; zero when none
 	Events     int64     // expiry events in the stream: not yet handled, or pending
 	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
@@ -88,9 +89,10 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Dead:      cmds[i].dead.Val(),
 			Leased:    cmds[i].leased.Val() == 1,
 		}
+		st.Partial = st.OwnersDue > statsOwnerScan
 		for _, oc := range owners[i] {
 			if err := oc.count.Err(); err != nil {
-				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+				return nil, fmt.Errorf("expset: stats of %q, shard %d (%s): %w", s.name, i, s.shards[i].due, err)
 			}
 			st.MembersDue += oc.count.Val()
 			if z := oc.first.Val(); len(z) == 1 && int64(z[0].Score) <= now {

@@ -20,7 +20,8 @@ var memoryCases = []struct{ perOwner, owners int }{
 	{1000, 10},
 }
 
-// BenchmarkMemory reports the bytes each pending member costs: MEMORY USAGE
+// BenchmarkMemory reports the bytes each pending member costs, for a default
+// set (no due index) and one WithExpiryEvents (which keeps it): MEMORY USAGE
 // (SAMPLES 0, exact) over every owner key plus the shards' due indexes,
 // divided by the members, beside a bare sorted set per owner holding the
 // same members and deadlines with a key TTL. Metrics: B/member (expset,
@@ -33,19 +34,29 @@ func BenchmarkMemory(b *testing.B) {
 		if !srv.real {
 			b.Skip("MEMORY USAGE is real Redis only")
 		}
-		for _, c := range memoryCases {
-			b.Run("per-owner="+strconv.Itoa(c.perOwner), func(b *testing.B) {
-				runMemory(b, srv, c.perOwner, c.owners)
-			})
+		for _, events := range []bool{false, true} {
+			mode := "default"
+			if events {
+				mode = "events"
+			}
+			for _, c := range memoryCases {
+				b.Run(mode+"/per-owner="+strconv.Itoa(c.perOwner), func(b *testing.B) {
+					runMemory(b, srv, c.perOwner, c.owners, events)
+				})
+			}
 		}
 	})
 }
 
-func runMemory(b *testing.B, srv server, perOwner, nOwners int) {
+func runMemory(b *testing.B, srv server, perOwner, nOwners int, events bool) {
 	ctx := context.Background()
 	const ttl = time.Hour
 	tag := uniqueTag("mem")
-	a, err := openLibrary(ctx, srv.rdb, tag, perOwner)
+	var opts []expset.Option
+	if events {
+		opts = append(opts, expset.WithExpiryEvents())
+	}
+	a, err := openLibrary(ctx, srv.rdb, tag, perOwner, opts...)
 	fatalIf(b, err, "open")
 	l := a.(*library)
 	bare := &plain{rdb: srv.rdb, prefix: "bench:" + tag + ":"}
@@ -74,8 +85,12 @@ func runMemory(b *testing.B, srv server, perOwner, nOwners int) {
 			indexBytes += memoryUsage(ctx, b, srv.rdb, dueKey(s, shard))
 		}
 	}
-	if indexed != nOwners {
-		b.Fatalf("the due indexes hold %d owners, want %d: the key layout changed?", indexed, nOwners)
+	want := 0 // without events (and WithSweepIndex) a set keeps no due index
+	if events {
+		want = nOwners
+	}
+	if indexed != want {
+		b.Fatalf("the due indexes hold %d owners, want %d: the key layout changed?", indexed, want)
 	}
 
 	b.ResetTimer()

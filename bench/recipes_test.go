@@ -34,7 +34,9 @@ type admitter interface {
 }
 
 var recipes = []recipe{
-	{name: "expset", cmds: []string{"evalsha"}, open: openLibrary},
+	{name: "expset", cmds: []string{"evalsha"}, open: func(ctx context.Context, rdb redis.UniversalClient, tag string, limit int) (admitter, error) {
+		return openLibrary(ctx, rdb, tag, limit)
+	}},
 	{name: "lua-check-then-add", cmds: []string{"evalsha"}, open: openPlain(luaAdmit)},
 	{name: "watch-multi", cmds: []string{"watch", "zcount", "multi", "exec", "unwatch"}, open: openPlain(watchAdmit)},
 	{name: "naive-zcard-zadd", cmds: []string{"zremrangebyscore", "zcard", "zadd", "pexpire"}, open: openPlain(naiveAdmit)},
@@ -48,9 +50,9 @@ type library struct {
 	q    *expset.Quota
 }
 
-func openLibrary(ctx context.Context, rdb redis.UniversalClient, tag string, limit int) (admitter, error) {
+func openLibrary(ctx context.Context, rdb redis.UniversalClient, tag string, limit int, opts ...expset.Option) (admitter, error) {
 	name := "bench-" + tag
-	s, err := expset.Open(ctx, rdb, name)
+	s, err := expset.Open(ctx, rdb, name, opts...)
 	if err != nil {
 		return nil, err
 	}

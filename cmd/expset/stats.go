@@ -163,7 +163,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 	for _, s := range st {
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
-			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.OwnersDue > statsOwnerScan,
+			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
 			Events: s.Events, Pending: s.Pending, Dead: s.Dead,
 		}}
 		if !s.OldestDue.IsZero() {
