@@ -254,6 +254,10 @@ func seedExpired(t *testing.T, s *Set, owners, per int) map[string]map[string]ti
 	return m
 }
 
+// eventKey names an event uniquely: stream IDs are unique within one
+// shard's stream only.
+func eventKey(e Expiry) string { return strconv.Itoa(e.Shard) + "/" + e.ID }
+
 // streamMs is the millisecond part of a stream entry ID: when Redis wrote it.
 func streamMs(t *testing.T, id string) int64 {
 	t.Helper()
@@ -428,17 +432,18 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		h.kill()
 		startNs, _ := strconv.ParseInt(strings.Fields(startLine)[1], 10, 64)
 		started := time.Unix(0, startNs)
-		gotID := strings.Fields(got)[2]
+		gotID := strings.Fields(got)[1] + "/" + strings.Fields(got)[2]
 
 		// What the dead consumer held: everything its last read delivered.
 		doomed := map[string]bool{}
-		for _, sk := range s.shards {
+		// Stream IDs are unique within a shard's stream only.
+		for i, sk := range s.shards {
 			p, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sk.events, Group: "g", Start: "-", End: "+", Count: 1000, Consumer: "doomed"}).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range p {
-				doomed[e.ID] = true
+				doomed[strconv.Itoa(i)+"/"+e.ID] = true
 			}
 		}
 		if !doomed[gotID] {
@@ -450,8 +455,8 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		var mu sync.Mutex
 		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
 			mu.Lock()
-			if _, ok := handled[e.ID]; !ok {
-				handled[e.ID] = time.Now()
+			if id := eventKey(e); handled[id].IsZero() {
+				handled[id] = time.Now()
 			}
 			mu.Unlock()
 			rec.add(e)
@@ -470,23 +475,24 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		members := map[string]int{}
 		var first time.Duration = -1
 		for _, e := range rec.events() {
+			id := eventKey(e)
 			members[e.Owner+"/"+e.Member]++
 			if !e.Deadline.Equal(seeded[e.Owner][e.Member]) {
 				t.Errorf("event %+v: deadline, want %v", e, seeded[e.Owner][e.Member])
 			}
 			switch {
-			case doomed[e.ID] && e.Attempt < 2:
-				t.Errorf("event %s was delivered to the dead consumer, redelivered with attempt %d", e.ID, e.Attempt)
-			case !doomed[e.ID] && e.Attempt != 1:
-				t.Errorf("event %s never delivered before, attempt %d", e.ID, e.Attempt)
+			case doomed[id] && e.Attempt < 2:
+				t.Errorf("event %s was delivered to the dead consumer, redelivered with attempt %d", id, e.Attempt)
+			case !doomed[id] && e.Attempt != 1:
+				t.Errorf("event %s never delivered before, attempt %d", id, e.Attempt)
 			}
-			if doomed[e.ID] {
+			if doomed[id] {
 				// Delivered to the dead consumer after it started, so not
 				// claimable before start + visibility (Redis counts idle
 				// time in whole ms: 2ms of tolerance).
-				wait := handled[e.ID].Sub(started)
+				wait := handled[id].Sub(started)
 				if wait < vis-2*time.Millisecond {
-					t.Errorf("event %s redelivered %v after the dead consumer started, before the %v visibility timeout", e.ID, wait, vis)
+					t.Errorf("event %s redelivered %v after the dead consumer started, before the %v visibility timeout", id, wait, vis)
 				}
 				if first < 0 || wait < first {
 					first = wait

@@ -598,7 +598,7 @@ func TestSoak(t *testing.T) {
 		if ids[k] == nil {
 			ids[k] = map[string]bool{}
 		}
-		ids[k][strconv.Itoa(e.Shard)+"/"+e.ID] = true
+		ids[k][eventKey(e)] = true
 		if e.Attempt > 1 {
 			redelivered++
 		} else {
