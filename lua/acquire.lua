@@ -45,6 +45,7 @@ if r[2] and tonumber(r[2]) <= now then
   local _
   _, more = drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
   if more then
+    drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
     r = call('ZRANGE', key, live(), '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
   else
     r = call('ZRANGE', key, 0, want, 'WITHSCORES')

@@ -72,6 +72,31 @@ local function drop(key, pkey, stream, owner, now, events, payloads, max, bounde
   return n, n == max, late_sum, late_max
 end
 
+-- drop_member removes member of key if it has expired (deadline <= now),
+-- with its event and payload as drop does. A write that rewrites member
+-- calls it when drop left expired members behind (more than its max):
+-- rewriting an expired member still in the set would otherwise revive it
+-- without its event.
+local function drop_member(key, pkey, stream, owner, member, now, events, payloads)
+  local d = call('ZSCORE', key, member)
+  if not d or tonumber(d) > now then
+    return
+  end
+  local p = false
+  if payloads then
+    p = call('HGET', pkey, member)
+    call('HDEL', pkey, member)
+  end
+  if events then
+    if p then
+      call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d, 'p', p)
+    else
+      call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d)
+    end
+  end
+  call('ZREM', key, member)
+end
+
 -- keep_ttl makes the owner key outlive its latest deadline, which is now+ttl
 -- when fresh (the key is new, or now+ttl is its latest deadline) and at most
 -- that otherwise. With expiry events on, keys carry no TTL: the sweeper must
