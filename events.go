@@ -25,7 +25,9 @@ const AllShards = -1
 
 // Expiry is one expiry event: member of owner reached its deadline and was
 // removed. It is delivered at least once: a handler should be idempotent, for
-// instance by keying its work on Owner, Member and Deadline, or on ID.
+// instance by keying its work on Owner, Member and Deadline. ID alone is not
+// such a key: the shards' streams are separate, so two shards' events can
+// carry the same ID, and a kicked dead letter comes back with a new one.
 type Expiry struct {
 	Owner    string
 	Member   string
@@ -33,7 +35,7 @@ type Expiry struct {
 	Attempt  int       // 1 on first delivery, 2 on the first redelivery, ...
 	Payload  []byte    // the member's payload (WithPayloads), nil when it had none
 	Shard    int       // the shard whose stream carried it
-	ID       string    // the entry's ID in the shard's event stream
+	ID       string    // the entry's ID in the shard's event stream (unique with Shard)
 }
 
 // ConsumeOption configures one Consume call.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // fastConsume are options that make redelivery quick in tests.
@@ -335,6 +337,63 @@ func TestStats(t *testing.T) {
 		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3}
 		if st != want {
 			t.Fatalf("after the sweep %+v\nwant  %+v", st, want)
+		}
+	})
+}
+
+// TestRewriteBehindManyExpired: an Add or Acquire of a member that expired
+// while its owner holds more expired members than one write drops (1000)
+// must not revive it without its event: the member's expiry gets its event,
+// with the old deadline and payload, and the write starts it afresh.
+func TestRewriteBehindManyExpired(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, op := range []string{"Add", "Acquire"} {
+			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+			ctx := context.Background()
+			sk := s.shards[0]
+			// 1001 members expired 1001ms .. 1ms ago, written directly.
+			t0 := clk.Now().UnixMilli()
+			var zs []redis.Z
+			pl := map[string]any{}
+			for i := 0; i <= 1000; i++ {
+				m := fmt.Sprintf("m%04d", i)
+				zs = append(zs, redisZ(float64(t0+int64(i)), m))
+				pl[m] = "p" + m
+			}
+			b.rdb.ZAdd(ctx, s.OwnerKey("o"), zs...)
+			b.rdb.HSet(ctx, sk.payload+"o", pl)
+			b.rdb.ZAdd(ctx, sk.due, redisZ(float64(t0), "o"))
+			clk.Advance(2 * time.Second)
+			last := "m1000" // the latest deadline: beyond the first 1000 dropped
+			var d time.Time
+			if op == "Add" {
+				d = must[time.Time](t)(s.Add(ctx, "o", last, time.Hour, WithPayload([]byte("new"))))
+			} else {
+				dec := must[Decision](t)(must[*Quota](t)(NewQuota(s, 3)).Acquire(ctx, "o", last, time.Hour, WithPayload([]byte("new"))))
+				if !dec.Allowed || dec.Existing || dec.Count != 1 {
+					t.Fatalf("%s: %+v, want a fresh admission", op, dec)
+				}
+				d = dec.Deadline
+			}
+			st := must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+			n := 0
+			for _, e := range eventsOf(t, s) {
+				if e.Member == last {
+					n++
+					if e.Deadline.UnixMilli() != t0+1000 || string(e.Payload) != "p"+last {
+						t.Errorf("%s: event %+v, want the old deadline and payload", op, e)
+					}
+				}
+			}
+			if n != 1 || len(eventsOf(t, s)) != 1001 {
+				t.Fatalf("%s: %d events for %s, %d in all (swept %+v); want 1 and 1001", op, n, last, len(eventsOf(t, s)), st)
+			}
+			if ms := must[[]Member](t)(s.Members(ctx, "o")); len(ms) != 1 || ms[0].ID != last || !ms[0].Deadline.Equal(d) {
+				t.Fatalf("%s: members %v, want %s until %v", op, ms, last, d)
+			}
+			if p := must[[]byte](t)(s.Payload(ctx, "o", last)); string(p) != "new" {
+				t.Fatalf("%s: payload %q, want the new one", op, p)
+			}
 		}
 	})
 }

@@ -49,6 +49,7 @@ if r[2] and tonumber(r[2]) <= now then
   local _
   _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
   if more then
+    lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
     lo = '(' .. string.format('%d', now)
     r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
   else

@@ -24,6 +24,9 @@ local more = false
 if first[2] and tonumber(first[2]) <= now then
   local _
   _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  if more then
+    lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
+  end
   first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 end
 local empty = first[1] == nil

@@ -104,6 +104,31 @@ local function lib()
     return n, n == max, late_sum, late_max
   end
 
+  -- L.drop_member removes member of key if it has expired (deadline <=
+  -- now), with its event and payload as L.drop does. A write that rewrites
+  -- member calls it when L.drop left expired members behind (more than its
+  -- max): rewriting an expired member still in the set would otherwise
+  -- revive it without its event.
+  function L.drop_member(key, pkey, stream, owner, member, now, events, payloads)
+    local d = call('ZSCORE', key, member)
+    if not d or tonumber(d) > now then
+      return
+    end
+    local p = false
+    if payloads then
+      p = call('HGET', pkey, member)
+      call('HDEL', pkey, member)
+    end
+    if events then
+      if p then
+        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d, 'p', p)
+      else
+        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d)
+      end
+    end
+    call('ZREM', key, member)
+  end
+
   -- L.stretch_payload makes an existing payload hash outlive now+ttl (keys
   -- without events only); a hash that does not exist is left alone.
   function L.stretch_payload(pkey, ttl, events)

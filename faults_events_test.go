@@ -1,0 +1,230 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/expset/expset/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Fault tests of the sweeper and the expiry events, with the helpers of
+// faults_test.go.
+
+// consumeUntil runs Consume in the test's goroutine (so its handler may
+// call t.Fatal) until done reports true, checked every 10ms from another
+// goroutine, or faultWait passes.
+func consumeUntil(t *testing.T, s *Set, name string, handle func(context.Context, Expiry) error, done func() bool, opts ...ConsumeOption) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), faultWait)
+	defer cancel()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for ctx.Err() == nil && !done() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := s.Consume(ctx, "g", name, handle, opts...); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	<-finished
+	if !done() {
+		t.Fatalf("Consume as %s: not done after %v", name, faultWait)
+	}
+}
+
+// shardsIdle reports whether every shard's stream is empty, with nothing
+// pending; dead is the number of dead letters wanted.
+func shardsIdle(s *Set, dead int64) bool {
+	stats, err := s.Stats(context.Background())
+	if err != nil {
+		return false
+	}
+	var n int64
+	for _, st := range stats {
+		if st.Events != 0 || st.Pending != 0 {
+			return false
+		}
+		n += st.Dead
+	}
+	return n == dead
+}
+
+// TestEventsScriptCacheFlushed: the sweep, claim, ack, bury and kick
+// scripts fall back to EVAL after the script cache is lost, like the
+// others (TestScriptCacheFlushed): the cache is flushed before the sweep,
+// and by the handler before every ack, failure, claim and bury, and before
+// the kick. Every event is handled, the one that always fails is buried,
+// and kicked back it is handled.
+func TestEventsScriptCacheFlushed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		ctx := context.Background()
+		for i := 0; i < 4; i++ {
+			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second, WithPayload([]byte("p"+strconv.Itoa(i)))))
+		}
+		clk.Advance(time.Second)
+		flushScripts(t, b.rdb)
+		if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 4 {
+			t.Fatalf("sweep after a flush: %+v, %v", st, err)
+		}
+		var rec recorder
+		consumeUntil(t, s, "c1", func(_ context.Context, e Expiry) error {
+			flushScripts(t, b.rdb)
+			rec.add(e)
+			if e.Owner == "o0" {
+				return errors.New("always fails")
+			}
+			return nil
+		}, func() bool { return shardsIdle(s, 1) }, append(fastConsume, WithMaxAttempts(2))...)
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		if len(dead) != 1 || dead[0].Event.Owner != "o0" || dead[0].Event.Attempt != 2 || rec.len() != 5 {
+			t.Fatalf("dead letters %+v after %d deliveries: want o0's, after 2 attempts, and 5 deliveries", dead, rec.len())
+		}
+		flushScripts(t, b.rdb)
+		if n, err := s.Kick(ctx, dead...); err != nil || n != 1 {
+			t.Fatalf("Kick after a flush: %d, %v", n, err)
+		}
+		var kicked recorder
+		consumeUntil(t, s, "c2", func(_ context.Context, e Expiry) error {
+			flushScripts(t, b.rdb)
+			kicked.add(e)
+			return nil
+		}, func() bool { return shardsIdle(s, 0) }, fastConsume...)
+		if got := kicked.events(); len(got) != 1 || got[0].Owner != "o0" || string(got[0].Payload) != "p0" || got[0].Attempt != 1 {
+			t.Fatalf("kicked event delivered as %+v", got)
+		}
+	})
+}
+
+// TestEventsSurviveRestartWithAOF: on a server with `appendonly yes` and
+// `appendfsync always`, a crash (SIGKILL) loses no event, no pending
+// delivery and no expired member not yet swept: afterwards the events
+// delivered before the crash come again with Attempt >= 2, the members
+// unswept at the crash are swept with their events, and every event is
+// handled once acknowledged, with its payload.
+func TestEventsSurviveRestartWithAOF(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	s := must[*Set](t)(New(rdb, uniqueName(t, rdb), WithShards(2), WithExpiryEvents(), WithPayloads()))
+	add := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Millisecond, WithPayload([]byte("p"+strconv.Itoa(i)))))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	add(0, 4)
+	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 4 {
+		t.Fatalf("sweep: %+v, %v", st, err)
+	}
+	add(4, 6) // expired, not swept at the crash
+	// A consumer that dies in its handler: its reads stay pending.
+	cctx, crash := context.WithCancel(ctx)
+	_ = s.Consume(cctx, "g", "doomed", func(hctx context.Context, e Expiry) error {
+		crash()
+		<-hctx.Done()
+		return hctx.Err()
+	}, fastConsume...)
+	var pending, events, due int64
+	for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
+		pending, events, due = pending+st.Pending, events+st.Events, due+st.MembersDue
+	}
+	if pending != 4 || events != 4 || due != 2 {
+		t.Fatalf("before the crash: %d pending, %d events, %d members due; want 4, 4, 2", pending, events, due)
+	}
+
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	waitHealed(t, "the client reconnects after the restart", faultWait, func() error { return rdb.Ping(ctx).Err() })
+	pending, events, due = 0, 0, 0
+	for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
+		pending, events, due = pending+st.Pending, events+st.Events, due+st.MembersDue
+	}
+	if pending != 4 || events != 4 || due != 2 {
+		t.Fatalf("after the crash: %d pending, %d events, %d members due; want 4, 4, 2", pending, events, due)
+	}
+	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 2 {
+		t.Fatalf("sweep after the restart: %+v, %v", st, err)
+	}
+	var rec recorder
+	consumeUntil(t, s, "heir", func(_ context.Context, e Expiry) error {
+		rec.add(e)
+		return nil
+	}, func() bool { return shardsIdle(s, 0) }, fastConsume...)
+	seen := map[string]int{}
+	for _, e := range rec.events() {
+		seen[e.Owner]++
+		i, _ := strconv.Atoi(e.Owner[1:])
+		if wantRedelivered := i < 4; (e.Attempt >= 2) != wantRedelivered || string(e.Payload) != "p"+e.Owner[1:] {
+			t.Errorf("event %+v: delivered before the crash: %v", e, wantRedelivered)
+		}
+	}
+	if len(seen) != 6 || rec.len() != 6 {
+		t.Fatalf("handled %v in %d deliveries, want o0..o5 once each", seen, rec.len())
+	}
+}
+
+// TestEventsSurviveFailover: a master of a Redis Cluster dies (SIGKILL) and
+// its replica takes over. Every event and every expired member the replica
+// had received (made sure with WAIT, see waitReplicated) is there: the
+// members are swept on the new master and every event is handled once. As
+// for admissions (TestFailoverKeepsQuota), what the master acknowledged and
+// had not replicated is lost with it: members and their events together, or
+// an acknowledgement, which makes a redelivery.
+func TestEventsSurviveFailover(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
+	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
+	ctx := context.Background()
+	s := must[*Set](t)(New(cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithPayloads()))
+	const n = 12
+	for i := 0; i < n; i++ {
+		must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Millisecond, WithPayload([]byte("p"+strconv.Itoa(i)))))
+		if i == n/2-1 {
+			time.Sleep(2 * time.Millisecond)
+			if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n/2 {
+				t.Fatalf("sweep: %+v, %v", st, err)
+			}
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // the rest expired, not swept
+	for _, sk := range s.shards {
+		waitReplicated(t, cc, sk.events)
+	}
+	master := cl.MasterFor(s.shards[0].events)
+	promoted := cl.KillMaster(t, master)
+	t.Logf("killed master %s; replica %s serves shard 0 now", master.Addr, promoted.Addr)
+	waitHealed(t, "the cluster client follows the failover", faultWait, func() error {
+		_, err := s.Stats(ctx)
+		return err
+	})
+	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n-n/2 {
+		t.Fatalf("sweep after the failover: %+v, %v; want %d expired", st, err, n-n/2)
+	}
+	var rec recorder
+	consumeUntil(t, s, "c", func(_ context.Context, e Expiry) error {
+		rec.add(e)
+		return nil
+	}, func() bool { return shardsIdle(s, 0) }, fastConsume...)
+	seen := map[string]bool{}
+	for _, e := range rec.events() {
+		if seen[e.Owner] || e.Attempt != 1 || string(e.Payload) != "p"+e.Owner[1:] {
+			t.Errorf("event %+v: want one delivery per owner, with its payload", e)
+		}
+		seen[e.Owner] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d owners' events handled, want %d", len(seen), n)
+	}
+	if idx := indexOf(t, s); len(idx) != 0 {
+		t.Fatalf("owners indexed after the sweep: %v", idx)
+	}
+}

@@ -1,0 +1,654 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/expset/expset/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+var soakFlag = flag.Duration("soak", 0, "how long TestSoak's writers run (default 15s, 3s with -short; EXPSET_SOAK sets it too)")
+
+// soakDuration is how long TestSoak writes: -soak, else EXPSET_SOAK, else
+// 15s (3s with -short).
+func soakDuration(t *testing.T) time.Duration {
+	if *soakFlag > 0 {
+		return *soakFlag
+	}
+	if v := os.Getenv("EXPSET_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("EXPSET_SOAK=%q: want a positive duration such as 5m", v)
+		}
+		return d
+	}
+	if testing.Short() {
+		return 3 * time.Second
+	}
+	return 15 * time.Second
+}
+
+// incarnation is one life of a member, as the soak's writers saw it: from
+// the call that gave it a slot (or added it) to its removal by a live
+// Release/Remove, or its expiry. A member ID re-added after it expired
+// starts a new incarnation; one re-added while live keeps its incarnation
+// with the new deadline. Only the goroutine that created an incarnation
+// touches it while the writers run.
+type incarnation struct {
+	owner, member string
+	quota         bool      // acquired through the quota (else added)
+	start, end    time.Time // the call that created it: sent, answered
+	now           int64     // that call's "now" in ms: its deadline minus its ttl
+	first         int64     // the deadline it got then, ms
+	deadline      int64     // its deadline now, ms
+	count         int       // quota: Decision.Count of the admission
+	extends       []extension
+	released      time.Time // when the Release/Remove that removed it live was sent
+	removed       bool      // removed live: no event
+}
+
+type extension struct {
+	end      time.Time // the Extend (or live re-add) was answered
+	deadline int64
+}
+
+// deadlineAt is a lower bound of inc's deadline when a call sent at t ran:
+// the latest deadline set by a call answered before t. (Quota members are
+// only ever extended, so their deadlines only grow.)
+func (inc *incarnation) deadlineAt(t time.Time) int64 {
+	d := inc.first
+	for _, e := range inc.extends {
+		if e.end.Before(t) {
+			d = max(d, e.deadline)
+		}
+	}
+	return d
+}
+
+// soakOps counts what the writers did.
+type soakOps struct {
+	acquired, denied, retriedHeld, retriedExpired, released, releaseExpired int
+	extended, extendExpired, added, readdedLive, readdedExpired             int
+	removed, removeExpired, counted                                         int
+}
+
+func (o *soakOps) add(p soakOps) {
+	o.acquired += p.acquired
+	o.denied += p.denied
+	o.retriedHeld += p.retriedHeld
+	o.retriedExpired += p.retriedExpired
+	o.released += p.released
+	o.releaseExpired += p.releaseExpired
+	o.extended += p.extended
+	o.extendExpired += p.extendExpired
+	o.added += p.added
+	o.readdedLive += p.readdedLive
+	o.readdedExpired += p.readdedExpired
+	o.removed += p.removed
+	o.removeExpired += p.removeExpired
+	o.counted += p.counted
+}
+
+func (o soakOps) total() int {
+	return o.acquired + o.denied + o.retriedHeld + o.retriedExpired + o.released + o.releaseExpired +
+		o.extended + o.extendExpired + o.added + o.readdedLive + o.readdedExpired + o.removed + o.removeExpired + o.counted
+}
+
+// soakWriter is one writer goroutine and the incarnations it created.
+type soakWriter struct {
+	id    int
+	quota bool
+	q     *Quota
+	s     *Set
+	rng   *rand.Rand
+	n     int
+	all   []*incarnation
+	held  []*incarnation // not removed, not known to have expired
+	ops   soakOps
+}
+
+const soakLimit = 3
+
+// soakTTL is a ttl of 20 to 300ms: members expire all the time.
+func (w *soakWriter) ttl() time.Duration {
+	return time.Duration(20+w.rng.IntN(281)) * time.Millisecond
+}
+
+func (w *soakWriter) pickHeld() (int, *incarnation) {
+	i := w.rng.IntN(len(w.held))
+	return i, w.held[i]
+}
+
+func (w *soakWriter) drop(i int) {
+	w.held[i] = w.held[len(w.held)-1]
+	w.held = w.held[:len(w.held)-1]
+}
+
+// begin records a new incarnation created by a call sent at start.
+func (w *soakWriter) begin(owner, member string, start time.Time, deadline time.Time, ttl time.Duration) *incarnation {
+	d := deadline.UnixMilli()
+	inc := &incarnation{owner: owner, member: member, quota: w.quota, start: start, end: time.Now(),
+		now: d - ttl.Milliseconds(), first: d, deadline: d}
+	w.all = append(w.all, inc)
+	w.held = append(w.held, inc)
+	return inc
+}
+
+// step does one random operation; an error ends the writer.
+func (w *soakWriter) step(ctx context.Context, owners []string) error {
+	r := w.rng.IntN(100)
+	if len(w.held) == 0 || r < 45 {
+		owner := owners[w.rng.IntN(len(owners))]
+		w.n++
+		if w.quota {
+			return w.acquire(ctx, owner, fmt.Sprintf("q%d-%d", w.id, w.n), nil)
+		}
+		return w.add(ctx, owner, fmt.Sprintf("a%d-%d", w.id, w.n), nil)
+	}
+	i, inc := w.pickHeld()
+	switch {
+	case r < 55:
+		if w.quota {
+			return w.acquire(ctx, inc.owner, inc.member, inc)
+		}
+		return w.add(ctx, inc.owner, inc.member, inc)
+	case r < 75:
+		return w.remove(ctx, i, inc)
+	case r < 90:
+		return w.extend(ctx, i, inc)
+	default:
+		n, err := w.s.Count(ctx, inc.owner)
+		if err != nil {
+			return err
+		}
+		if w.quota && n > soakLimit {
+			return fmt.Errorf("over-admission: Count(%s) = %d > limit %d", inc.owner, n, soakLimit)
+		}
+		w.ops.counted++
+		return nil
+	}
+}
+
+// acquire acquires member of owner; old is its current incarnation for a
+// retry, nil for a new member.
+func (w *soakWriter) acquire(ctx context.Context, owner, member string, old *incarnation) error {
+	ttl := w.ttl()
+	start := time.Now()
+	d, err := w.q.Acquire(ctx, owner, member, ttl, WithPayload([]byte(member)))
+	if err != nil {
+		return err
+	}
+	if d.Count > soakLimit || d.Limit != soakLimit {
+		return fmt.Errorf("over-admission: Acquire(%s, %s) = %+v", owner, member, d)
+	}
+	if old != nil {
+		if d.Existing {
+			if d.Deadline.UnixMilli() != old.deadline {
+				return fmt.Errorf("retry of held %s/%s: deadline %d, want %d kept", owner, member, d.Deadline.UnixMilli(), old.deadline)
+			}
+			w.ops.retriedHeld++
+			return nil
+		}
+		// Not held any more: it expired (its event is due), and the retry
+		// is a new acquisition.
+		w.drop(slices.Index(w.held, old))
+		w.ops.retriedExpired++
+	} else if d.Existing {
+		return fmt.Errorf("Acquire of new member %s/%s: Existing %+v", owner, member, d)
+	}
+	if !d.Allowed {
+		if d.Count != soakLimit || d.RetryAfter <= 0 {
+			return fmt.Errorf("denial %+v: want Count = limit and a RetryAfter", d)
+		}
+		w.ops.denied++
+		return nil
+	}
+	inc := w.begin(owner, member, start, d.Deadline, ttl)
+	inc.count = d.Count
+	if old != nil && old.deadline > inc.now {
+		return fmt.Errorf("retry of %s/%s not Existing at %d, but its deadline %d had not passed", owner, member, inc.now, old.deadline)
+	}
+	w.ops.acquired++
+	return nil
+}
+
+// add adds member to owner; old is its current incarnation for a re-add.
+func (w *soakWriter) add(ctx context.Context, owner, member string, old *incarnation) error {
+	ttl := w.ttl()
+	start := time.Now()
+	d, err := w.s.Add(ctx, owner, member, ttl, WithPayload([]byte(member)))
+	if err != nil {
+		return err
+	}
+	now := d.UnixMilli() - ttl.Milliseconds()
+	if old != nil && old.deadline > now {
+		// Still live: the same incarnation, with the new deadline (which
+		// may be earlier).
+		old.deadline = d.UnixMilli()
+		old.extends = append(old.extends, extension{end: time.Now(), deadline: old.deadline})
+		w.ops.readdedLive++
+		return nil
+	}
+	if old != nil {
+		w.drop(slices.Index(w.held, old))
+		w.ops.readdedExpired++
+	} else {
+		w.ops.added++
+	}
+	w.begin(owner, member, start, d, ttl)
+	return nil
+}
+
+func (w *soakWriter) remove(ctx context.Context, i int, inc *incarnation) error {
+	start := time.Now()
+	var live bool
+	if w.quota {
+		ok, err := w.q.Release(ctx, inc.owner, inc.member)
+		if err != nil {
+			return err
+		}
+		live = ok
+	} else {
+		n, err := w.s.Remove(ctx, inc.owner, inc.member)
+		if err != nil {
+			return err
+		}
+		live = n == 1
+	}
+	w.drop(i)
+	switch {
+	case live && w.quota:
+		w.ops.released++
+	case live:
+		w.ops.removed++
+	case w.quota: // expired before the call: its event is due
+		w.ops.releaseExpired++
+	default:
+		w.ops.removeExpired++
+	}
+	if live {
+		inc.removed, inc.released = true, start
+	}
+	return nil
+}
+
+func (w *soakWriter) extend(ctx context.Context, i int, inc *incarnation) error {
+	d, err := w.s.Extend(ctx, inc.owner, inc.member, w.ttl())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		w.drop(i)
+		w.ops.extendExpired++
+		return nil
+	case err != nil:
+		return err
+	}
+	if d.UnixMilli() < inc.deadline {
+		return fmt.Errorf("Extend of %s/%s moved its deadline from %d to %d", inc.owner, inc.member, inc.deadline, d.UnixMilli())
+	}
+	inc.deadline = d.UnixMilli()
+	inc.extends = append(inc.extends, extension{end: time.Now(), deadline: inc.deadline})
+	w.ops.extended++
+	return nil
+}
+
+// handledEvent is one delivery a soak consumer's handler got.
+type handledEvent struct {
+	e  Expiry
+	at time.Time
+}
+
+// checkAdmissions is the soak's independent over-admission check. For each
+// admission X of a quota owner it counts the other members Y certainly
+// live when X's script ran: Y's Acquire was answered before X's was sent
+// (so Y's script ran first), Y was not released before X was answered, and
+// Y's deadline (the latest one set by a call answered before X was sent)
+// is after X's "now". Scripts run one at a time, so those Y and X were all
+// live together: that count + 1 must be <= limit, and X's reported Count
+// >= it. It is a lower bound of the true count (calls that overlap X are
+// left out), so it can miss over-admission but never invents it. It
+// returns how many admissions it checked, how many of them it found at the
+// limit, and the violations.
+func checkAdmissions(incs []*incarnation, limit int) (checked, atLimit int, violations []string) {
+	byOwner := map[string][]*incarnation{}
+	var life int64
+	for _, inc := range incs {
+		if inc.quota {
+			byOwner[inc.owner] = append(byOwner[inc.owner], inc)
+			life = max(life, inc.deadline-inc.now)
+		}
+	}
+	window := time.Duration(life)*time.Millisecond + time.Second
+	for owner, list := range byOwner {
+		sort.Slice(list, func(i, j int) bool { return list[i].end.Before(list[j].end) })
+		for _, x := range list {
+			// Candidates answered before X was sent, and recently enough to
+			// be live: their deadlines are at most life after their answer.
+			hi := sort.Search(len(list), func(i int) bool { return !list[i].end.Before(x.start) })
+			live := 0
+			for j := hi - 1; j >= 0 && x.start.Sub(list[j].end) <= window; j-- {
+				y := list[j]
+				if y == x || (y.removed && !y.released.After(x.end)) {
+					continue
+				}
+				if y.deadlineAt(x.start) > x.now {
+					live++
+				}
+			}
+			checked++
+			if live+1 == limit {
+				atLimit++
+			}
+			if live+1 > limit || x.count < live+1 {
+				violations = append(violations, fmt.Sprintf("owner %s: admission of %s at %d: %d other members certainly live, Decision.Count %d, limit %d",
+					owner, x.member, x.now, live, x.count, limit))
+			}
+		}
+	}
+	return checked, atLimit, violations
+}
+
+// TestCheckAdmissions shows that checkAdmissions finds an over-admission
+// when there is one, and counts a release or an expiry answered before the
+// next admission as freeing the slot.
+func TestCheckAdmissions(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	adm := func(member string, sent, count int, deadline int64) *incarnation {
+		now := at(sent).UnixMilli()
+		return &incarnation{owner: "u", member: member, quota: true, start: at(sent), end: at(sent + 1),
+			now: now, first: now + deadline, deadline: now + deadline, count: count}
+	}
+	// Three admissions one after another, each 1s long: a fourth at limit 3
+	// is one too many.
+	incs := []*incarnation{adm("a", 0, 1, 1000), adm("b", 10, 2, 1000), adm("c", 20, 3, 1000), adm("d", 30, 3, 1000)}
+	if _, _, v := checkAdmissions(incs, 3); len(v) != 1 || !strings.Contains(v[0], "admission of d") {
+		t.Fatalf("violations %q, want one for d", v)
+	}
+	// b released before d was sent, and c expired (its deadline 5ms after
+	// its now, before d's now): d is fine, and d's Count must be >= 2.
+	incs[1].removed, incs[1].released = true, at(25)
+	incs[2].deadline, incs[2].first = incs[2].now+5, incs[2].now+5
+	if _, atLimit, v := checkAdmissions(incs, 3); len(v) != 0 || atLimit != 1 {
+		t.Fatalf("violations %q, %d at the limit: want none, and c at the limit", v, atLimit)
+	}
+	// A release sent after d was answered ran after d: it frees nothing
+	// for d.
+	incs[1].released = at(40)
+	incs[2].deadline, incs[2].first = incs[2].now+1000, incs[2].now+1000
+	if _, _, v := checkAdmissions(incs, 3); len(v) != 1 || !strings.Contains(v[0], "admission of d") {
+		t.Fatalf("violations %q, want one for d", v)
+	}
+	incs[1].released = at(25)
+	incs[2].deadline, incs[2].first = incs[2].now+5, incs[2].now+5
+	// A Count lower than the certainly-live members is a violation too.
+	incs[3].count = 1
+	if _, _, v := checkAdmissions(incs, 3); len(v) != 1 || !strings.Contains(v[0], "Decision.Count 1") {
+		t.Fatalf("violations %q, want d's Count", v)
+	}
+}
+
+// TestSoak runs writers, two sweepers and two consumers against one set on
+// a dedicated redis-server for soakDuration (15s by default; -soak=5m or
+// EXPSET_SOAK=5m for longer), then stops the writers, lets everything due
+// drain, and checks:
+//
+//   - no over-admission: every Decision has Count <= limit, every Count
+//     read at random moments is <= limit, and the independent lower bound
+//     of checkAdmissions never exceeds it;
+//   - every member that expired (acquired or added, and not released or
+//     removed before its deadline, with its final deadline after extends
+//     and re-adds) produced exactly one event (one stream entry: one ID),
+//     handled at least once, with its payload; nothing else produced one;
+//   - afterwards no owner key, payload key or index entry is left, the
+//     streams are empty with nothing pending or dead;
+//   - no goroutine is left, and no connection: each client's pool holds
+//     only idle connections, within MaxIdleConns, and once they are closed
+//     the server serves only the probe's connection.
+//
+// Writers use unique member IDs, with some re-acquires and re-adds of the
+// same ID, so what each member's expiry should produce is known exactly.
+// Consumers fail 1 event in 100 on its first attempt, which is then
+// redelivered.
+func TestSoak(t *testing.T) {
+	noLeaks(t)
+	dur := soakDuration(t)
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	probe := srv.Client(t, func(o *redis.Options) { o.PoolSize, o.MaxIdleConns = 1, 1 })
+	name := uniqueName(t, probe)
+	const idle = 4
+	var clients []*redis.Client
+	open := func() *Set {
+		t.Helper()
+		c := srv.Client(t, func(o *redis.Options) { o.PoolSize, o.MaxIdleConns = 32, idle })
+		clients = append(clients, c)
+		return must[*Set](t)(New(c, name, WithShards(4), WithExpiryEvents(), WithPayloads()))
+	}
+
+	// Two sweepers and two consumers, each with its own client, like
+	// separate processes.
+	var mu sync.Mutex
+	var swept SweepStats
+	leaseLost := 0
+	var stops []func()
+	for i := 0; i < 2; i++ {
+		w := NewSweeper(open(), WithLeaseTTL(time.Second), WithMaxIdle(50*time.Millisecond),
+			WithSweepHandler(func(st SweepStats) { mu.Lock(); swept.add(st); mu.Unlock() }),
+			WithErrorHandler(func(err error) {
+				if errors.Is(err, ErrLeaseLost) {
+					mu.Lock()
+					leaseLost++
+					mu.Unlock()
+					return
+				}
+				t.Errorf("sweeper: %v", err)
+			}))
+		stops = append(stops, runSweeper(t, w))
+	}
+	var handled []handledEvent
+	failFirst := 0
+	for i := 0; i < 2; i++ {
+		s := open()
+		stops = append(stops, consumeInBackground(t, s, "soak", "c"+strconv.Itoa(i), func(_ context.Context, e Expiry) error {
+			mu.Lock()
+			handled = append(handled, handledEvent{e, time.Now()})
+			mu.Unlock()
+			h := fnv.New32a()
+			h.Write([]byte(e.ID))
+			if e.Attempt == 1 && h.Sum32()%100 == 0 {
+				mu.Lock()
+				failFirst++
+				mu.Unlock()
+				return errors.New("soak: fails on its first attempt")
+			}
+			return nil
+		}, WithVisibilityTimeout(2*time.Second), WithPollInterval(10*time.Millisecond), WithReadBatch(20)))
+	}
+
+	// Writers: 8 on the quota's 6 owners, 4 adding to 8 owners of their
+	// own; all share one client. An auditor reads the quota owners.
+	ws := open()
+	q := must[*Quota](t)(NewQuota(ws, soakLimit))
+	quotaOwners := []string{"u0", "u1", "u2", "u3", "u4", "u5"}
+	addOwners := []string{"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"}
+	var stopWriters atomic.Bool
+	var wg sync.WaitGroup
+	writers := make([]*soakWriter, 12)
+	for i := range writers {
+		w := &soakWriter{id: i, quota: i < 8, q: q, s: ws, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
+		writers[i] = w
+		owners := addOwners
+		if w.quota {
+			owners = quotaOwners
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stopWriters.Load() {
+				if err := w.step(ctx, owners); err != nil {
+					t.Errorf("writer %d: %v", w.id, err)
+					stopWriters.Store(true)
+				}
+			}
+		}()
+	}
+	audits := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stopWriters.Load() {
+			o := quotaOwners[audits%len(quotaOwners)]
+			ms, err := ws.Members(ctx, o)
+			if err != nil || len(ms) > soakLimit {
+				t.Errorf("over-admission or error: Members(%s) = %v, %v", o, ms, err)
+				stopWriters.Store(true)
+			}
+			audits++
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	began := time.Now()
+	for time.Since(began) < dur && !stopWriters.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopWriters.Store(true)
+	wg.Wait()
+	wrote := time.Since(began)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// What should have happened: one event for each incarnation not
+	// removed live, with its final deadline.
+	var ops soakOps
+	var all []*incarnation
+	var latest int64
+	for _, w := range writers {
+		ops.add(w.ops)
+		all = append(all, w.all...)
+	}
+	type key struct {
+		owner, member string
+		deadline      int64
+	}
+	want := map[key]bool{}
+	for _, inc := range all {
+		latest = max(latest, inc.deadline)
+		if !inc.removed {
+			k := key{inc.owner, inc.member, inc.deadline}
+			if want[k] {
+				t.Fatalf("two incarnations of %v", k)
+			}
+			want[k] = true
+		}
+	}
+	checked, atLimit, violations := checkAdmissions(all, soakLimit)
+	for _, v := range violations {
+		t.Errorf("over-admission: %s", v)
+	}
+
+	// Drain: every deadline passes, the sweepers and consumers finish.
+	time.Sleep(time.Until(time.UnixMilli(latest + 5)))
+	drainStart := time.Now()
+	waitHealed(t, "everything due swept, evented and handled", 2*time.Minute, func() error {
+		stats, err := ws.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		for _, st := range stats {
+			if st.Owners != 0 || st.Events != 0 || st.Pending != 0 || st.Dead != 0 {
+				return fmt.Errorf("shard %d: %+v", st.Shard, st)
+			}
+		}
+		return nil
+	})
+	drained := time.Since(drainStart)
+	for _, stop := range stops {
+		stop()
+	}
+
+	// Every expected event handled, each from exactly one stream entry.
+	ids := map[key]map[string]bool{}
+	var maxLate time.Duration
+	redelivered := 0
+	for _, h := range handled {
+		e := h.e
+		k := key{e.Owner, e.Member, e.Deadline.UnixMilli()}
+		if !want[k] {
+			t.Errorf("event %+v matches no expired member (released, or another deadline)", e)
+			continue
+		}
+		if string(e.Payload) != e.Member {
+			t.Errorf("event %s/%s: payload %q", e.Owner, e.Member, e.Payload)
+		}
+		if ids[k] == nil {
+			ids[k] = map[string]bool{}
+		}
+		ids[k][eventKey(e)] = true
+		if e.Attempt > 1 {
+			redelivered++
+		} else {
+			maxLate = max(maxLate, h.at.Sub(e.Deadline))
+		}
+	}
+	missing, dup := 0, 0
+	for k := range want {
+		switch n := len(ids[k]); {
+		case n == 0:
+			missing++
+			if missing <= 5 {
+				t.Errorf("no event for %v", k)
+			}
+		case n > 1:
+			dup++
+			if dup <= 5 {
+				t.Errorf("%d events (stream entries) for %v", n, k)
+			}
+		}
+	}
+	if missing+dup > 0 {
+		t.Errorf("%d of %d expired members without an event, %d with several", missing, len(want), dup)
+	}
+	if d := must[[]DeadLetter](t)(ws.DeadLetters(ctx, AllShards, 0)); len(d) != 0 {
+		t.Errorf("%d dead letters, first %+v", len(d), d[0])
+	}
+	for _, k := range setKeys(t, probe, name) {
+		if strings.Contains(k, "}:o:") || strings.Contains(k, "}:p:") || strings.HasSuffix(k, ":lease") {
+			t.Errorf("key %s left after the drain", k)
+		}
+	}
+
+	// Connections: nothing checked out, idle ones within MaxIdleConns; after
+	// Close, the server serves the probe alone.
+	for i, c := range clients {
+		if st := c.PoolStats(); st.TotalConns != st.IdleConns || st.IdleConns > idle {
+			t.Errorf("client %d after everything stopped: %d connections, %d idle (MaxIdleConns %d)", i, st.TotalConns, st.IdleConns, idle)
+		}
+		_ = c.Close()
+	}
+	waitDrained(t, probe)
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("soak: %v of writes, %d ops (%.0f/s): %+v; %d audits of Members",
+		wrote.Round(time.Millisecond), ops.total(), float64(ops.total())/wrote.Seconds(), ops, audits)
+	t.Logf("soak: %d admissions checked against the limit independently, %d found at the limit", checked, atLimit)
+	t.Logf("soak: %d expiries expected, %d deliveries handled (%d redelivered; %d first attempts failed on purpose); drained %v after the last deadline",
+		len(want), len(handled), redelivered, failFirst, drained.Round(time.Millisecond))
+	t.Logf("soak: sweepers removed %d (the rest were dropped by writes) in %d batches, max lateness %v, mean %v; %d leases lost; max deadline-to-first-delivery %v",
+		swept.Expired, swept.Batches, swept.MaxLateness, swept.MeanLateness, leaseLost, maxLate.Round(time.Millisecond))
+}
