@@ -317,14 +317,7 @@ func (s *Set) Deadline(ctx context.Context, owner, member string) (time.Time, er
 	if err != nil {
 		return time.Time{}, err
 	}
-	if v == nil {
-		return time.Time{}, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
-	}
-	d, ok := asInt64(v)
-	if !ok {
-		return time.Time{}, unexpected("deadline.lua", v)
-	}
-	return msTime(d), nil
+	return memberDeadline("deadline.lua", v, owner, member)
 }
 
 // Extend pushes a live member's deadline to now+ttl and returns it; a deadline
@@ -342,12 +335,18 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if err != nil {
 		return time.Time{}, err
 	}
+	return memberDeadline("extend.lua", v, owner, member)
+}
+
+// memberDeadline reads a script's reply that is a member's deadline in ms, or
+// false (nil here) when the member is absent or expired.
+func memberDeadline(script string, v any, owner, member string) (time.Time, error) {
 	if v == nil {
 		return time.Time{}, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
 	}
 	d, ok := asInt64(v)
 	if !ok {
-		return time.Time{}, unexpected("extend.lua", v)
+		return time.Time{}, unexpected(script, v)
 	}
 	return msTime(d), nil
 }
