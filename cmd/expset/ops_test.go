@@ -681,7 +681,7 @@ func TestBinaryOnCluster(t *testing.T) {
 
 func TestBinaryStatsPartialCount(t *testing.T) {
 	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
-	owners := make([]string, statsOwnerScan+1)
+	owners := make([]string, expset.StatsOwnerScan+1)
 	for i := range owners {
 		owners[i] = "o" + strconv.Itoa(i)
 	}

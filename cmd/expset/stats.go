@@ -29,7 +29,7 @@ type statCounts struct {
 	Owners     int64      `json:"owners"`
 	OwnersDue  int64      `json:"owners_due"`
 	MembersDue int64      `json:"members_due"`
-	Partial    bool       `json:"members_due_partial,omitempty"` // over statsOwnerScan owners due: MembersDue counts only the first ones
+	Partial    bool       `json:"members_due_partial,omitempty"` // over expset.StatsOwnerScan owners due: MembersDue counts only the first ones
 	OldestDue  *time.Time `json:"oldest_due,omitempty"`
 	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
 	Events     int64      `json:"events"`
@@ -47,10 +47,6 @@ type totalRow struct {
 	statCounts
 	Leased int `json:"leased_shards"`
 }
-
-// statsOwnerScan is how many due owners of a shard Set.Stats reads to count
-// MembersDue (as ShardStats documents): with more due, the count is partial.
-const statsOwnerScan = 1000
 
 // watchFlag is --watch: a flag that needs no value (every 5s) and takes an
 // interval as --watch=2s.
@@ -218,7 +214,7 @@ func printStats(w io.Writer, rep statsReport) error {
 		return err
 	}
 	if rep.Total.Partial {
-		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
+		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", expset.StatsOwnerScan)
 	}
 	return nil
 }
