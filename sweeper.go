@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -15,6 +16,7 @@ const (
 	DefaultMaxIdle         = time.Second      // WithMaxIdle
 	DefaultOwnersPerBatch  = 100              // WithOwnersPerBatch
 	DefaultMembersPerBatch = 1000             // WithMembersPerBatch
+	DefaultConcurrency     = 4                // WithConcurrency
 )
 
 // maxBatch bounds both batch options: a script's keys and unpack calls stay
@@ -52,6 +54,7 @@ type sweeperConfig struct {
 	maxIdle  time.Duration
 	owners   int
 	members  int
+	parallel int
 	onError  func(error)
 	onSweep  func(SweepStats)
 }
@@ -105,6 +108,20 @@ func WithMembersPerBatch(n int) SweeperOption {
 	}
 }
 
+// WithConcurrency sets how many shards SweepOnce sweeps at once, each under
+// its own lease (default DefaultConcurrency, 4; 1 to 64). Sweeping is mostly
+// round trips per shard (the lease, then a script per batch), so a backlog
+// spread over many shards drains faster with several in flight; on a Redis
+// Cluster they also run on different nodes. Run sweeps its shards one after
+// another as they fall due.
+func WithConcurrency(n int) SweeperOption {
+	return func(c *sweeperConfig) {
+		if c.ok(inRange("WithConcurrency", n, 1, 64)) {
+			c.parallel = n
+		}
+	}
+}
+
 // WithErrorHandler makes Run report the errors it survives to f: Redis
 // errors (the shard is tried again after the max idle interval) and lost
 // leases (errors matching ErrLeaseLost). Default: none. f is called from
@@ -124,7 +141,7 @@ func WithSweepHandler(f func(SweepStats)) SweeperOption {
 // reported by Run and SweepOnce, as errors matching ErrInvalidOption; a set
 // that keeps no due index (opened without WithExpiryEvents or
 // WithSweepIndex) as ErrNoIndex.
-// Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
+// Options: WithLeaseTTL, WithMaxIdle, WithConcurrency, WithOwnersPerBatch,
 // WithMembersPerBatch, WithErrorHandler, WithSweepHandler.
 func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 	cfg := sweeperConfig{
@@ -132,6 +149,7 @@ func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 		maxIdle:  DefaultMaxIdle,
 		owners:   DefaultOwnersPerBatch,
 		members:  DefaultMembersPerBatch,
+		parallel: DefaultConcurrency,
 	}
 	applyOptions(&cfg, opts)
 	w := &Sweeper{set: s, cfg: cfg}
@@ -311,35 +329,73 @@ func (w *Sweeper) check() error {
 }
 
 // SweepOnce sweeps every shard whose lease it can take, each until nothing is
-// due, releasing each lease when done, and returns what it did. Shards leased
-// by another sweeper are counted in Skipped. It stops at the first Redis
-// error, returning the stats so far.
+// due, releasing each lease when done, and returns what it did, with up to
+// WithConcurrency shards in flight. Shards leased by another sweeper are
+// counted in Skipped. It stops at the first Redis error, returning the stats
+// so far; it starts goroutines only for its own duration.
 func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
-	var total SweepStats
 	if err := w.check(); err != nil {
-		return total, err
+		return SweepStats{}, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		total    SweepStats
+		firstErr error
+		wg       sync.WaitGroup
+		next     = make(chan int)
+	)
+	for range min(w.cfg.parallel, len(w.set.shards)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				st, err := w.sweepOnceShard(ctx, i)
+				mu.Lock()
+				total.add(st)
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
 	for i := range w.set.shards {
-		l, err := w.obtain(ctx, i)
-		if err != nil {
-			return total, err
-		}
-		if l == nil {
-			total.Skipped++
-			continue
-		}
-		st, _, err := w.sweepShard(ctx, i, func(ctx context.Context) error { return w.keep(ctx, l) })
-		release(ctx, l)
-		total.add(st)
-		if errors.Is(err, ErrLeaseLost) {
-			total.Skipped++
-			continue
-		}
-		if err != nil {
-			return total, err
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
 		}
 	}
-	return total, nil
+	close(next)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = context.Cause(ctx)
+	}
+	return total, firstErr
+}
+
+// sweepOnceShard sweeps shard i under its lease until nothing is due. A
+// shard another sweeper holds, or whose lease is lost on the way, counts as
+// skipped.
+func (w *Sweeper) sweepOnceShard(ctx context.Context, i int) (SweepStats, error) {
+	l, err := w.obtain(ctx, i)
+	if err != nil {
+		return SweepStats{}, err
+	}
+	if l == nil {
+		return SweepStats{Skipped: 1}, nil
+	}
+	st, _, err := w.sweepShard(ctx, i, func(ctx context.Context) error { return w.keep(ctx, l) })
+	release(ctx, l)
+	if errors.Is(err, ErrLeaseLost) {
+		st.Skipped++
+		return st, nil
+	}
+	return st, err
 }
 
 // shardState is what Run knows of one shard.

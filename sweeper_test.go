@@ -213,7 +213,7 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
 		for _, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
-			WithOwnersPerBatch(1001), WithMembersPerBatch(-1)} {
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithConcurrency(0), WithConcurrency(65)} {
 			w := NewSweeper(s, o)
 			if _, err := w.SweepOnce(context.Background()); !errors.Is(err, ErrInvalidOption) {
 				t.Errorf("SweepOnce: %v, want ErrInvalidOption", err)

@@ -43,19 +43,18 @@ for i = 1, n do
     break
   end
   local key, pkey, owner = KEYS[2 + i], KEYS[2 + n + i], ARGV[4 + i]
-  local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local removed = 0
-  if first[1] and tonumber(first[2]) <= now then
-    local _, ls, lm
-    removed, _, ls, lm = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true)
+  -- drop's own read of the expired members is the re-check: it finds none
+  -- when the entry was stale (or the owner is gone).
+  local removed, _, ls, lm = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true)
+  if removed > 0 then
     budget = budget - removed
     expired = expired + removed
     late_sum = late_sum + ls
     if lm > late_max then
       late_max = lm
     end
-    first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   end
+  local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[1] then
     call('ZADD', due, first[2], owner)
   else
