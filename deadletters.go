@@ -130,6 +130,9 @@ func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(c
 		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == AllShards {
 			return 0, fmt.Errorf("%w: dead letter %s of shard %d", ErrInvalidOption, d.ID, d.Shard)
 		}
+		if !validStreamID(d.ID) {
+			return 0, fmt.Errorf("%w: dead letter ID %q of shard %d is not a stream ID (ms-seq)", ErrInvalidOption, d.ID, d.Shard)
+		}
 		if _, seen := byShard[d.Shard]; !seen {
 			order = append(order, d.Shard)
 		}
@@ -149,4 +152,17 @@ func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(c
 		}
 	}
 	return total, nil
+}
+
+// validStreamID reports whether id is a complete Redis stream ID, "ms-seq"
+// with both parts unsigned 64-bit decimals, so that a malformed one is
+// rejected before any shard is touched.
+func validStreamID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
 }

@@ -187,6 +187,26 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 			}
 		}
 
+		// A malformed ID in a later shard rejects the whole call before any
+		// shard is touched, and ReadEvents refuses a malformed cursor.
+		bad := DeadLetter{Shard: 1 - dead[0].Shard, ID: "not-an-id"}
+		for _, call := range []func() (int, error){
+			func() (int, error) { return s.Kick(ctx, dead[0], bad) },
+			func() (int, error) { return s.DeleteDeadLetters(ctx, dead[0], bad) },
+		} {
+			if n, err := call(); n != 0 || !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidOption", n, err)
+			}
+		}
+		if again := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)); len(again) != len(dead) {
+			t.Fatalf("a rejected call changed the dead letters: %d, want %d", len(again), len(dead))
+		}
+		for _, after := range []string{"", "x", "1-", "-1", "1-2-3"} {
+			if _, _, err := s.ReadEvents(ctx, 0, after, 10, 0); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("ReadEvents(after %q): %v, want ErrInvalidOption", after, err)
+			}
+		}
+
 		// Kick one back, delete the other.
 		if n := must[int](t)(s.Kick(ctx, dead[0])); n != 1 {
 			t.Fatalf("kicked %d", n)

@@ -48,6 +48,9 @@ func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int
 	if _, _, err := s.shardRange(shard); err != nil || shard == AllShards {
 		return nil, after, fmt.Errorf("%w: shard %d (want 0 to %d)", ErrInvalidOption, shard, len(s.shards)-1)
 	}
+	if after != "$" && after != "0" && !validStreamID(after) {
+		return nil, after, fmt.Errorf("%w: after %q: want \"$\", \"0\" or a stream ID (ms-seq)", ErrInvalidOption, after)
+	}
 	if count < 1 || count > maxBatch {
 		return nil, after, fmt.Errorf("%w: count %d (want 1 to %d)", ErrInvalidOption, count, maxBatch)
 	}
