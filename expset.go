@@ -148,11 +148,16 @@ func (s *Set) OwnerKey(owner string) string {
 	return s.shards[s.ShardOf(owner)].owner + owner
 }
 
-// ownerKeys returns the four keys every owner script declares: the owner's
-// sorted set, the shard's due index and event stream, the owner's payload
-// hash.
+// ownerKeys returns the keys the owner scripts (add, acquire, remove,
+// extend) declare: the owner's sorted set, then the shard's due index and
+// event stream and the owner's payload hash. A set with no events, payloads
+// or index touches only the first, and declares only that: the scripts use
+// KEYS[2..4] only under the flags that need them.
 func (s *Set) ownerKeys(owner string) []string {
 	sk := &s.shards[s.ShardOf(owner)]
+	if s.flags == "" {
+		return []string{sk.owner + owner}
+	}
 	return []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner}
 }
 
@@ -396,8 +401,8 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return nil, err
 	}
-	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "payload", scriptPayload, []string{keys[0], keys[3]}, s.now(), member)
+	sk := &s.shards[s.ShardOf(owner)]
+	v, err := s.run(ctx, "payload", scriptPayload, []string{sk.owner + owner, sk.payload + owner}, s.now(), member)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,8 @@ func FuzzKeyEncoding(f *testing.F) {
 	sets := make([]*Set, len(shardCounts))
 	for i, n := range shardCounts {
 		var err error
-		if sets[i], err = New(rdb, "keys"+strconv.Itoa(i), WithShards(n)); err != nil {
+		// WithPayloads, so that ownerKeys declares all four keys checked below.
+		if sets[i], err = New(rdb, "keys"+strconv.Itoa(i), WithShards(n), WithPayloads()); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -124,15 +124,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	var keys []string
-	if s.flags == "" {
-		// Without events, payloads or the due index the script touches only
-		// the owner key: declaring just that saves building the others.
-		keys = []string{s.OwnerKey(owner)}
-	} else {
-		keys = s.ownerKeys(owner)
-	}
-	return acquireCall{keys: keys, args: args, limit: limit}, nil
+	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

@@ -4,6 +4,7 @@
 -- KEYS[2]  shard due index       expset:{name:S}:due   (flag i; else undeclared)
 -- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
+--          (a set with no flags, see prelude, declares KEYS[1] only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member

@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
---          (KEYS[2], KEYS[3] are the shard's index and stream, declared for
---          a uniform key list; extending never needs them: a later deadline
---          keeps the index entry at or below the earliest deadline.)
+--          (KEYS[2], KEYS[3], the shard's index and stream, come with the
+--          owner scripts' common key list; extending never needs them: a
+--          later deadline keeps the index entry at or below the earliest
+--          deadline. A set with no flags declares KEYS[1] only.)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member

@@ -4,6 +4,7 @@
 -- KEYS[2]  shard due index       expset:{name:S}:due
 -- KEYS[3]  shard event stream    expset:{name:S}:ev
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
+--          (a set with no flags, see prelude, declares KEYS[1] only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  owner
 -- ARGV[3]  flags (see prelude: e, p)
