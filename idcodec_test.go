@@ -520,13 +520,13 @@ func budgetRow(c *Codec) []string {
 }
 
 // TestCodecDocTables checks the budget tables in the doc comment and in
-// README.md against the codec itself.
+// docs/idcodec.md against the codec itself.
 func TestCodecDocTables(t *testing.T) {
 	src, err := os.ReadFile("idcodec.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := os.ReadFile("README.md")
+	md, err := os.ReadFile("docs/idcodec.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +559,7 @@ func TestCodecDocTables(t *testing.T) {
 	}
 	mdTable := strings.Join(mdLines, "\n")
 	if !strings.Contains(string(md), mdTable) {
-		t.Errorf("README.md lacks the budget table; want\n%s", mdTable)
+		t.Errorf("docs/idcodec.md lacks the budget table; want\n%s", mdTable)
 	}
 }
 

@@ -103,7 +103,7 @@ func runMemory(b *testing.B, srv server, perOwner, nOwners int, events bool) {
 	b.ReportMetric(float64(indexBytes)/members, "B/member-index")
 }
 
-// dueKey is shard's due index, as README.md's key layout names it.
+// dueKey is shard's due index, as docs/design.md's key layout names it.
 func dueKey(s *expset.Set, shard int) string {
 	return "expset:{" + s.Name() + ":" + strconv.Itoa(shard) + "}:due"
 }
