@@ -38,6 +38,7 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	waiting  waitRoom // this process's waiters (Quota.AcquireWait)
 }
 
 // Member is a live member and its deadline.
@@ -161,6 +162,12 @@ func (s *Set) ownerKeys(owner string) []string {
 	return []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner}
 }
 
+// lineKeys returns ownerKeys with the owner's wait line last: the keys of
+// the scripts that admit (acquire) or free a slot (remove).
+func (s *Set) lineKeys(owner string) []string {
+	return append(s.ownerKeys(owner), s.shards[s.ShardOf(owner)].line+owner)
+}
+
 // now returns ARGV[1] for the scripts: the injected clock in ms, or "" for
 // the server's TIME.
 func (s *Set) now() string {
@@ -279,7 +286,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 			return 0, err
 		}
 	}
-	keys := s.ownerKeys(owner)
+	keys := s.lineKeys(owner)
 	total := 0
 	for len(members) > 0 {
 		batch := members[:min(len(members), removeBatch)]

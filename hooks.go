@@ -23,6 +23,10 @@ type Hooks struct {
 	OnSweep func(SweepInfo)
 	// OnEvent follows every expiry event a consumer's handler was given.
 	OnEvent func(EventInfo)
+
+	// OnWait follows every Quota.AcquireWait that waited, when it ends:
+	// admitted, or given up. Waits counted, time waited and given up.
+	OnWait func(WaitInfo)
 }
 
 // CallInfo describes one script round trip.
@@ -80,4 +84,14 @@ func shardOfKey(key string) int {
 		return -1
 	}
 	return n
+}
+
+// WaitInfo describes one Quota.AcquireWait that had to wait (one admitted
+// by its first attempt is reported by OnAcquire alone).
+type WaitInfo struct {
+	Set      string
+	Shard    int
+	Waited   time.Duration // from joining the line to admission or giving up
+	Admitted bool          // false: given up (its context ended, or Redis failed)
+	Err      error         // why it gave up: the context's error, or Redis's
 }

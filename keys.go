@@ -26,6 +26,9 @@ const (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
+//	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
+//	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
+//	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
 // keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
@@ -41,6 +44,9 @@ type shardKeys struct {
 	events  string
 	dead    string
 	lease   string
+	line    string // prefix of wait lines: expset:{name:S}:w:
+	leases  string // prefix of ticket leases: expset:{name:S}:wl:
+	wake    string // the shard's wake-up channel
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -52,6 +58,9 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		lease:   tag + "lease",
+		line:    tag + "w:",
+		leases:  tag + "wl:",
+		wake:    tag + "wake",
 	}
 }
 

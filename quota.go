@@ -70,6 +70,11 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 	if err != nil {
 		return Decision{}, err
 	}
+	return q.acquire(ctx, c)
+}
+
+// acquire runs one prepared Acquire.
+func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
 	v, err := q.set.run(ctx, "acquire", scriptAcquire, c.keys, c.args...)
 	if err != nil {
 		return Decision{}, err
@@ -124,7 +129,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
+	return acquireCall{keys: s.lineKeys(owner), args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

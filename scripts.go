@@ -13,8 +13,8 @@ var luaFS embed.FS
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
 	scriptAdd      = loadScript("add.lua")
-	scriptAcquire  = loadScript("acquire.lua")
-	scriptRemove   = loadScript("remove.lua")
+	scriptAcquire  = loadScript("acquire.lua", "wait_gate.lua")
+	scriptRemove   = loadScript("remove.lua", "wait_gate.lua")
 	scriptExtend   = loadScript("extend.lua")
 	scriptDeadline = loadScript("deadline.lua")
 	scriptCount    = loadScript("count.lua")
@@ -26,21 +26,27 @@ var (
 	scriptBury     = loadScript("bury.lua")
 	scriptClaim    = loadScript("claim.lua")
 	scriptKick     = loadScript("kick.lua")
+	scriptRenew    = loadScript("wait_renew.lua", "wait_gate.lua")
+	scriptLeave    = loadScript("wait_leave.lua", "wait_gate.lua")
 )
 
-// loadScript returns lua/prelude.lua followed by lua/<name> as one script.
-func loadScript(name string) *redis.Script {
-	return redis.NewScript(luaSource(name))
+// loadScript returns lua/prelude.lua, then the helper files libs, then
+// lua/<name>, as one script.
+func loadScript(name string, libs ...string) *redis.Script {
+	return redis.NewScript(luaSource(name, libs...))
 }
 
-func luaSource(name string) string {
-	prelude, err := luaFS.ReadFile("lua/prelude.lua")
-	if err != nil {
-		panic("expset: embedded lua/prelude.lua missing: " + err.Error())
+func luaSource(name string, libs ...string) string {
+	src := ""
+	for _, f := range append(append([]string{"prelude.lua"}, libs...), name) {
+		b, err := luaFS.ReadFile("lua/" + f)
+		if err != nil {
+			panic("expset: embedded lua/" + f + " missing: " + err.Error())
+		}
+		if src != "" {
+			src += "\n"
+		}
+		src += string(b)
 	}
-	body, err := luaFS.ReadFile("lua/" + name)
-	if err != nil {
-		panic("expset: embedded lua/" + name + " missing: " + err.Error())
-	}
-	return string(prelude) + "\n" + string(body)
+	return src
 }

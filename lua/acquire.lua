@@ -5,6 +5,8 @@
 -- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
 --          (a set with no flags, see prelude, declares KEYS[1] only)
+-- KEYS[#KEYS-1]  owner's ticket leases  expset:{name:S}:wl:<owner>  (flag w only)
+-- KEYS[#KEYS]    owner's wait line      expset:{name:S}:w:<owner>   (always last)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
@@ -12,6 +14,7 @@
 -- ARGV[5]  flags (see prelude: e, p, P, v, r)
 -- ARGV[6]  limit (>= 1)
 -- ARGV[7]  payload, when flags has P
+-- ARGV[#ARGV-1], ARGV[#ARGV]  with flag w (a waiter): its ticket, its lease in ms
 --
 -- Reply: {status, count, deadline, retry, evicted...}
 --   status    1 added, 2 already held (a retry: no second slot), 0 denied
@@ -19,6 +22,8 @@
 --   deadline  the member's deadline in ms (0 when denied)
 --   retry     when denied, ms until enough live members expire to make room
 --   evicted   with flag v, the members evicted to make room (earliest first)
+-- A waiter (flag w) that is not admitted gets {3, count, rank, retry}: its
+-- rank in the line, and (meaningful at rank 0) when to try again.
 --
 -- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
 -- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
@@ -106,17 +111,37 @@ if cur then
   return {2, count, d, 0}
 end
 
+-- The wait line (wait_gate.lua) has the first claim on free slots: a waiter
+-- passes its gate, and so does any other admission while a line exists
+-- (one EXISTS when nobody waits). Evicting quotas never wait.
+local waiter = flagged and has(flags, 'w')
+local queued
+if not (flagged and has(flags, 'v')) and (waiter or (count < limit and call('EXISTS', KEYS[#KEYS]) == 1)) then
+  queued = waitlib().gate(KEYS[#KEYS], KEYS[#KEYS - 1], waiter and ARGV[#ARGV - 1], ARGV[#ARGV], count, limit, now)
+end
+
 local evicted
-if count >= limit then
+if count >= limit or queued then
   local k = count - limit + 1
   if not (flagged and has(flags, 'v')) then
-    -- Denied: room comes when the k-th earliest live member expires.
+    -- Denied: room comes when the k-th earliest live member expires (the
+    -- earliest when the line holds the free slots; 1s when none is live).
+    if k < 1 then
+      k = 1
+    end
     local s = r[2 * k]
-    if not s then
+    if not s and count > 0 then
       lo = lo or '(' .. string.format('%d', now)
       s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
     end
-    return {0, count, 0, tonumber(s) - now}
+    local retry = 1000
+    if s then
+      retry = tonumber(s) - now
+    end
+    if waiter then
+      return {3, count, queued, retry}
+    end
+    return {0, count, 0, retry}
   end
   -- Evict the k earliest live members, in batches that unpack safely.
   evicted = {1, 0, 0, 0}

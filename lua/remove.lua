@@ -5,6 +5,7 @@
 -- KEYS[3]  shard event stream    expset:{name:S}:ev
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
 --          (a set with no flags, see prelude, declares KEYS[1] only)
+-- KEYS[#KEYS]  owner's wait line   expset:{name:S}:w:<owner> (always last)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  owner
 -- ARGV[3]  flags (see prelude: e, p)
@@ -12,7 +13,8 @@
 --
 -- Only live members count as removed: expired ones are dropped first, with
 -- their expiry events, because they expired before anyone removed them. When
--- the owner ends up empty its index entry goes too.
+-- the owner ends up empty its index entry goes too. When a slot freed and
+-- someone waits for the owner, the head of its line is told (wait_gate.lua).
 -- Reply: the number of live members removed (integer).
 local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
 local now = now_ms(ARGV[1])
@@ -55,6 +57,9 @@ if removed > 0 then
   end
   if index and call('EXISTS', key) == 0 then
     call('ZREM', KEYS[2], owner)
+  end
+  if call('EXISTS', KEYS[#KEYS]) == 1 then
+    waitlib().wake_head(KEYS[#KEYS])
   end
 end
 return removed
