@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -32,6 +33,8 @@ const (
 	helperShards = "EXPSET_HELPER_SHARDS" // its shard count (it has expiry events and nothing else)
 	helperLease  = "EXPSET_HELPER_LEASE"  // sweeper: WithLeaseTTL
 	helperVis    = "EXPSET_HELPER_VIS"    // consumer: WithVisibilityTimeout
+	helperLimit  = "EXPSET_HELPER_LIMIT"  // waiter: the quota's limit
+	helperHold   = "EXPSET_HELPER_HOLD"   // waiter: how long each admitted member is held
 )
 
 // killWait bounds the waits of the kill tests: they take up to a few
@@ -49,6 +52,7 @@ const killWait = 60 * time.Second
 //   - consumer: prints "start <unix ns>", then Consume as consumer "doomed"
 //     of group "g", with a handler that prints "got <shard> <event ID>" and
 //     then never returns, so the event is never acknowledged.
+//   - waiter: see waiterHelper.
 func TestHelperProcess(t *testing.T) {
 	role := os.Getenv(helperRole)
 	if role == "" {
@@ -90,6 +94,8 @@ func helperMain(role string) error {
 		return err
 	}
 	switch role {
+	case "waiter":
+		return waiterHelper(ctx, s, say)
 	case "sweeper":
 		lease, err := time.ParseDuration(os.Getenv(helperLease))
 		if err != nil {
@@ -116,6 +122,7 @@ func helperMain(role string) error {
 type helper struct {
 	t      *testing.T
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	mu     sync.Mutex
 	lines  []string
 	part   []byte
@@ -149,6 +156,10 @@ func startHelper(t *testing.T, role string, env ...string) *helper {
 	h.cmd.Env = append(append(os.Environ(), helperRole+"="+role), env...)
 	h.cmd.Stdout, h.cmd.Stderr = h, &h.stderr
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatalf("start helper %s: %v", role, err)
+	}
 	if err := h.cmd.Start(); err != nil {
 		t.Fatalf("start helper %s: %v", role, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // waitKeys returns owner's wait line and ticket leases keys.
@@ -19,12 +21,12 @@ func waitKeys(s *Set, owner string) (line, leases string) {
 }
 
 // waitQueued waits until owner's line holds n tickets.
-func waitQueued(t *testing.T, b backend, s *Set, owner string, n int64) {
+func waitQueued(t *testing.T, rdb redis.UniversalClient, s *Set, owner string, n int64) {
 	t.Helper()
 	line, _ := waitKeys(s, owner)
 	end := time.Now().Add(30 * time.Second)
 	for {
-		got, err := b.rdb.ZCard(context.Background(), line).Result()
+		got, err := rdb.ZCard(context.Background(), line).Result()
 		if err == nil && got == n {
 			return
 		}
@@ -114,7 +116,7 @@ func TestAcquireWaitFIFO(t *testing.T) {
 							errs <- err
 						}
 					}()
-					waitQueued(t, b, s, "tenant", int64(i+1))
+					waitQueued(t, b.rdb, s, "tenant", int64(i+1))
 				}
 				if d := must[Decision](t)(q.Acquire(ctx, "tenant", "late", time.Minute)); d.Allowed {
 					t.Fatalf("a plain Acquire overtook %d waiters: %+v", n, d)
@@ -180,7 +182,7 @@ func TestAcquireWaitContextEnds(t *testing.T) {
 			_, err := q.AcquireWait(headCtx, "tenant", "head", time.Minute)
 			headDone <- err
 		}()
-		waitQueued(t, b, s, "tenant", 1)
+		waitQueued(t, b.rdb, s, "tenant", 1)
 		second := make(chan error, 1)
 		go func() {
 			d, err := q.AcquireWait(ctx, "tenant", "second", time.Minute)
@@ -189,12 +191,12 @@ func TestAcquireWaitContextEnds(t *testing.T) {
 			}
 			second <- err
 		}()
-		waitQueued(t, b, s, "tenant", 2)
+		waitQueued(t, b.rdb, s, "tenant", 2)
 		cancelHead()
 		if err := <-headDone; !errors.Is(err, context.Canceled) {
 			t.Fatalf("head: %v, want context.Canceled", err)
 		}
-		waitQueued(t, b, s, "tenant", 1)
+		waitQueued(t, b.rdb, s, "tenant", 1)
 		must[bool](t)(q.Release(ctx, "tenant", "hold"))
 		if err := <-second; err != nil {
 			t.Fatal(err)
@@ -236,7 +238,7 @@ func TestAcquireWaitWakeLatency(t *testing.T) {
 				}
 				got <- time.Now()
 			}()
-			waitQueued(t, b, s, "tenant", 1)
+			waitQueued(t, b.rdb, s, "tenant", 1)
 			released := time.Now()
 			must[bool](t)(q.Release(ctx, "tenant", "m"+strconv.Itoa(i-1)))
 			lat = append(lat, (<-got).Sub(released))
@@ -267,7 +269,7 @@ func TestAcquireWaitExpiry(t *testing.T) {
 			d, err := q.AcquireWait(ctx, "tenant", "next", time.Minute)
 			got <- result{d, err, time.Now()}
 		}()
-		waitQueued(t, b, s, "tenant", 1)
+		waitQueued(t, b.rdb, s, "tenant", 1)
 		extended := must[time.Time](t)(s.Extend(ctx, "tenant", "hold", 600*time.Millisecond))
 		r := <-got
 		if r.err != nil || !r.d.Allowed {
