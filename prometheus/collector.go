@@ -30,6 +30,7 @@ import (
 //	expset_swept_members_total{set}              expired members removed by sweeps
 //	expset_sweep_lateness_seconds{set}           per batch, how late its latest removal was
 //	expset_event_attempts_total{set,result}      handler calls: ok, error, dead_lettered
+//	expset_wait_seconds{set,outcome}             AcquireWaits that waited, and how long: admitted or given_up
 type Collector struct {
 	calls    *prometheus.CounterVec
 	callTime *prometheus.HistogramVec
@@ -40,6 +41,7 @@ type Collector struct {
 	swept    *prometheus.CounterVec
 	lateness *prometheus.HistogramVec
 	events   *prometheus.CounterVec
+	waits    *prometheus.HistogramVec
 	all      []prometheus.Collector
 }
 
@@ -85,8 +87,11 @@ func NewCollector(opts ...Option) *Collector {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"set"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "event_attempts_total",
 			Help: "Expiry events given to handlers, by result: ok, error, dead_lettered."}, []string{"set", "result"}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
+			Help:    "Quota.AcquireWait calls that had to wait, by outcome (admitted or given_up), and how long they waited.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"set", "outcome"}),
 	}
-	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events}
+	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events, c.waits}
 	return c
 }
 
@@ -132,6 +137,13 @@ func (c *Collector) Hooks() expset.Hooks {
 				result = "error"
 			}
 			c.events.WithLabelValues(ei.Set, result).Inc()
+		},
+		OnWait: func(wi expset.WaitInfo) {
+			outcome := "given_up"
+			if wi.Admitted {
+				outcome = "admitted"
+			}
+			c.waits.WithLabelValues(wi.Set, outcome).Observe(wi.Waited.Seconds())
 		},
 	}
 }
