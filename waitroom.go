@@ -186,20 +186,7 @@ func (sub *wakeSub) close() {
 
 func (sub *wakeSub) run(ctx context.Context, r *waitRoom, s *Set, shard int) {
 	defer close(sub.done)
-	ch := s.shards[shard].wake
-	ps, err := r.subscribe(ctx, s, ch)
-	if err == nil {
-		sub.mu.Lock()
-		if sub.closed {
-			err = context.Canceled
-		} else {
-			sub.ps = ps
-		}
-		sub.mu.Unlock()
-		if err != nil {
-			_ = ps.Close()
-		}
-	}
+	ps, err := r.subscribe(ctx, s, s.shards[shard].wake, sub)
 	if err != nil {
 		sub.err = err
 		close(sub.ready)
@@ -240,10 +227,10 @@ func (sub *wakeSub) run(ctx context.Context, r *waitRoom, s *Set, shard int) {
 	}
 }
 
-// subscribe subscribes to ch and waits for the confirmation: SSUBSCRIBE, or
-// SUBSCRIBE when the server has no SPUBLISH (wait_gate.lua publishes the
-// same way).
-func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string) (*redis.PubSub, error) {
+// subscribe subscribes sub to ch and waits for the confirmation:
+// SSUBSCRIBE, or SUBSCRIBE when the server has no SPUBLISH (wait_gate.lua
+// publishes the same way). sub.close may interrupt it.
+func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string, sub *wakeSub) (*redis.PubSub, error) {
 	if r.plain.Load() == 0 {
 		// An empty message reaches no waiter: receivers ignore it.
 		err := s.rdb.Do(ctx, "SPUBLISH", ch, "").Err()
@@ -261,6 +248,16 @@ func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string) (*redis.Pub
 		ps = s.rdb.Subscribe(ctx, ch)
 	} else {
 		ps = s.rdb.SSubscribe(ctx, ch)
+	}
+	sub.mu.Lock()
+	closed := sub.closed
+	if !closed {
+		sub.ps = ps // from now on, close unblocks the reads below
+	}
+	sub.mu.Unlock()
+	if closed {
+		_ = ps.Close()
+		return nil, context.Canceled
 	}
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, waitCleanup)
