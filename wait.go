@@ -198,11 +198,12 @@ func (s *Set) waited(w *waiter, start time.Time, admitted bool, err error) error
 	return err
 }
 
-// transient reports whether err may heal by itself: a network error or a
-// server that is loading, failing over or busy. Anything else (a wrong key
+// transient reports whether err may heal by itself: a network error, a
+// pool with no free connection in time, or a server that is loading,
+// failing over or busy. Anything else (a wrong key
 // type, a closed client) ends the wait.
 func transient(err error) bool {
-	if isNetError(err) {
+	if isNetError(err) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
 	var re redis.Error

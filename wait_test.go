@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +48,20 @@ func checkNoTrace(t *testing.T, b backend, s *Set, owner string) {
 		t.Fatalf("the wait line of %q is left behind: %v, %v", owner,
 			b.rdb.ZRangeWithScores(context.Background(), line, 0, -1).Val(), b.rdb.ZRangeWithScores(context.Background(), leases, 0, -1).Val())
 	}
+}
+
+// waitAsync runs AcquireWait of member for owner "tenant" in a goroutine;
+// the channel gets its error, or one saying it was not allowed.
+func waitAsync(ctx context.Context, q *Quota, member string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		d, err := q.AcquireWait(ctx, "tenant", member, time.Minute)
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("%s not allowed: %+v", member, d)
+		}
+		done <- err
+	}()
+	return done
 }
 
 // waitRecorder collects Hooks.OnWait reports.
@@ -177,20 +194,9 @@ func TestAcquireWaitContextEnds(t *testing.T) {
 
 		// At the head, with a second waiter behind it.
 		headCtx, cancelHead := context.WithCancel(ctx)
-		headDone := make(chan error, 1)
-		go func() {
-			_, err := q.AcquireWait(headCtx, "tenant", "head", time.Minute)
-			headDone <- err
-		}()
+		headDone := waitAsync(headCtx, q, "head")
 		waitQueued(t, b.rdb, s, "tenant", 1)
-		second := make(chan error, 1)
-		go func() {
-			d, err := q.AcquireWait(ctx, "tenant", "second", time.Minute)
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("not allowed: %+v", d)
-			}
-			second <- err
-		}()
+		second := waitAsync(ctx, q, "second")
 		waitQueued(t, b.rdb, s, "tenant", 2)
 		cancelHead()
 		if err := <-headDone; !errors.Is(err, context.Canceled) {
@@ -293,12 +299,8 @@ func TestAcquireRespectsLine(t *testing.T) {
 		ctx := context.Background()
 		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 2))
-		line, leases := waitKeys(s, "tenant")
 		now := serverNow(t, b)
-		b.rdb.ZAdd(ctx, line, redisZ(1, "other-1"))
-		b.rdb.ZAdd(ctx, leases, redisZ(float64(now.Add(time.Minute).UnixMilli()), "other-1"))
-		b.rdb.PExpire(ctx, line, time.Minute)
-		b.rdb.PExpire(ctx, leases, time.Minute)
+		leases := plantTicket(t, b, s, "other-1", now.Add(time.Minute))
 
 		d := must[Decision](t)(q.Acquire(ctx, "tenant", "a", time.Minute))
 		if !d.Allowed {
@@ -313,15 +315,7 @@ func TestAcquireRespectsLine(t *testing.T) {
 		}
 		// The waiter's lease lapses; a live waiter's call drops it.
 		b.rdb.ZAdd(ctx, leases, redisZ(float64(now.Add(-time.Second).UnixMilli()), "other-1"))
-		w := make(chan error, 1)
-		go func() {
-			d, err := q.AcquireWait(ctx, "tenant", "c", time.Minute)
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("%+v", d)
-			}
-			w <- err
-		}()
-		if err := <-w; err != nil {
+		if err := <-waitAsync(ctx, q, "c"); err != nil {
 			t.Fatal(err)
 		}
 		if ok := must[bool](t)(s.Contains(ctx, "tenant", "c")); !ok {
@@ -341,12 +335,8 @@ func TestAcquireWaitDeadHead(t *testing.T) {
 		ctx := context.Background()
 		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
-		line, leases := waitKeys(s, "tenant")
 		lapse := serverNow(t, b).Add(300 * time.Millisecond)
-		b.rdb.ZAdd(ctx, line, redisZ(1, "crashed-1"))
-		b.rdb.ZAdd(ctx, leases, redisZ(float64(lapse.UnixMilli()), "crashed-1"))
-		b.rdb.PExpire(ctx, line, time.Minute)
-		b.rdb.PExpire(ctx, leases, time.Minute)
+		plantTicket(t, b, s, "crashed-1", lapse)
 
 		d, err := q.AcquireWait(ctx, "tenant", "alive", time.Minute)
 		if err != nil || !d.Allowed {
@@ -379,6 +369,20 @@ func TestAcquireWaitEvictOldest(t *testing.T) {
 	})
 }
 
+// plantTicket puts ticket first in the line of owner "tenant", with a lease
+// until lease, as a waiter in another process would; it returns the leases
+// key.
+func plantTicket(t *testing.T, b backend, s *Set, ticket string, lease time.Time) string {
+	t.Helper()
+	ctx := context.Background()
+	line, leases := waitKeys(s, "tenant")
+	b.rdb.ZAdd(ctx, line, redisZ(1, ticket))
+	b.rdb.ZAdd(ctx, leases, redisZ(float64(lease.UnixMilli()), ticket))
+	b.rdb.PExpire(ctx, line, time.Minute)
+	b.rdb.PExpire(ctx, leases, time.Minute)
+	return leases
+}
+
 // serverNow reads the server's clock (the scripts' "now").
 func serverNow(t *testing.T, b backend) time.Time {
 	t.Helper()
@@ -391,3 +395,34 @@ func serverNow(t *testing.T, b backend) time.Time {
 	}
 	return now
 }
+
+// TestTransient: the errors a waiter rides out, and those that end its wait.
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("expset: acquire k: %w", &net.OpError{Op: "read", Err: syscall.ECONNRESET}), true},
+		{fmt.Errorf("expset: acquire k: %w", io.EOF), true},
+		{redis.ErrPoolTimeout, true},
+		{fmt.Errorf("expset: acquire k: %w", redisErr("LOADING Redis is loading the dataset in memory")), true},
+		{redisErr("CLUSTERDOWN The cluster is down"), true},
+		{redisErr("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{redisErr("READONLY You can't write against a read only replica."), true},
+		{redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redisErr("ERR Error running script"), false},
+		{redis.ErrClosed, false},
+		{context.Canceled, false},
+		{unexpected("acquire.lua", "x"), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// redisErr is an error reply as go-redis returns it.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
