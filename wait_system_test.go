@@ -358,3 +358,52 @@ func TestWaitIdleCommands(t *testing.T) {
 		checkNoTrace(t, backend{rdb: b.rdb}, s, "tenant")
 	})
 }
+
+// TestWaitResubscribes: the server drops the waiters' pub/sub connections
+// (CLIENT KILL TYPE pubsub) and at once a slot frees, so its wake-up may be
+// published while nobody listens. go-redis reconnects and re-subscribes; the
+// re-subscription wakes the head, which is admitted (time logged).
+func TestWaitResubscribes(t *testing.T) {
+	noLeaks(t)
+	eachRealBackend(t, func(t *testing.T, b killBackend) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var subErrs []error
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnCall: func(ci CallInfo) {
+			if ci.Op == "wait-subscribe" && ci.Err != nil {
+				mu.Lock()
+				subErrs = append(subErrs, ci.Err)
+				mu.Unlock()
+			}
+		}})))
+		q := must[*Quota](t)(NewQuota(s, 1))
+		// Held for longer than the test waits: only a wake-up admits the
+		// next waiter in time, not the holder's expiry.
+		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", 10*killWait))
+		done := waitAsync(ctx, q, "next")
+		waitQueued(t, b.rdb, s, "tenant", 1)
+		kill := func(ctx context.Context, c redis.UniversalClient) error {
+			return c.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+		}
+		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+			must[struct{}](t)(struct{}{}, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return kill(ctx, c) }))
+		} else {
+			must[struct{}](t)(struct{}{}, kill(ctx, b.rdb))
+		}
+		released := time.Now()
+		must[bool](t)(q.Release(ctx, "tenant", "hold"))
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(killWait):
+			t.Fatalf("not admitted %v after the release", killWait)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("%s: admitted %v after the release that followed the kill; the subscription reported %d errors (%v)",
+			b.name, time.Since(released).Round(time.Microsecond), len(subErrs), subErrs)
+		checkNoTrace(t, backend{rdb: b.rdb}, s, "tenant")
+	})
+}
