@@ -143,7 +143,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	if err := c.createGroups(ctx); err != nil {
 		return c.end(ctx, err)
 	}
-	return loop(ctx, func() (time.Duration, error) {
+	return s.loop(ctx, "consume", func() (time.Duration, error) {
 		n, err := c.round(ctx)
 		if err != nil {
 			return 0, c.end(ctx, err)

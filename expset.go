@@ -38,6 +38,7 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	errLog   *errorLog // the default report of errors the loops survive
 }
 
 // Member is a live member and its deadline.
@@ -75,7 +76,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)

@@ -23,6 +23,13 @@ type Hooks struct {
 	OnSweep func(SweepInfo)
 	// OnEvent follows every expiry event a consumer's handler was given.
 	OnEvent func(EventInfo)
+	// OnError receives every error a background loop (Sweeper.Run,
+	// Set.Consume) survives and will retry. When nil, those errors go to
+	// log/slog's default logger at warning level, at most one line per op
+	// and shard every 10 seconds, each with the count of errors not logged
+	// since ("suppressed"). Errors that end a loop (misuse) are returned by
+	// it instead, and errors after its ctx ended are not reported.
+	OnError func(ErrorInfo)
 }
 
 // CallInfo describes one script round trip.
