@@ -72,6 +72,15 @@ func WithExpiryEvents() Option {
 // every write to an owner drops its expired members; the index would cost a
 // write for each new owner and about 100 bytes per owner. WithExpiryEvents
 // always keeps the index. Recorded in Redis like WithShards.
+//
+// Without expiry events the index stays bounded with no sweeper running:
+// its key expires an hour after the latest deadline filed in it (by a write
+// or a sweep), and every write that files an owner first removes up to two
+// entries overdue by more than an hour. So an entry outlives its owner by at
+// most an hour once writes stop, and while writes go on, entries overdue by
+// more than an hour are removed twice as fast as owners are filed. An entry
+// dropped this way only costs the sweeper its shortcut to that owner, whose
+// key still expires by its TTL.
 func WithSweepIndex() Option {
 	return func(c *setConfig) { c.index = true }
 }

@@ -19,6 +19,11 @@ const (
 	DefaultConcurrency     = 4                // WithConcurrency
 )
 
+// indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
+// long a due index entry may stay overdue before writes remove it, and how
+// long the index key outlives the latest deadline filed in it.
+const indexGrace = time.Hour
+
 // maxBatch bounds both batch options: a script's keys and unpack calls stay
 // far inside what Redis and miniredis accept.
 const maxBatch = 1000

@@ -20,7 +20,8 @@
 -- remaining deadline, or taken out of the index when it has no members left.
 -- An owner with more expired members than the budget allows stays due, at a
 -- score <= now, and is listed again. Owners left over when the budget runs out
--- are untouched and stay due.
+-- are untouched and stay due. Without events, the index key is then made to
+-- outlive the latest score filed by INDEX_GRACE (see file_owner).
 --
 -- With flag e, the stream is then trimmed to the retention, exactly: entries
 -- whose ID (server time) is older than the max age, then the oldest past the
@@ -47,6 +48,7 @@ local events, payloads = has(flags, 'e'), has(flags, 'p')
 local n = #ARGV - 6
 
 local expired, late_sum, late_max, owners, stale = 0, 0, 0, 0, 0
+local latest = 0 -- the latest score filed, for the index TTL (no events)
 for i = 1, n do
   if budget <= 0 then
     break
@@ -66,6 +68,9 @@ for i = 1, n do
   local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[1] then
     call('ZADD', due, first[2], owner)
+    if tonumber(first[2]) > latest then
+      latest = tonumber(first[2])
+    end
   else
     call('ZREM', due, owner)
   end
@@ -74,6 +79,16 @@ for i = 1, n do
   else
     stale = stale + 1
   end
+end
+
+-- Without events the index key outlives the latest score filed in it by
+-- INDEX_GRACE (see file_owner); an owner re-filed here must not be lost with it.
+if not events and latest > 0 then
+  local ttl = latest - now
+  if ttl < 0 then
+    ttl = 0
+  end
+  keep_index(due, ttl)
 end
 
 local head = call('ZRANGE', due, 0, 0, 'WITHSCORES')
