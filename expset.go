@@ -38,7 +38,9 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
-	waiting  waitRoom // this process's waiters (Quota.AcquireWait)
+	errLog   *errorLog // the default report of errors the loops survive
+	retain   retention // event stream bounds (WithEventRetention)
+	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
 }
 
 // Member is a live member and its deadline.
@@ -76,7 +78,13 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks}
+	if cfg.retain.set && !cfg.events {
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
+	}
+	if !cfg.retain.set {
+		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)

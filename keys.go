@@ -25,6 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
@@ -44,6 +45,7 @@ type shardKeys struct {
 	events  string
 	dead    string
 	lease   string
+	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
 	wake    string // the shard's wake-up channel
@@ -58,6 +60,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		lease:   tag + "lease",
+		trimmed: tag + "trimmed",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
 		wake:    tag + "wake",

@@ -123,6 +123,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 			}
 			// A transient failure (the connection, a failover): try again,
 			// holding the place, until ctx ends.
+			s.reportError(ctx, "wait", w.shard, err, backoff)
 			if timer == nil {
 				timer = time.NewTimer(backoff)
 			} else {

@@ -369,12 +369,10 @@ func TestWaitResubscribes(t *testing.T) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var subErrs []error
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnCall: func(ci CallInfo) {
-			if ci.Op == "wait-subscribe" && ci.Err != nil {
-				mu.Lock()
-				subErrs = append(subErrs, ci.Err)
-				mu.Unlock()
-			}
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnError: func(ei ErrorInfo) {
+			mu.Lock()
+			subErrs = append(subErrs, fmt.Errorf("%s: %w", ei.Op, ei.Err))
+			mu.Unlock()
 		}})))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		// Held for longer than the test waits: only a wake-up admits the

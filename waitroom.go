@@ -208,7 +208,7 @@ func (sub *wakeSub) run(ctx context.Context, r *waitRoom, s *Set, shard int) {
 					continue
 				}
 			}
-			s.reportWait("wait-subscribe", shard, err)
+			s.reportError(ctx, "wait-subscribe", shard, err, backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -357,15 +357,17 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 			args = append(args, t)
 		}
 		v, err := s.run(ctx, "wait-renew", scriptRenew, b.keys, args...)
+		xs, ok := v.([]any)
+		if err == nil && (!ok || len(xs) < 1) {
+			err = unexpected("wait_renew.lua", v)
+		}
 		if err != nil {
+			// The next round retries; the tickets' leases outlast a few
+			// failed rounds.
+			s.reportError(ctx, "wait-renew", b.shard, err, waitRenew)
 			if ctx.Err() != nil {
 				return
 			}
-			continue // reported by run to Hooks.OnCall; the next round retries
-		}
-		xs, ok := v.([]any)
-		if !ok || len(xs) < 1 {
-			s.reportWait("wait-renew", b.shard, unexpected("wait_renew.lua", v))
 			continue
 		}
 		r.mu.Lock()
@@ -380,14 +382,6 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 			}
 		}
 		r.mu.Unlock()
-	}
-}
-
-// reportWait reports an error of the waiting machinery that no caller
-// receives (the subscription, the keep-alive) to Hooks.OnCall.
-func (s *Set) reportWait(op string, shard int, err error) {
-	if s.hooks.OnCall != nil {
-		s.hooks.OnCall(CallInfo{Set: s.name, Op: op, Shard: shard, Err: err})
 	}
 }
 
