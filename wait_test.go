@@ -295,6 +295,7 @@ func TestAcquireWaitExpiry(t *testing.T) {
 // live lease, stands for a waiter that has not been admitted yet); once its
 // lease lapses the line no longer holds anything back.
 func TestAcquireRespectsLine(t *testing.T) {
+	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
@@ -350,6 +351,36 @@ func TestAcquireWaitDeadHead(t *testing.T) {
 			t.Fatalf("admitted %v after the dead head's lease lapsed (bound %v + slack)", late, waitRenew)
 		}
 		t.Logf("%s: admitted %v after the dead head's lease lapsed", b.name, at.Sub(lapse))
+		checkNoTrace(t, b, s, "tenant")
+	})
+}
+
+// TestAcquireWaitPayload: a waiter's payload is stored with its member when
+// it is admitted (a set with payloads: the scripts' full key list, with the
+// line's keys after it).
+func TestAcquireWaitPayload(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithPayloads()))
+		q := must[*Quota](t)(NewQuota(s, 1))
+		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute, WithPayload([]byte("h"))))
+		done := make(chan error, 1)
+		go func() {
+			d, err := q.AcquireWait(ctx, "tenant", "next", time.Minute, WithPayload([]byte("job-7")))
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("%+v", d)
+			}
+			done <- err
+		}()
+		waitQueued(t, b.rdb, s, "tenant", 1)
+		must[bool](t)(q.Release(ctx, "tenant", "hold"))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if p := must[[]byte](t)(s.Payload(ctx, "tenant", "next")); string(p) != "job-7" {
+			t.Fatalf("payload %q", p)
+		}
 		checkNoTrace(t, b, s, "tenant")
 	})
 }
