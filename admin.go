@@ -74,6 +74,8 @@ func parseConfiguration(key, v string) (Configuration, error) {
 // indexes, event and dead-letter streams, leases and recorded configuration.
 // It is meant for tests, demos and retiring a set, not for a set in use: a
 // write racing with Drop may survive it. It returns how many keys it deleted.
+// It deletes only the set's own keys, whatever its neighbours' names: the
+// set "a:1", whose keys the patterns of "a" partly match, is left whole.
 func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, error) {
 	cfg, err := ReadConfiguration(ctx, rdb, name)
 	if errors.Is(err, ErrNotFound) {
@@ -90,6 +92,9 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, err
 			return deleted, err
 		}
 		for _, k := range keys {
+			if !isShardKey(k) {
+				continue
+			}
 			n, err := rdb.Unlink(ctx, k).Result()
 			if err != nil {
 				return deleted, fmt.Errorf("expset: drop %s: %w", k, err)

@@ -55,6 +55,22 @@ func newShardKeys(name string, shard int) shardKeys {
 	}
 }
 
+// isShardKey reports whether key, which begins with the hash tag of one of
+// a set's shards (expset:{name:S}:), is one of that shard's keys: the
+// pattern expset:{name:S}:* also matches the meta key of the set called
+// "name:S", which is not.
+func isShardKey(key string) bool {
+	_, rest, ok := strings.Cut(key, "}:")
+	if !ok {
+		return false
+	}
+	switch rest {
+	case "due", "ev", "dead", "lease":
+		return true
+	}
+	return strings.HasPrefix(rest, "o:") || strings.HasPrefix(rest, "p:")
+}
+
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }
 
 // shardOf maps an owner to its shard with 32-bit FNV-1a. The mapping is part
