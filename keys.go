@@ -26,6 +26,9 @@ const (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
+//	expset:{orders:S}:r:<n>:<owner><member>
+//	                            list    an eviction receipt (WithEvictOldest):
+//	                                    n is len(owner) in decimal
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
 // keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
@@ -37,6 +40,7 @@ const keyPrefix = "expset:"
 type shardKeys struct {
 	owner   string // prefix of owner keys: expset:{name:S}:o:
 	payload string // prefix of payload keys: expset:{name:S}:p:
+	receipt string // prefix of eviction receipts: expset:{name:S}:r:
 	due     string
 	events  string
 	dead    string
@@ -48,6 +52,7 @@ func newShardKeys(name string, shard int) shardKeys {
 	return shardKeys{
 		owner:   tag + "o:",
 		payload: tag + "p:",
+		receipt: tag + "r:",
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
@@ -68,7 +73,7 @@ func isShardKey(key string) bool {
 	case "due", "ev", "dead", "lease":
 		return true
 	}
-	return strings.HasPrefix(rest, "o:") || strings.HasPrefix(rest, "p:")
+	return strings.HasPrefix(rest, "o:") || strings.HasPrefix(rest, "p:") || strings.HasPrefix(rest, "r:")
 }
 
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }

@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -14,10 +15,12 @@ import (
 // simultaneous use by multiple goroutines; several quotas with different
 // limits may share one Set.
 type Quota struct {
-	set     *Set
-	limit   int
-	evict   bool
-	refresh bool
+	set        *Set
+	limit      int
+	evict      bool
+	refresh    bool
+	receiptTTL time.Duration
+	err        error // the first invalid option
 }
 
 // Decision is the outcome of Acquire. With a limit of 3 and two live members
@@ -31,11 +34,12 @@ type Decision struct {
 	Limit      int           // the limit this call applied
 	Deadline   time.Time     // the member's deadline when Allowed
 	RetryAfter time.Duration // when denied: time until enough live members expire to make room (the earliest one, at the limit)
-	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first
+	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first (see Acquire for a retry)
 }
 
 // NewQuota returns a quota of limit live members per owner of s (1 to
-// MaxLimit). Options: WithEvictOldest, WithRefreshOnReacquire.
+// MaxLimit). Options: WithEvictOldest, WithEvictionReceiptTTL,
+// WithRefreshOnReacquire.
 func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
@@ -43,11 +47,14 @@ func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if limit < 1 || limit > MaxLimit {
 		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
 	}
-	q := &Quota{set: s, limit: limit}
+	q := &Quota{set: s, limit: limit, receiptTTL: DefaultEvictionReceiptTTL}
 	for _, o := range opts {
 		if o != nil {
 			o(q)
 		}
+	}
+	if q.err != nil {
+		return nil, q.err
 	}
 	return q, nil
 }
@@ -65,6 +72,25 @@ func (q *Quota) Set() *Set { return q.set }
 // whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload.
+//
+// With WithEvictOldest, a retry reports what the first run evicted: when
+// the Acquire that admitted member evicted others, a later Acquire of the
+// same member, while it holds the slot that admission gave it and within
+// WithEvictionReceiptTTL (default 5 minutes) of it, returns Allowed,
+// Existing and Evicted = the members the admission evicted. This covers a
+// retry by go-redis after a read timeout and one by the application. After
+// the receipt has lapsed, or for an admission that evicted nothing, a retry
+// reports Evicted empty. A receipt is matched by the member's deadline: a
+// member released and admitted again at the very same deadline within the
+// window is reported with the evictions of its earlier admission. With
+// expiry events every evicted member also gets one event (Reason
+// ReasonEvicted), whatever happens to the reply.
+//
+// One call moves at most 1000 members and about 2 MiB of payloads (see
+// docs/design.md): when more members must be evicted than that (a limit
+// lowered far below the live count), Acquire evicts as many as it may,
+// reports them in Evicted, and denies with RetryAfter 0; calling it again
+// continues.
 func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
@@ -124,7 +150,17 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
+	keys := s.ownerKeys(owner)
+	if q.evict {
+		if !c.hasPayload {
+			args = append(args, "")
+		}
+		args = append(args, q.receiptTTL.Milliseconds())
+		sk := &s.shards[s.ShardOf(owner)]
+		keys = []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner,
+			sk.receipt + strconv.Itoa(len(owner)) + ":" + owner + member}
+	}
+	return acquireCall{keys: keys, args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {
@@ -141,7 +177,7 @@ func parseDecision(v any, limit int) (Decision, error) {
 	d := Decision{Count: int(n[1]), Limit: limit}
 	switch n[0] {
 	case 0:
-		d.RetryAfter = time.Duration(n[3]) * time.Millisecond
+		d.RetryAfter = time.Duration(n[3]) * time.Millisecond // 0 after a partial eviction
 	case 1, 2:
 		d.Allowed, d.Existing = true, n[0] == 2
 		d.Deadline = msTime(n[2])
