@@ -268,8 +268,9 @@ const removeBatch = 1000
 
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
-// with expiry events they produce their event. Each batch of 1000 members is
-// removed atomically; more are removed in several steps.
+// with expiry events they produce their event. Each batch of up to 1000
+// members (fewer when their payloads pass about 2 MiB) is removed
+// atomically; more are removed in several steps.
 func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int, error) {
 	if err := validateOwner(owner); err != nil {
 		return 0, err
@@ -283,7 +284,6 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 	total := 0
 	for len(members) > 0 {
 		batch := members[:min(len(members), removeBatch)]
-		members = members[len(batch):]
 		args := make([]any, 0, 3+len(batch))
 		args = append(args, s.now(), owner, s.flags)
 		for _, m := range batch {
@@ -293,11 +293,17 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 		if err != nil {
 			return total, err
 		}
-		n, ok := asInt64(v)
-		if !ok {
+		xs, ok := v.([]any)
+		if !ok || len(xs) != 2 {
+			return total, unexpected("remove.lua", v)
+		}
+		n, ok1 := asInt64(xs[0])
+		taken, ok2 := asInt64(xs[1])
+		if !ok1 || !ok2 || taken < 1 || taken > int64(len(batch)) {
 			return total, unexpected("remove.lua", v)
 		}
 		total += int(n)
+		members = members[taken:]
 	}
 	return total, nil
 }
