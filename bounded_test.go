@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -208,4 +209,51 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 		t.Logf("%-45s longest script %8.2f ms, concurrent PING waited up to %8.2f ms",
 			r.what, float64(r.slowest.Microseconds())/1000, float64(r.pingWait.Microseconds())/1000)
 	}
+}
+
+// TestEvictionBoundedBytes checks an eviction larger than one call may
+// move (a limit of 1 over six live members with 512 KiB payloads): each
+// Acquire evicts what fits, reports it and denies with RetryAfter 0, until
+// one admits; every member is evicted once, with one event carrying its
+// payload.
+func TestEvictionBoundedBytes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads())
+		const members, size = 6, 512 << 10
+		for i := range members {
+			must[time.Time](t)(s.Add(ctx, "o", "m"+strconv.Itoa(i), time.Hour, WithPayload(make([]byte, size))))
+			clk.Advance(time.Millisecond)
+		}
+		q := must[*Quota](t)(NewQuota(s, 1, WithEvictOldest()))
+		var evicted []string
+		calls := 0
+		for {
+			calls++
+			d := must[Decision](t)(q.Acquire(ctx, "o", "new", time.Hour))
+			evicted = append(evicted, d.Evicted...)
+			if d.Allowed {
+				if d.Count != 1 || d.Existing {
+					t.Fatalf("the admitting call: %+v", d)
+				}
+				break
+			}
+			if d.RetryAfter != 0 || len(d.Evicted) == 0 || calls > members {
+				t.Fatalf("call %d: %+v", calls, d)
+			}
+		}
+		want := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
+		if calls < 2 || !reflect.DeepEqual(evicted, want) {
+			t.Fatalf("%d calls evicted %v, want %v in several calls", calls, evicted, want)
+		}
+		evs, _ := must2[[]Expiry, string](t)(s.ReadEvents(ctx, s.ShardOf("o"), "0-0", 1000, 0))
+		if len(evs) != members {
+			t.Fatalf("%d events, want %d", len(evs), members)
+		}
+		for i, e := range evs {
+			if e.Member != want[i] || e.Reason != ReasonEvicted || len(e.Payload) != size {
+				t.Fatalf("event %d: %s %s with %d bytes", i, e.Member, e.Reason, len(e.Payload))
+			}
+		}
+	})
 }
