@@ -140,6 +140,22 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 	return out, err
 }
 
+// optionsText renders Options as Go source: "WithShards(16),
+// WithExpiryEvents()".
+func (c Configuration) optionsText() string {
+	out := "WithShards(" + strconv.Itoa(c.Shards) + ")"
+	if c.Events {
+		out += ", WithExpiryEvents()"
+	}
+	if c.Payloads {
+		out += ", WithPayloads()"
+	}
+	if c.Index && !c.Events {
+		out += ", WithSweepIndex()"
+	}
+	return out
+}
+
 // Options returns the options that open a set with this configuration, for
 // tools that attach to a set they did not create (see ReadConfiguration).
 func (c Configuration) Options() []Option {

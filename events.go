@@ -157,6 +157,9 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 }
 
 func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	if !s.events {
 		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}

@@ -13,7 +13,8 @@ import (
 // recognises a retry of a member already held, and admits or denies, so no
 // number of concurrent callers can over-admit. A Quota is safe for
 // simultaneous use by multiple goroutines; several quotas with different
-// limits may share one Set.
+// limits may share one Set. The zero value is not usable: a zero or nil
+// *Quota's calls fail with ErrNotOpened; create one with NewQuota.
 type Quota struct {
 	set        *Set
 	limit      int
@@ -44,6 +45,9 @@ func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
 	}
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	if limit < 1 || limit > MaxLimit {
 		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
 	}
@@ -59,11 +63,29 @@ func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	return q, nil
 }
 
-// Limit returns the quota's default limit.
-func (q *Quota) Limit() int { return q.limit }
+// Limit returns the quota's default limit (0 for a nil Quota).
+func (q *Quota) Limit() int {
+	if q == nil {
+		return 0
+	}
+	return q.limit
+}
 
-// Set returns the set the quota guards.
-func (q *Quota) Set() *Set { return q.set }
+// Set returns the set the quota guards (nil for a nil Quota).
+func (q *Quota) Set() *Set {
+	if q == nil {
+		return nil
+	}
+	return q.set
+}
+
+// opened returns ErrNotOpened for a nil or zero Quota.
+func (q *Quota) opened() error {
+	if q == nil || q.set == nil || q.limit < 1 {
+		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrNotOpened)
+	}
+	return q.set.opened()
+}
 
 // Acquire gives member a slot among owner's live members, with the deadline
 // now+ttl, if fewer than the limit are live. A member that already holds a
@@ -122,6 +144,9 @@ type acquireCall struct {
 
 // prepare validates one Acquire and builds its script call; it sends nothing.
 func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
+	if err := q.opened(); err != nil {
+		return acquireCall{}, err
+	}
 	s := q.set
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return acquireCall{}, err
@@ -197,6 +222,9 @@ func parseDecision(v any, limit int) (Decision, error) {
 // Release gives up member's slot and reports whether it held one (an expired
 // member held none).
 func (q *Quota) Release(ctx context.Context, owner, member string) (bool, error) {
+	if err := q.opened(); err != nil {
+		return false, err
+	}
 	if err := q.set.checkOwnerMember(owner, member); err != nil {
 		return false, err
 	}
