@@ -439,6 +439,74 @@ func hostileCases() []hostileCase {
 		return "", err
 	})
 
+	// Drop next to sets whose names extend its own: their keys partly match
+	// its patterns (expset:{n:1}:* is also the pattern of n:1's meta key).
+	row("Drop", "a set whose neighbours `name:1` and `name:1:2` exist", nil, "2 keys; name:1 and name:1:2 kept", func(e *hostileEnv) (string, error) {
+		base := e.named("nb")
+		for _, n := range []string{base, base + ":1", base + ":1:2"} {
+			s, err := New(e.rdb, n)
+			if err != nil {
+				return "", err
+			}
+			if _, err := s.Add(e.ctx, "b", "m", time.Minute); err != nil { // owner "b" is in shard 1 of 16
+				return "", err
+			}
+		}
+		n, err := Drop(e.ctx, e.rdb, base)
+		if err != nil {
+			return "", err
+		}
+		out := strconv.Itoa(n) + " keys"
+		for _, other := range []string{base + ":1", base + ":1:2"} {
+			c, err := ReadConfiguration(e.ctx, e.rdb, other)
+			if err != nil {
+				return out + "; " + err.Error(), nil
+			}
+			s, err := Open(e.ctx, e.rdb, other, c.Options()...)
+			if err != nil {
+				return "", err
+			}
+			if ok, err := s.Contains(e.ctx, "b", "m"); err != nil || !ok {
+				return out + "; a member of " + other + " lost", err
+			}
+		}
+		return out + "; name:1 and name:1:2 kept", nil
+	})
+
+	// Codec.After: its count is bounded, whatever the caller passes.
+	for _, n := range []struct {
+		desc  string
+		count int64
+	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count MaxAfterCount+1", MaxAfterCount + 1}} {
+		count := n.count
+		row("Codec.After", n.desc, ErrInvalidCount, "", func(e *hostileEnv) (string, error) {
+			c, err := NewCodec(Twitter)
+			if err != nil {
+				return "", err
+			}
+			_, err = c.After(e.ctx, e.rdb, e.s.OwnerKey("codec"), -1, count)
+			return "", err
+		})
+	}
+	row("Codec.After", "count MaxAfterCount, over 2 IDs", nil, "[1 2]", func(e *hostileEnv) (string, error) {
+		c, err := NewCodec(Twitter)
+		if err != nil {
+			return "", err
+		}
+		key := e.s.OwnerKey("codec")
+		for _, id := range []int64{1, 2} {
+			sc, err := c.Score(id)
+			if err != nil {
+				return "", err
+			}
+			if err := e.rdb.ZAdd(e.ctx, key, redis.Z{Score: sc, Member: c.Member(id)}).Err(); err != nil {
+				return "", err
+			}
+		}
+		ids, err := c.After(e.ctx, e.rdb, key, -1, MaxAfterCount)
+		return fmt.Sprint(ids), err
+	})
+
 	// Zero values and nil pointers: every call that can reach Redis fails
 	// with ErrNotOpened instead of panicking; the accessors give zeros.
 	setCalls := []struct {
@@ -749,7 +817,7 @@ func sentinelName(err error) string {
 		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
 		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
 		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened,
+		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount,
 	} {
 		if e == err {
 			return name
