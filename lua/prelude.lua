@@ -135,31 +135,20 @@ local function lib()
         late_max = late
       end
     end
-    local pl = {}
-    if payloads then
-      if events then
-        pl = call('HMGET', pkey, unpack(ids, 1, n))
-      end
-      call('HDEL', pkey, unpack(ids, 1, n))
+    local ds = {}
+    for i = 1, n do
+      ds[i] = ex[2 * i]
     end
-    if events then
-      for i = 1, n do
-        if pl[i] then
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i], 'p', pl[i])
-        else
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i])
-        end
-      end
-    end
+    L.emit(pkey, stream, owner, ids, ds, n, events, payloads)
     call('ZREMRANGEBYRANK', key, 0, n - 1)
     return n, n < got or got == max, late_sum, late_max, used
   end
 
-  -- L.evict removes ids[1..n] of key (live members, earliest first, with
-  -- their deadlines ds[1..n]) and their payloads; with events it appends one
-  -- entry per member to stream, as L.drop does, with the field r set to
-  -- "evicted".
-  function L.evict(key, pkey, stream, owner, ids, ds, n, events, payloads)
+  -- L.emit deletes the payloads (from pkey, with payloads) of ids[1..n],
+  -- members leaving key with deadlines ds[1..n], and with events appends
+  -- one entry per member to stream: fields o, m, d, then r when reason is
+  -- given ("evicted"; an expiry has none), then p when it had a payload.
+  function L.emit(pkey, stream, owner, ids, ds, n, events, payloads, reason)
     local pl = {}
     if payloads then
       if events then
@@ -167,15 +156,30 @@ local function lib()
       end
       call('HDEL', pkey, unpack(ids, 1, n))
     end
-    if events then
-      for i = 1, n do
-        if pl[i] then
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', 'evicted', 'p', pl[i])
+    if not events then
+      return
+    end
+    for i = 1, n do
+      local p = pl[i]
+      if reason then
+        if p then
+          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', reason, 'p', p)
         else
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', 'evicted')
+          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', reason)
         end
+      elseif p then
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'p', p)
+      else
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i])
       end
     end
+  end
+
+  -- L.evict removes ids[1..n] of key (live members, earliest first, with
+  -- their deadlines ds[1..n]) with their payloads and, with events, one
+  -- entry each with r=evicted (see L.emit).
+  function L.evict(key, pkey, stream, owner, ids, ds, n, events, payloads)
+    L.emit(pkey, stream, owner, ids, ds, n, events, payloads, 'evicted')
     call('ZREM', key, unpack(ids, 1, n))
   end
 
@@ -189,18 +193,7 @@ local function lib()
     if not d or tonumber(d) > now then
       return
     end
-    local p = false
-    if payloads then
-      p = call('HGET', pkey, member)
-      call('HDEL', pkey, member)
-    end
-    if events then
-      if p then
-        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d, 'p', p)
-      else
-        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d)
-      end
-    end
+    L.emit(pkey, stream, owner, {member}, {d}, 1, events, payloads)
     call('ZREM', key, member)
   end
 
