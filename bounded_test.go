@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -39,9 +40,9 @@ func TestScriptsBoundedBytes(t *testing.T) {
 		shard := s.ShardOf("o")
 		must[time.Time](t)(s.Add(ctx, "o", "m0", time.Hour)) // m0 expired: it must get its event, not be revived
 		evs, _ := must2[[]Expiry, string](t)(s.ReadEvents(ctx, shard, "0-0", 1000, 0))
-		// One call moves about 2 MiB, plus at most one member, plus the
+		// One call moves about 1 MiB, plus at most one member, plus the
 		// member it rewrites.
-		if len(evs) == 0 || len(evs) > 2<<20/size+2 {
+		if len(evs) == 0 || len(evs) > 1<<20/size+2 {
 			t.Fatalf("one Add over %d expired members of %d KiB dropped %d", members, size>>10, len(evs))
 		}
 		if d := must[time.Time](t)(s.Deadline(ctx, "o", "m0")); !d.Equal(clk.Now().Add(time.Hour)) {
@@ -112,9 +113,9 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 		}
 	}
 	type result struct {
-		what              string
-		slowest, pingWait time.Duration
-		cmd               string
+		what                      string
+		calls                     int
+		median, slowest, pingWait time.Duration
 	}
 	var results []result
 	measure := func(t *testing.T, what string, op func() error) {
@@ -152,10 +153,22 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := result{what: what, pingWait: worst}
-		for _, e := range log {
-			if len(e.Args) > 0 && (e.Args[0] == "evalsha" || e.Args[0] == "eval" || e.Args[0] == "EVALSHA" || e.Args[0] == "EVAL") && e.Duration > r.slowest {
-				r.slowest, r.cmd = e.Duration, fmt.Sprint(e.Args[0])
+		if testing.Verbose() { // name the slow commands (a loaded machine stretches any of them)
+			for _, e := range log {
+				if e.Duration > 40*time.Millisecond {
+					t.Logf("  %s: %v %.100q", what, e.Duration, fmt.Sprint(e.Args[:min(len(e.Args), 4)]))
+				}
 			}
+		}
+		var ds []time.Duration
+		for _, e := range log {
+			if len(e.Args) > 0 && (e.Args[0] == "evalsha" || e.Args[0] == "eval") {
+				ds = append(ds, e.Duration)
+			}
+		}
+		slices.Sort(ds)
+		if len(ds) > 0 {
+			r.calls, r.median, r.slowest = len(ds), ds[len(ds)/2], ds[len(ds)-1]
 		}
 		results = append(results, r)
 	}
@@ -206,8 +219,9 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 		must[int](t)(Drop(ctx, rdb, s.Name()))
 	}
 	for _, r := range results {
-		t.Logf("%-45s longest script %8.2f ms, concurrent PING waited up to %8.2f ms",
-			r.what, float64(r.slowest.Microseconds())/1000, float64(r.pingWait.Microseconds())/1000)
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		t.Logf("%-40s %4d scripts: median %6.2f ms, longest %7.2f ms; concurrent PING waited up to %7.2f ms",
+			r.what, r.calls, ms(r.median), ms(r.slowest), ms(r.pingWait))
 	}
 }
 

@@ -319,7 +319,7 @@ const removeBatch = 1000
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
 // with expiry events they produce their event. Each batch of up to 1000
-// members (fewer when their payloads pass about 2 MiB) is removed
+// members (fewer when their payloads pass about 1 MiB) is removed
 // atomically; more are removed in several steps.
 func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int, error) {
 	if err := s.checkOwner(owner); err != nil {

@@ -108,7 +108,7 @@ func (q *Quota) opened() error {
 // expiry events every evicted member also gets one event (Reason
 // ReasonEvicted), whatever happens to the reply.
 //
-// One call moves at most 1000 members and about 2 MiB of payloads (see
+// One call moves at most 1000 members and about 1 MiB of payloads (see
 // docs/design.md): when more members must be evicted than that (a limit
 // lowered far below the live count), Acquire evicts as many as it may,
 // reports them in Evicted, and denies with RetryAfter 0; calling it again
