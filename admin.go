@@ -91,8 +91,9 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, err
 		if err != nil {
 			return deleted, err
 		}
+		sk := newShardKeys(name, shard)
 		for _, k := range keys {
-			if !isShardKey(k) {
+			if !sk.owns(k) {
 				continue
 			}
 			n, err := rdb.Unlink(ctx, k).Result()

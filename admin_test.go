@@ -110,3 +110,21 @@ func ownKeys(t *testing.T, b backend, name string) map[string]string {
 	}
 	return out
 }
+
+// TestShardKeysOwned checks that Drop's filter knows every key of a shard
+// (each field of shardKeys, found by reflection so that a key added later
+// is covered) and not the meta key of the set named "name:S".
+func TestShardKeysOwned(t *testing.T) {
+	sk := newShardKeys("a", 1)
+	v := reflect.ValueOf(sk)
+	for i := range v.NumField() {
+		if k := v.Field(i).String(); !sk.owns(k) || !sk.owns(k+"owner") && strings.HasSuffix(k, ":") {
+			t.Errorf("shardKeys.%s (%s) is not owned", v.Type().Field(i).Name, k)
+		}
+	}
+	for _, k := range []string{metaKey("a:1"), "expset:{a:1}:other", "expset:{a:10}:due", "expset:{a:1:2}:due"} {
+		if sk.owns(k) {
+			t.Errorf("%s is owned by shard 1 of a", k)
+		}
+	}
+}

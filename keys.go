@@ -25,6 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -45,6 +46,7 @@ type shardKeys struct {
 	events  string
 	dead    string
 	lease   string
+	trimmed string
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -57,23 +59,19 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		lease:   tag + "lease",
+		trimmed: tag + "trimmed",
 	}
 }
 
-// isShardKey reports whether key, which begins with the hash tag of one of
-// a set's shards (expset:{name:S}:), is one of that shard's keys: the
-// pattern expset:{name:S}:* also matches the meta key of the set called
-// "name:S", which is not.
-func isShardKey(key string) bool {
-	_, rest, ok := strings.Cut(key, "}:")
-	if !ok {
-		return false
-	}
-	switch rest {
-	case "due", "ev", "dead", "lease":
+// owns reports whether key is one of the shard's keys. The pattern
+// expset:{name:S}:* that finds them also matches the meta key of the set
+// called "name:S", which is not. A key added to shardKeys belongs here too.
+func (k *shardKeys) owns(key string) bool {
+	switch key {
+	case k.due, k.events, k.dead, k.lease, k.trimmed:
 		return true
 	}
-	return strings.HasPrefix(rest, "o:") || strings.HasPrefix(rest, "p:") || strings.HasPrefix(rest, "r:")
+	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt)
 }
 
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }
