@@ -161,3 +161,41 @@ func must2[A, B any](t testing.TB) func(A, B, error) (A, B) {
 		return a, b
 	}
 }
+
+// TestEvictionEventThroughDeadLetters checks that an eviction event keeps
+// its reason through Consume, the dead-letter stream and Kick.
+func TestEvictionEventThroughDeadLetters(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithExpiryEvents())
+		q := must[*Quota](t)(NewQuota(s, 1, WithEvictOldest()))
+		must[Decision](t)(q.Acquire(ctx, "acct", "s1", time.Hour))
+		clk.Advance(time.Second)
+		must[Decision](t)(q.Acquire(ctx, "acct", "s2", time.Hour)) // evicts s1
+		var seen recorder
+		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error {
+			seen.add(e)
+			return errors.New("no")
+		}, append(fastConsume, WithMaxAttempts(1))...)
+		waitFor(t, "a dead letter", func() bool {
+			d, err := s.DeadLetters(ctx, AllShards, 0)
+			return err == nil && len(d) == 1
+		})
+		stop()
+		if evs := seen.events(); len(evs) != 1 || evs[0].Member != "s1" || evs[0].Reason != ReasonEvicted {
+			t.Fatalf("delivered %+v, want s1 evicted", evs)
+		}
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		if dead[0].Event.Reason != ReasonEvicted {
+			t.Fatalf("dead letter %+v", dead[0])
+		}
+		if n := must[int](t)(s.Kick(ctx, dead...)); n != 1 {
+			t.Fatalf("kicked %d", n)
+		}
+		evs, _ := must2[[]Expiry, string](t)(s.ReadEvents(ctx, s.ShardOf("acct"), "0-0", 10, 0))
+		if len(evs) != 1 || evs[0].Member != "s1" || evs[0].Reason != ReasonEvicted {
+			t.Fatalf("kicked back as %+v", evs)
+		}
+	})
+}
