@@ -233,3 +233,31 @@ func TestServerVersionParsing(t *testing.T) {
 		t.Errorf("infoVersion(Redis 6.2.16) = %+v", v)
 	}
 }
+
+// TestReadServerVersionMatchesInfo runs on whichever server the suite runs
+// on (EXPSET_REDIS_BIN): the version HELLO gives, in both protocols, is the
+// one INFO server reports (valkey_version on Valkey, which reports
+// redis_version 7.2.4 beside it), and the server is not judged too old.
+func TestReadServerVersionMatchesInfo(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	for _, protocol := range []int{2, 3} {
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
+		t.Cleanup(func() { _ = c.Close() })
+		info, err := redistest.Info(ctx, c, "server")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "Redis " + info["redis_version"]
+		if v := info["valkey_version"]; v != "" {
+			want = "Valkey " + v
+		}
+		for _, p := range []int{protocol, -1} { // -1: INFO only
+			v, err := readServerVersion(ctx, c, p)
+			if err != nil || v.String() != want || v.tooOld() {
+				t.Fatalf("protocol %d, asked as %d: read %+v, %v; want %s, not too old", protocol, p, v, err, want)
+			}
+		}
+		t.Logf("protocol %d: %s", protocol, want)
+	}
+}
