@@ -261,3 +261,23 @@ func TestReadServerVersionMatchesInfo(t *testing.T) {
 		t.Logf("protocol %d: %s", protocol, want)
 	}
 }
+
+// TestCheckServersEachBackend: the check passes on every backend the suite
+// runs on; miniredis, which has no INFO server section, answers HELLO as
+// "miniredis" with a version of its own, judged by the Redis minimum.
+func TestCheckServersEachBackend(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		if err := checkServers(ctx, b.rdb, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		if b.mr == nil {
+			return
+		}
+		v, err := readServerVersion(ctx, b.rdb.(*redis.Client), 0)
+		if err != nil || v.product != "miniredis" || v.via != "HELLO" || v.tooOld() {
+			t.Fatalf("miniredis: read %+v, %v; want miniredis's own version from HELLO, not too old", v, err)
+		}
+		t.Logf("miniredis reports %s", v)
+	})
+}
