@@ -27,6 +27,9 @@ const (
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
+//	expset:{orders:S}:r:<n>:<owner><member>
+//	                            list    an eviction receipt (WithEvictOldest):
+//	                                    n is len(owner) in decimal
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
 //	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
@@ -41,6 +44,7 @@ const keyPrefix = "expset:"
 type shardKeys struct {
 	owner   string // prefix of owner keys: expset:{name:S}:o:
 	payload string // prefix of payload keys: expset:{name:S}:p:
+	receipt string // prefix of eviction receipts: expset:{name:S}:r:
 	due     string
 	events  string
 	dead    string
@@ -56,6 +60,7 @@ func newShardKeys(name string, shard int) shardKeys {
 	return shardKeys{
 		owner:   tag + "o:",
 		payload: tag + "p:",
+		receipt: tag + "r:",
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
@@ -65,6 +70,18 @@ func newShardKeys(name string, shard int) shardKeys {
 		leases:  tag + "wl:",
 		wake:    tag + "wake",
 	}
+}
+
+// owns reports whether key is one of the shard's keys. The pattern
+// expset:{name:S}:* that finds them also matches the meta key of the set
+// called "name:S", which is not. A key added to shardKeys belongs here too.
+func (k *shardKeys) owns(key string) bool {
+	switch key {
+	case k.due, k.events, k.dead, k.lease, k.trimmed, k.wake: // wake is a channel: no key has its name
+		return true
+	}
+	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||
+		strings.HasPrefix(key, k.line) || strings.HasPrefix(key, k.leases)
 }
 
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }
