@@ -52,10 +52,10 @@ func checkNoTrace(t *testing.T, b backend, s *Set, owner string) {
 
 // waitAsync runs AcquireWait of member for owner "tenant" in a goroutine;
 // the channel gets its error, or one saying it was not allowed.
-func waitAsync(ctx context.Context, q *Quota, member string) <-chan error {
+func waitAsync(ctx context.Context, q *Quota, member string, opts ...CallOption) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		d, err := q.AcquireWait(ctx, "tenant", member, time.Minute)
+		d, err := q.AcquireWait(ctx, "tenant", member, time.Minute, opts...)
 		if err == nil && !d.Allowed {
 			err = fmt.Errorf("%s not allowed: %+v", member, d)
 		}
@@ -365,14 +365,7 @@ func TestAcquireWaitPayload(t *testing.T) {
 		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithPayloads()))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute, WithPayload([]byte("h"))))
-		done := make(chan error, 1)
-		go func() {
-			d, err := q.AcquireWait(ctx, "tenant", "next", time.Minute, WithPayload([]byte("job-7")))
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("%+v", d)
-			}
-			done <- err
-		}()
+		done := waitAsync(ctx, q, "next", WithPayload([]byte("job-7")))
 		waitQueued(t, b.rdb, s, "tenant", 1)
 		must[bool](t)(q.Release(ctx, "tenant", "hold"))
 		if err := <-done; err != nil {
