@@ -55,6 +55,16 @@ var (
 	// reports it to WithErrorHandler and carries on with its other shards.
 	ErrLeaseLost = errors.New("expset: sweeper lease lost")
 
+	// ErrHandlerLeaseLost is the context.Cause of a Consume handler's
+	// context when its lease on the event was lost: another consumer took
+	// the event (this one lost Redis for longer than the visibility
+	// timeout), or it was acknowledged elsewhere.
+	ErrHandlerLeaseLost = errors.New("expset: handler lease on the event lost")
+
+	// ErrHandlerTimeout is the context.Cause of a Consume handler's context
+	// when the call ran for WithMaxHandlingTime.
+	ErrHandlerTimeout = errors.New("expset: handler call ran past the maximum handling time")
+
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape: a bug, or a key written by something else.
 	ErrUnexpectedReply = errors.New("expset: unexpected reply")

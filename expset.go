@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +39,7 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
 }
 
@@ -76,7 +78,10 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}}
+	if len(cfg.groups) > 0 && !cfg.events {
+		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -100,6 +105,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	}
 	if got != want {
 		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
+	}
+	if err := s.declareGroups(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

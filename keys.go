@@ -25,6 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> handler calls begun
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
@@ -40,6 +41,7 @@ type shardKeys struct {
 	due     string
 	events  string
 	dead    string
+	att     string
 	lease   string
 }
 
@@ -51,6 +53,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
+		att:     tag + "att",
 		lease:   tag + "lease",
 	}
 }

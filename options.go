@@ -22,6 +22,7 @@ type setConfig struct {
 	payloads bool
 	index    bool
 	hooks    Hooks
+	groups   []string // WithConsumerGroups
 	err      error
 }
 
