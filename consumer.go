@@ -233,7 +233,14 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 		if failed[d.shard] {
 			continue
 		}
-		if err := c.deliver(ctx, d); err != nil {
+		err := c.deliver(ctx, d)
+		if errors.Is(err, errAcksPending) {
+			// No handler call while an acknowledgement waits (its shard
+			// backs off, reported): the rest go back, uncharged.
+			c.release(ctx, todo[k+1:], failed, "")
+			break
+		}
+		if err != nil {
 			failed[d.shard] = true
 			c.fail(ctx, d.shard, err)
 		}
@@ -305,6 +312,9 @@ func (c *consumer) leaseKeys(shard int) []string {
 // acknowledgements waiting: it returns the attempt number, 0 when another
 // consumer holds the event, -1 when its every attempt is used.
 func (c *consumer) begin(ctx context.Context, d delivery) (int, error) {
+	// Not cut short by ctx: an attempt counted is an attempt handed out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
 	acks := c.ackCalls()
 	b := &scriptCall{op: "begin", sc: scriptBegin, keys: c.leaseKeys(d.shard),
 		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts}}
@@ -317,15 +327,23 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, error) {
 	if !ok {
 		return 0, unexpected("begin.lua", b.v)
 	}
-	if ackErr != nil && n > 0 {
+	if ackErr != nil {
 		// An acknowledgement failed: handle nothing new until it is
 		// through, lest the handled event's lease run out unrenewed
 		// while another handler call runs. The attempt is given back.
-		err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id)
-		return 0, errors.Join(ackErr, err)
+		if n > 0 {
+			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id); err != nil {
+				return 0, err
+			}
+		}
+		return 0, errAcksPending
 	}
 	return int(n), nil
 }
+
+// errAcksPending stops a batch: an acknowledgement failed (and was
+// reported).
+var errAcksPending = errors.New("expset: acknowledgements pending")
 
 // ackCalls returns the ack.lua calls for the acknowledgements waiting.
 func (c *consumer) ackCalls() []*scriptCall {

@@ -35,15 +35,24 @@ local function info(t, k)
   return nil
 end
 
--- after reports whether stream ID a comes after stream ID b ("ms-seq"; ms
--- has at most 13 digits and seq is small, exact in a double).
+-- split returns the two numbers of stream ID id ("ms-seq", or "ms" alone
+-- for "ms-0"; ms has at most 13 digits and seq is small: exact in a double).
+local function split(id)
+  local d = string.find(id, '-', 1, true)
+  if not d then
+    return tonumber(id), 0
+  end
+  return tonumber(string.sub(id, 1, d - 1)), tonumber(string.sub(id, d + 1))
+end
+
+-- after reports whether stream ID a comes after stream ID b.
 local function after(a, b)
-  local da, db = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
-  local am, bm = tonumber(string.sub(a, 1, da - 1)), tonumber(string.sub(b, 1, db - 1))
+  local am, as = split(a)
+  local bm, bs = split(b)
   if am ~= bm then
     return am > bm
   end
-  return tonumber(string.sub(a, da + 1)) > tonumber(string.sub(b, db + 1))
+  return as > bs
 end
 
 -- forget deletes from stream the entries of ids that no consumer group still
