@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,29 +313,36 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 	})
 }
 
-// TestConsumeFanOut: every consumer group receives every event; an event
-// leaves its stream once every group has handled it.
+// TestConsumeFanOut: every consumer group receives every event, also a
+// group whose consumers were all stopped while another group handled
+// everything; an event leaves its stream once every group has handled it.
 func TestConsumeFanOut(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloads())
 		got := map[string]*handledBy{"billing": newHandledBy(), "email": newHandledBy()}
-		var stops []func()
-		for g, h := range got {
+		start := func(g string) (stops []func()) {
 			for _, c := range []string{"c1", "c2"} {
 				stops = append(stops, consumeInBackground(t, s, g, c, func(_ context.Context, e Expiry) error {
-					return h.call(c, e, nil)
+					return got[g].call(c, e, nil)
 				}, fastConsume...))
 			}
+			return stops
 		}
-		time.Sleep(50 * time.Millisecond) // the groups exist
+		stopAll := func(stops []func()) {
+			for _, stop := range stops {
+				stop()
+			}
+		}
+		billing, email := start("billing"), start("email")
+		time.Sleep(50 * time.Millisecond) // both groups exist
+		stopAll(email)
 		expire(t, s, clk, 20)
-		waitFor(t, "20 events in each group", func() bool {
-			return got["billing"].count() == 20 && got["email"].count() == 20 && shardsIdle(s, 0)
-		})
-		for _, stop := range stops {
-			stop()
-		}
+		waitFor(t, "20 events in billing", func() bool { return got["billing"].count() == 20 })
+		email = start("email")
+		waitFor(t, "20 events in email", func() bool { return got["email"].count() == 20 && shardsIdle(s, 0) })
+		stopAll(billing)
+		stopAll(email)
 		for g, h := range got {
 			if n := len(h.events()); n != 20 {
 				t.Errorf("%s: %d handler calls for 20 events", g, n)
@@ -406,6 +415,104 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 		}
 		if n := len(email.events()) + len(late.events()); n != 0 {
 			t.Fatalf("%d handler calls of the kicked event in other groups", n)
+		}
+	})
+}
+
+// TestConsumeShardFailureIsolated: a shard whose stream key holds another
+// type (WRONGTYPE) fails on its own: Consume reports it to Hooks.OnError,
+// keeps handling the other shard's events, and takes the shard up again
+// once it heals.
+func TestConsumeShardFailureIsolated(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var hr hookRecorder
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithHooks(hr.hooks()))
+		bad := s.shards[1].events
+		must[string](t)(b.rdb.Set(ctx, bad, "not a stream", 0).Result())
+		var rec recorder
+		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error {
+			rec.add(e)
+			return nil
+		}, fastConsume...)
+		// Shard 0 works meanwhile. The sweep of shard 1 is left alone: its
+		// key is broken too.
+		for i, added := 0, 0; added < 3; i++ {
+			if o := fmt.Sprintf("a%d", i); s.ShardOf(o) == 0 {
+				must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+				added++
+			}
+		}
+		clk.Advance(time.Second)
+		_, _ = NewSweeper(s).SweepOnce(ctx)
+		waitFor(t, "shard 0's events", func() bool { return rec.len() == 3 })
+		waitFor(t, "shard 1's errors reported", func() bool {
+			for _, e := range hr.errors() {
+				if e.Shard == 1 && e.Op == "consume" && strings.Contains(e.Err.Error(), "WRONGTYPE") {
+					return true
+				}
+			}
+			return false
+		})
+		for _, e := range hr.errors() {
+			if e.Op == "consume" && e.Shard != 1 {
+				t.Errorf("error reported for shard %d: %+v", e.Shard, e)
+			}
+		}
+		// Healed: the shard's events come.
+		b.rdb.Del(ctx, bad)
+		for i, added := 0, 0; added < 3; i++ {
+			if o := fmt.Sprintf("b%d", i); s.ShardOf(o) == 1 {
+				must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+				added++
+			}
+		}
+		clk.Advance(time.Second)
+		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		waitFor(t, "shard 1's events after it healed", func() bool { return rec.len() == 6 && shardsIdle(s, 0) })
+		stop()
+	})
+}
+
+// TestConsumeLeavesNothingBehind: 30 short-lived workers, each shut down
+// gracefully mid-batch, and one that crashed in its handler: the consumers
+// that stop with nothing pending leave their group at once, and the others
+// are removed by a later worker once it has claimed their events. Nothing is
+// left behind, and every event was handled.
+func TestConsumeLeavesNothingBehind(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		expire(t, s, clk, 100)
+		h := newHandledBy()
+		crashInHandler(t, b.client(t), s, "g", "crashed", fastConsume...)
+		for w := 0; w < 30; w++ {
+			name := fmt.Sprintf("w%d", w)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			n := 0
+			err := s.Consume(ctx, "g", name, func(_ context.Context, e Expiry) error {
+				if n++; n == 2 {
+					cancel() // mid-batch
+				}
+				return h.call(name, e, nil)
+			}, fastConsume...)
+			timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+			cancel()
+			if err != nil || timedOut {
+				t.Fatalf("%s: %v (timed out: %v)", name, err, timedOut)
+			}
+		}
+		stop := consumeInBackground(t, s, "g", "last", func(_ context.Context, e Expiry) error {
+			return h.call("last", e, nil)
+		}, fastConsume...)
+		waitFor(t, "every event handled and only the last worker left", func() bool {
+			cs := consumers(t, b.rdb, s, "g")
+			return h.count() == 100 && shardsIdle(s, 0) && len(cs) <= 2 && !slices.ContainsFunc(cs, func(c string) bool { return !strings.HasSuffix(c, "/last") })
+		})
+		stop()
+		if cs := consumers(t, b.rdb, s, "g"); len(cs) != 0 {
+			t.Fatalf("consumers left: %v", cs)
 		}
 	})
 }

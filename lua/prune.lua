@@ -10,14 +10,17 @@
 --
 -- XGROUP DELCONSUMER drops a consumer's pending entries for good, so only
 -- consumers with nothing pending are removed, checked in the same step. A
--- live consumer removed while idle comes back at its next read.
+-- live consumer removed while idle comes back at its next read, so an idle
+-- time the server does not know (-1, on some emulators) counts as long
+-- enough.
 -- Reply: how many consumers were removed (integer).
 local stream, group = KEYS[1], ARGV[1]
 local idle = tonumber(ARGV[2])
 local n = 0
 for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
   local name = info(c, 'name')
-  if tonumber(info(c, 'pending')) == 0 and (name == ARGV[3] or (idle and tonumber(info(c, 'idle')) >= idle)) then
+  local i = tonumber(info(c, 'idle'))
+  if tonumber(info(c, 'pending')) == 0 and (name == ARGV[3] or (idle and (i >= idle or i < 0))) then
     call('XGROUP', 'DELCONSUMER', stream, group, name)
     n = n + 1
   end
