@@ -41,6 +41,7 @@ type Set struct {
 	hooks    Hooks
 	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
+	retain   retention // event stream bounds (WithEventRetention)
 }
 
 // Member is a live member and its deadline.
@@ -81,7 +82,14 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if len(cfg.groups) > 0 && !cfg.events {
 		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}}
+	if cfg.retain.set && !cfg.events {
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
+	}
+	if !cfg.retain.set {
+		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)

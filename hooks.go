@@ -19,7 +19,8 @@ type Hooks struct {
 	OnCall func(CallInfo)
 	// OnAcquire follows every Acquire that Redis answered.
 	OnAcquire func(AcquireInfo)
-	// OnSweep follows every batch a Sweeper sweeps.
+	// OnSweep follows every batch a Sweeper sweeps, and every other sweep
+	// call whose event retention trimmed the stream (Batch false).
 	OnSweep func(SweepInfo)
 	// OnEvent follows every handler call of Set.Consume, and every burial
 	// of an event whose last handler call never finished, or that could not
@@ -55,9 +56,11 @@ type AcquireInfo struct {
 type SweepInfo struct {
 	Set      string
 	Shard    int
+	Batch    bool          // the call was given due owners (false: it only trimmed)
 	Owners   int           // owners visited
 	Expired  int           // members removed
 	Lateness time.Duration // the largest now - deadline among the members removed (0 when none)
+	Trimmed  int           // events retention removed unconsumed from the stream (WithEventRetention)
 }
 
 // EventInfo describes one handler call of an expiry event, or one burial

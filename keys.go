@@ -26,6 +26,7 @@ const (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> handler calls begun
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
@@ -43,6 +44,7 @@ type shardKeys struct {
 	dead    string
 	att     string
 	lease   string
+	trimmed string
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -55,6 +57,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		dead:    tag + "dead",
 		att:     tag + "att",
 		lease:   tag + "lease",
+		trimmed: tag + "trimmed",
 	}
 }
 

@@ -19,6 +19,11 @@ const (
 	DefaultConcurrency     = 4                // WithConcurrency
 )
 
+// indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
+// long a due index entry may stay overdue before writes remove it, and how
+// long the index key outlives the latest deadline filed in it.
+const indexGrace = time.Hour
+
 // maxBatch bounds both batch options: a script's keys and unpack calls stay
 // far inside what Redis and miniredis accept.
 const maxBatch = 1000
@@ -131,8 +136,8 @@ func WithErrorHandler(f func(error)) SweeperOption {
 	return func(c *sweeperConfig) { c.onError = f }
 }
 
-// WithSweepHandler makes Run report each shard sweep that removed members or
-// corrected the index to f, for metrics and logs. Default: none. f is called
+// WithSweepHandler makes Run report each shard sweep that removed members,
+// corrected the index or trimmed events (WithEventRetention) to f, for metrics and logs. Default: none. f is called
 // from Run's goroutine and should return quickly.
 func WithSweepHandler(f func(SweepStats)) SweeperOption {
 	return func(c *sweeperConfig) { c.onSweep = f }
@@ -172,6 +177,7 @@ type SweepStats struct {
 	Owners       int           // owner visits that removed at least one expired member
 	Expired      int           // expired members removed (with events on, events written)
 	Stale        int           // index entries corrected without removing anything: early, or of a gone owner
+	Trimmed      int           // events the retention removed unconsumed (WithEventRetention)
 	Batches      int           // sweep scripts that were given owners
 	Shards       int           // shards swept (their lease taken and nothing left due)
 	Skipped      int           // shards left alone: another sweeper holds the lease, or it was lost
@@ -185,6 +191,7 @@ func (s *SweepStats) add(o SweepStats) {
 	s.Owners += o.Owners
 	s.Expired += o.Expired
 	s.Stale += o.Stale
+	s.Trimmed += o.Trimmed
 	s.Batches += o.Batches
 	s.Shards += o.Shards
 	s.Skipped += o.Skipped
@@ -204,10 +211,10 @@ type sweepReply struct {
 
 func parseSweep(v any) (sweepReply, error) {
 	xs, ok := v.([]any)
-	if !ok || len(xs) < 7 {
+	if !ok || len(xs) < 8 {
 		return sweepReply{}, unexpected("sweep.lua", v)
 	}
-	var n [7]int64
+	var n [8]int64
 	for i := range n {
 		if n[i], ok = asInt64(xs[i]); !ok {
 			return sweepReply{}, unexpected("sweep.lua", v)
@@ -220,8 +227,9 @@ func parseSweep(v any) (sweepReply, error) {
 		MaxLateness: time.Duration(n[3]) * time.Millisecond,
 		Owners:      int(n[4]),
 		Stale:       int(n[5]),
+		Trimmed:     int(n[7]),
 	}
-	for _, e := range xs[7:] {
+	for _, e := range xs[8:] {
 		o, ok := asString(e)
 		if !ok {
 			return sweepReply{}, unexpected("sweep.lua", v)
@@ -234,10 +242,11 @@ func parseSweep(v any) (sweepReply, error) {
 // sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
 // due).
 func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
-	keys := make([]string, 2, 2+2*len(owners))
-	keys[0], keys[1] = sk.due, sk.events
-	args := make([]any, 4, 4+len(owners))
-	args[0], args[1], args[2], args[3] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners
+	keys := make([]string, 3, 3+2*len(owners))
+	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
+	ret := w.set.retain
+	args := make([]any, 6, 6+len(owners))
+	args[0], args[1], args[2], args[3], args[4], args[5] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen
 	for _, o := range owners {
 		keys = append(keys, sk.owner+o)
 		args = append(args, o)
@@ -250,12 +259,15 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		return sweepReply{}, err
 	}
 	r, err := parseSweep(v)
-	if err == nil && len(owners) > 0 {
+	if err != nil {
+		return r, err
+	}
+	if len(owners) > 0 {
 		r.stats.Batches = 1
-		if h := w.set.hooks.OnSweep; h != nil {
-			h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Owners: r.stats.Owners,
-				Expired: r.stats.Expired, Lateness: r.stats.MaxLateness})
-		}
+	}
+	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
+		h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Batch: len(owners) > 0, Owners: r.stats.Owners,
+			Expired: r.stats.Expired, Lateness: r.stats.MaxLateness, Trimmed: r.stats.Trimmed})
 	}
 	return r, err
 }
@@ -517,7 +529,7 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		w.keepAll(ctx, shards, i)
 		return w.keep(ctx, sh.lease)
 	})
-	if (st.Expired > 0 || st.Stale > 0) && w.cfg.onSweep != nil {
+	if (st.Expired > 0 || st.Stale > 0 || st.Trimmed > 0) && w.cfg.onSweep != nil {
 		w.cfg.onSweep(st)
 	}
 	switch {
