@@ -298,7 +298,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	default:
 		// Delivered again once the visibility timeout has passed from now.
 		c.event(d.shard, attempt, herr, false)
-		_, err := c.set.run(wctx, "lease", scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
+		_, err := c.set.run(wctx, "renew", scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
 		return err
 	}
 }

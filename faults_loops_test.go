@@ -209,7 +209,7 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 	r.checkExactlyOnce(t, seen)
 	var consumeErrs []ErrorInfo
 	for _, e := range r.reported() {
-		if e.Op == "consume" || e.Op == "lease" {
+		if e.Op == "consume" {
 			consumeErrs = append(consumeErrs, e)
 		}
 	}
