@@ -139,14 +139,14 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 }
 
 // TestConsumeHungHandlerKeepsLease: two consumers of a group, one with a
-// handler call that runs for five visibility timeouts and then returns nil.
+// handler call that runs for four visibility timeouts and then returns nil.
 // Its lease holds: the other consumer never gets that event, handles the
 // events queued behind it at attempt 1, and no event is both handled and
 // dead-lettered, or dead-lettered at all.
 func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		const vis = 80 * time.Millisecond
+		const vis = 250 * time.Millisecond
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
 		expire(t, s, clk, 10)
 		opts := []ConsumeOption{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
@@ -156,7 +156,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 		stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
 			if first.CompareAndSwap(false, true) {
 				hung <- eventKey(e)
-				time.Sleep(5 * vis) // ignores its context
+				time.Sleep(4 * vis) // ignores its context
 			}
 			return h.call("a", e, nil)
 		}, opts...)
@@ -407,13 +407,23 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 		if n := must[int](t)(s.Kick(ctx, dead...)); n != 1 {
 			t.Fatalf("kicked %d", n)
 		}
-		email = run("email", "", func(*handledBy) bool { return true })
-		late = run("late", "", func(*handledBy) bool { return true })
-		billing = run("billing", "", func(h *handledBy) bool { return h.count() == 1 && events() == 0 })
-		if e := billing.events(); len(e) != 1 || e[0].Owner != "o3" || e[0].Attempt != 1 {
+		after := map[string]*handledBy{}
+		var stops []func()
+		for _, g := range []string{"billing", "email", "late"} {
+			h := newHandledBy()
+			after[g] = h
+			stops = append(stops, consumeInBackground(t, s, g, "c", func(_ context.Context, e Expiry) error {
+				return h.call("c", e, nil)
+			}, fastConsume...))
+		}
+		waitFor(t, "the kicked event handled and gone", func() bool { return after["billing"].count() == 1 && events() == 0 })
+		for _, stop := range stops {
+			stop()
+		}
+		if e := after["billing"].events(); len(e) != 1 || e[0].Owner != "o3" || e[0].Attempt != 1 {
 			t.Fatalf("billing after the kick: %+v", e)
 		}
-		if n := len(email.events()) + len(late.events()); n != 0 {
+		if n := len(after["email"].events()) + len(after["late"].events()); n != 0 {
 			t.Fatalf("%d handler calls of the kicked event in other groups", n)
 		}
 	})

@@ -285,6 +285,7 @@ func TestConsumeInvalid(t *testing.T) {
 			{"g", "c", ok, []ConsumeOption{WithVisibilityTimeout(0)}, ErrInvalidOption},
 			{"g", "c", ok, []ConsumeOption{WithReadBatch(1001)}, ErrInvalidOption},
 			{"g", "c", ok, []ConsumeOption{WithPollInterval(time.Hour)}, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithMaxHandlingTime(0)}, ErrInvalidOption},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
@@ -293,6 +294,15 @@ func TestConsumeInvalid(t *testing.T) {
 		plain, _ := newTestSet(t, b)
 		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
 			t.Errorf("Consume without events: %v", err)
+		}
+		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
+			t.Errorf("WithConsumerGroups with an empty name: %v", err)
+		}
+		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
+			t.Errorf("WithConsumerGroups with a long name: %v", err)
+		}
+		if _, err := New(b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithConsumerGroups without events: %v", err)
 		}
 		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {
 			t.Errorf("rejected calls wrote keys: %v", setKeys(t, b.rdb, s.Name()))

@@ -18,8 +18,8 @@ import (
 func WithConsumerGroups(groups ...string) Option {
 	return func(c *setConfig) {
 		for _, g := range groups {
-			if err := validateConsumerName(g); err != nil {
-				c.fail(fmt.Errorf("WithConsumerGroups: %w", err))
+			if g == "" || len(g) > MaxConsumerLen {
+				c.fail(fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, MaxConsumerLen))
 				return
 			}
 		}
