@@ -83,13 +83,13 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// to another consumer, each at attempt 1.
 			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
 			expire(t, s, clk, 10)
-			opts := []ConsumeOption{WithVisibilityTimeout(100 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			opts := []ConsumeOption{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h := newHandledBy()
 			stuck := make(chan struct{})
 			var once sync.Once
 			stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
-				once.Do(func() { close(stuck); time.Sleep(500 * time.Millisecond) })
+				once.Do(func() { close(stuck); time.Sleep(time.Second) }) // past 3 visibility timeouts
 				return h.call("a", e, nil)
 			}, opts...)
 			<-stuck

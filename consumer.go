@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -451,24 +452,36 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 // idle at least idleMs (< 0: none by idle time), and leaving if it holds
 // nothing there.
 func (c *consumer) prune(ctx context.Context, i int, idleMs int64, leaving string) error {
-	idle := ""
-	if idleMs >= 0 {
-		idle = fmt.Sprint(idleMs)
-	}
-	_, err := c.set.run(ctx, "prune", scriptPrune, []string{c.set.shards[i].events}, c.group, idle, leaving)
+	p := c.pruneCall(i, idleMs, leaving)
+	_, err := c.set.run(ctx, p.op, p.sc, p.keys, p.args...)
 	return err
 }
 
+func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
+	idle := ""
+	if idleMs >= 0 {
+		idle = strconv.FormatInt(idleMs, 10)
+	}
+	return &scriptCall{op: "prune", sc: scriptPrune, keys: []string{c.set.shards[i].events}, args: []any{c.group, idle, leaving}}
+}
+
 // stop settles what a stopping Consume leaves: acknowledgements waiting,
-// and its own entry in each shard's group when it holds nothing there.
+// and its own entry in each shard's group when it holds nothing there (one
+// pipeline for every shard).
 func (c *consumer) stop(ctx context.Context) {
 	c.flushAcks(ctx)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
+	var calls []*scriptCall
 	for i := range c.shards {
 		if c.shards[i].grouped {
-			_ = c.prune(wctx, i, -1, c.name) // best effort: a periodic prune of another consumer finishes it
+			calls = append(calls, c.pruneCall(i, -1, c.name))
 		}
+	}
+	if len(calls) > 0 {
+		// Best effort: ctx has ended, so there is no one to report to; a
+		// periodic prune of another consumer finishes what fails here.
+		c.set.runPipelined(wctx, calls)
 	}
 }
 
