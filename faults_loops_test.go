@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,6 +28,10 @@ type restartRun struct {
 	errs   []ErrorInfo     // every error a loop reported (Hooks.OnError)
 	acked  map[string]bool // owner/member of every Add that returned nil
 	unsure map[string]bool // owner/member of every Add that failed: it may have landed
+
+	// beforeKill and beforeStop, when set, run in load just before the
+	// SIGKILL and just before the loops are stopped.
+	beforeKill, beforeStop func()
 }
 
 // newRestartRun starts a redis-server with AOF and opens a set of 4 shards
@@ -38,7 +43,10 @@ func newRestartRun(t *testing.T) *restartRun {
 	}
 	r := &restartRun{acked: map[string]bool{}, unsure: map[string]bool{}}
 	r.srv = redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
-	r.rdb = r.srv.Client(t)
+	// No go-redis retries: each call fails at once while the server is
+	// down, so the loops meet the outage many times over (with retries a
+	// call can spend most of it dialling).
+	r.rdb = r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	r.set = must[*Set](t)(New(r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
 		WithHooks(Hooks{OnError: func(e ErrorInfo) {
 			r.mu.Lock()
@@ -91,6 +99,9 @@ func (r *restartRun) load(t *testing.T, loops ...func(context.Context) error) {
 		}
 	}()
 	time.Sleep(500 * time.Millisecond)
+	if r.beforeKill != nil {
+		r.beforeKill()
+	}
 	r.srv.Kill()
 	time.Sleep(2 * time.Second)
 	if err := r.srv.Restart(); err != nil {
@@ -112,9 +123,21 @@ func (r *restartRun) load(t *testing.T, loops ...func(context.Context) error) {
 		}
 		return nil
 	})
+	if r.beforeStop != nil {
+		r.beforeStop()
+	}
 	for _, stop := range stops {
 		stop()
 	}
+}
+
+// leases returns the value of every shard's lease key ("" when none).
+func (r *restartRun) leases() []string {
+	out := make([]string, len(r.set.shards))
+	for i, sk := range r.set.shards {
+		out[i] = r.rdb.Get(context.Background(), sk.lease).Val()
+	}
+	return out
 }
 
 // streamEvents counts the events in the set's streams by owner/member.
@@ -157,11 +180,25 @@ func (r *restartRun) checkExactlyOnce(t *testing.T, seen map[string]int) {
 // TestSweeperRunSurvivesRestart: Sweeper.Run keeps going across a SIGKILL
 // and restart of redis-server (AOF, appendfsync always): it does not return,
 // the errors of the outage reach Hooks.OnError, and every acknowledged
-// member gets its expiry event exactly once (none lost, none doubled).
+// member gets its expiry event exactly once (none lost, none doubled). The
+// leases (6s, longer than the outage, refreshed every 2s, so refreshes fail
+// during it) are taken back with their own tokens when Redis answers again,
+// not left to lapse and taken anew.
 func TestSweeperRunSurvivesRestart(t *testing.T) {
 	noLeaks(t)
 	r := newRestartRun(t)
-	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
+	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
+	var held []string
+	r.beforeKill = func() {
+		waitFor(t, "every lease held", func() bool { return !slices.Contains(r.leases(), "") })
+		held = r.leases()
+	}
+	r.beforeStop = func() {
+		waitFor(t, "every lease taken back", func() bool { return !slices.Contains(r.leases(), "") })
+		if got := r.leases(); !slices.Equal(got, held) {
+			t.Errorf("leases after the restart %q, want the same tokens as before %q", got, held)
+		}
+	}
 	r.load(t, w.Run)
 	r.checkExactlyOnce(t, r.streamEvents(t))
 	errs := r.reported()

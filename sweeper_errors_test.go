@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // syncBuffer is a bytes.Buffer safe for simultaneous use: a slog handler's
@@ -199,4 +203,56 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 			t.Fatalf("logged with an error handler set: %s", out)
 		}
 	})
+}
+
+// TestRunRetakesItsLeasesAfterAnOutage: while every command fails (LOADING,
+// on miniredis, whose key TTLs stand still, so the leases never lapse) the
+// lease refreshes fail and are reported as op "lease"; when Redis answers
+// again Run takes each lease back with its own token, at once, and sweeps.
+// Without the token it would wait for leases that never lapse here.
+func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var mu sync.Mutex
+	var got []ErrorInfo
+	s, clk := newTestSet(t, backend{name: "miniredis", rdb: rdb, mr: mr}, WithShards(2), WithExpiryEvents(),
+		WithHooks(Hooks{OnError: func(e ErrorInfo) {
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		}}))
+	ctx := context.Background()
+	leases := func() []string {
+		return []string{rdb.Get(ctx, s.shards[0].lease).Val(), rdb.Get(ctx, s.shards[1].lease).Val()}
+	}
+	stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
+	waitFor(t, "both leases", func() bool { l := leases(); return l[0] != "" && l[1] != "" })
+	held := leases()
+
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	waitFor(t, "both refreshes failed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		failed := map[int]bool{}
+		for _, e := range got {
+			if e.Op == "lease" && errors.Is(e.Err, errRefresh) && strings.Contains(e.Err.Error(), "LOADING") {
+				failed[e.Shard] = true
+			}
+		}
+		return failed[0] && failed[1]
+	})
+	mr.SetError("")
+	for _, o := range oneOwnerPerShard(s) {
+		must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+	}
+	clk.Advance(2 * time.Second)
+	waitFor(t, "both shards swept after the outage", func() bool {
+		return rdb.XLen(ctx, s.shards[0].events).Val() == 1 && rdb.XLen(ctx, s.shards[1].events).Val() == 1
+	})
+	if l := leases(); !slices.Equal(l, held) {
+		t.Fatalf("leases %q after the outage, want the same tokens %q", l, held)
+	}
+	stop()
 }

@@ -13,7 +13,7 @@
 --
 -- Only an entry still pending, held by this consumer (so no other handler
 -- call of it can be under way) and with every attempt used is buried: else
--- nothing changes. The dead letter keeps the event's fields (o, m, d, p) and
+-- nothing changes. The dead letter keeps the event's fields (o, m, d, p, r) and
 -- adds id, g, c, a and err (see bury in groups.lua).
 -- Reply: 1 when buried, 0 when not.
 local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]

@@ -86,14 +86,14 @@ local function forget(stream, ids, done)
 end
 
 -- bury moves entry id, pending in group, to the dead-letter stream dead:
--- the event's fields (fields, a flat list; o, m, d, p) plus id (its ID in
+-- the event's fields (fields, a flat list; o, m, d, p, r) plus id (its ID in
 -- stream), g (group), c (consumer), a (attempts) and err (reason); then
 -- acknowledges it in group, clears its attempts and forgets it.
 local function bury(stream, dead, att, group, consumer, id, fields, attempts, reason)
   local args = {}
   for i = 1, #fields, 2 do
     local k = fields[i]
-    if k == 'o' or k == 'm' or k == 'd' or k == 'p' then
+    if k == 'o' or k == 'm' or k == 'd' or k == 'p' or k == 'r' then
       args[#args + 1] = k
       args[#args + 1] = fields[i + 1]
     end
