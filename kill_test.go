@@ -696,7 +696,7 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 			if oks > 0 {
 				handled[group]++
 			}
-			if fails == 0 && !slices.ContainsFunc(cs, func(c string) bool { return strings.HasPrefix(c, "cut@") }) && !slices.Equal(cs, []string{"ok@1"}) && !slices.Contains(cs, "ok@1") {
+			if fails == 0 && !slices.ContainsFunc(cs, func(c string) bool { return strings.HasPrefix(c, "cut@") }) && !slices.Contains(cs, "ok@1") {
 				t.Errorf("%s: calls %v; want ok at attempt 1 (the graceful shutdown charged nothing)", k, cs)
 			}
 			if dead[k] && (oks > 0 || fails != 2) {

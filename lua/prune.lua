@@ -15,6 +15,9 @@
 -- enough.
 -- Reply: how many consumers were removed (integer).
 local stream, group = KEYS[1], ARGV[1]
+if call('EXISTS', stream) == 0 then
+  return 0 -- deleted: no group, no consumers (XINFO would fail)
+end
 local idle = tonumber(ARGV[2])
 local n = 0
 for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
