@@ -833,7 +833,7 @@ func sentinelName(err error) string {
 		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
 		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
 		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount,
+		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount, "ErrInvalidConsumer": ErrInvalidConsumer,
 	} {
 		if e == err {
 			return name
