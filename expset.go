@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -40,6 +41,7 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
 	retain   retention // event stream bounds (WithEventRetention)
 	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
@@ -87,13 +89,17 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
+	if len(cfg.groups) > 0 && !cfg.events {
+		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
+	}
 	if cfg.retain.set && !cfg.events {
 		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
 	}
 	if !cfg.retain.set {
 		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}, retain: cfg.retain}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -120,6 +126,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	}
 	if got != want {
 		return nil, mismatch(name, key, got, want)
+	}
+	if err := s.declareGroups(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

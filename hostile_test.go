@@ -674,6 +674,22 @@ func hostileCases() []hostileCase {
 				return "", err
 			}})
 	}
+	groupOpts := []struct {
+		desc string
+		opts []Option
+		want error
+	}{
+		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidConsumer},
+		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", MaxConsumerLen+1))}, ErrInvalidConsumer},
+		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidOption},
+	}
+	for _, g := range groupOpts {
+		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
+			run: func(e *hostileEnv) (string, error) {
+				_, err := New(e.rdb, e.named("groups-bad"), g.opts...)
+				return "", err
+			}})
+	}
 	row("New", "WithShards(MaxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := New(e.rdb, e.named("shards-max"), WithShards(MaxShards))
 		if err != nil {
@@ -868,7 +884,7 @@ func sentinelName(err error) string {
 		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
 		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
 		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount,
+		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount, "ErrInvalidConsumer": ErrInvalidConsumer,
 	} {
 		if e == err {
 			return name

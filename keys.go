@@ -25,6 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> handler calls begun
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>
@@ -48,6 +49,7 @@ type shardKeys struct {
 	due     string
 	events  string
 	dead    string
+	att     string
 	lease   string
 	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
@@ -64,6 +66,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
+		att:     tag + "att",
 		lease:   tag + "lease",
 		trimmed: tag + "trimmed",
 		line:    tag + "w:",
@@ -77,7 +80,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.lease, k.trimmed, k.wake: // wake is a channel: no key has its name
+	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake: // wake is a channel: no key has its name
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||
