@@ -64,7 +64,7 @@ func parseConfiguration(key, v string) (Configuration, error) {
 			return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
 		}
 	}
-	if c.Shards < 1 || c.Shards > MaxShards {
+	if c.Shards < 1 || c.Shards > maxShards {
 		return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
 	}
 	return c, nil
@@ -149,7 +149,7 @@ func (c Configuration) optionsText() string {
 		out += ", WithExpiryEvents()"
 	}
 	if c.Payloads {
-		out += ", WithPayloads()"
+		out += ", WithPayloadStorage()"
 	}
 	if c.Index && !c.Events {
 		out += ", WithSweepIndex()"
@@ -165,7 +165,7 @@ func (c Configuration) Options() []Option {
 		opts = append(opts, WithExpiryEvents())
 	}
 	if c.Payloads {
-		opts = append(opts, WithPayloads())
+		opts = append(opts, WithPayloadStorage())
 	}
 	if c.Index && !c.Events {
 		opts = append(opts, WithSweepIndex())

@@ -13,7 +13,7 @@ import (
 func TestReadConfigurationAndDrop(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, _ := newTestSet(t, b, WithShards(4), WithPayloads())
+		s, _ := newTestSet(t, b, WithShards(4), WithPayloadStorage())
 		other, _ := newTestSet(t, b)
 		cfg := must[Configuration](t)(ReadConfiguration(ctx, b.rdb, s.Name()))
 		if cfg != (Configuration{Shards: 4, Payloads: true}) {
@@ -56,7 +56,7 @@ func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
 		base := uniqueName(t, b.rdb) // its cleanup covers base:1 and base:1:2 too
 		names := []string{base, base + ":1", base + ":1:2"}
 		for _, n := range names {
-			s := must[*Set](t)(New(b.rdb, n, WithExpiryEvents(), WithPayloads()))
+			s := must[*Set](t)(New(b.rdb, n, WithExpiryEvents(), WithPayloadStorage()))
 			for _, o := range []string{"a", "b", "c", "d", "e", "f"} {
 				must[time.Time](t)(s.Add(ctx, o, "m", time.Hour, WithPayload([]byte("p"))))
 			}

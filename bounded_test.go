@@ -24,7 +24,7 @@ import (
 func TestScriptsBoundedBytes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
 		const members, size = 12, 512 << 10 // 6 MiB: three calls' worth
 		payload := func(i int) []byte {
 			p := make([]byte, size)
@@ -75,7 +75,7 @@ func TestScriptsBoundedBytes(t *testing.T) {
 
 // TestScriptLatencyAtMaxima measures, on a redis-server of its own, how long
 // each script holds the server when the data is at the documented maxima:
-// owners with 150 expired (or live) members of MaxPayloadLen-byte payloads,
+// owners with 150 expired (or live) members of maxPayloadLen-byte payloads,
 // each call of Add, Acquire, Remove and the sweeper meeting more work than
 // one call may do. It prints the longest SLOWLOG entry of each call and the
 // worst latency a concurrent PING saw; docs/design.md quotes the figures.
@@ -89,7 +89,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 	rdb := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = 30 * time.Second })
 	ctx := context.Background()
 	const per = 150
-	big := make([]byte, MaxPayloadLen)
+	big := make([]byte, maxPayloadLen)
 
 	// seed gives owner per members with 1 MiB payloads and deadline
 	// now+ttl, in one pipeline of plain writes (a seed, not a measurement).
@@ -174,7 +174,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 	}
 
 	for _, events := range []bool{true, false} {
-		opts := []Option{WithPayloads()}
+		opts := []Option{WithPayloadStorage()}
 		if events {
 			opts = append(opts, WithExpiryEvents())
 		}
@@ -233,7 +233,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 func TestEvictionBoundedBytes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
 		const members, size = 6, 512 << 10
 		for i := range members {
 			must[time.Time](t)(s.Add(ctx, "o", "m"+strconv.Itoa(i), time.Hour, WithPayload(make([]byte, size))))

@@ -69,7 +69,7 @@ func (h *handledBy) events() []Expiry {
 func deadKeys(t *testing.T, s *Set) map[string]DeadLetter {
 	t.Helper()
 	out := map[string]DeadLetter{}
-	for _, d := range must[[]DeadLetter](t)(s.DeadLetters(context.Background(), AllShards, 0)) {
+	for _, d := range must[[]DeadLetter](t)(s.DeadLetters(context.Background(), allShards, 0)) {
 		out[eventKey(d.Event)] = d
 	}
 	return out
@@ -83,10 +83,10 @@ func deadKeys(t *testing.T, s *Set) map[string]DeadLetter {
 func TestConsumeUnhandledNeverBuried(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		for _, maxAttempts := range []int{1, DefaultMaxAttempts} {
+		for _, maxAttempts := range []int{1, defaultMaxAttempts} {
 			// One stuck handler call with 10 events read: the 9 behind it go
 			// to another consumer, each at attempt 1.
-			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
 			opts := []ConsumeOption{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
@@ -116,7 +116,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// A graceful shutdown after the first event, then a restart: the
 			// 9 read and not handed out come back at once (the visibility
 			// timeout is a minute), at attempt 1.
-			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
 			opts = []ConsumeOption{WithVisibilityTimeout(time.Minute), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
@@ -152,7 +152,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 250 * time.Millisecond
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 10)
 		opts := []ConsumeOption{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()
@@ -197,7 +197,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 func TestConsumeHandlerContext(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		ctx := context.Background()
 		sk := s.shards[0]
 
@@ -254,7 +254,7 @@ func TestConsumeEveryBurialReachesOnEvent(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hr hookRecorder
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads(), WithHooks(hr.hooks()))
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithHooks(hr.hooks()))
 		expire(t, s, clk, 10)
 		opts := append(fastConsume, WithMaxAttempts(1))
 		crashInHandler(t, b.client(t), s, "g", "doomed", opts...)
@@ -288,7 +288,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		var hr hookRecorder
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads(), WithHooks(hr.hooks()))
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithHooks(hr.hooks()))
 		var rec recorder
 		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error {
 			rec.add(e)
@@ -306,7 +306,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 		// Drop, and the set opened again under the same name.
 		must[int](t)(Drop(ctx, b.rdb, s.Name()))
 		time.Sleep(100 * time.Millisecond)
-		s2 := must[*Set](t)(New(b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithPayloads(), WithClock(clk.Now)))
+		s2 := must[*Set](t)(New(b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithClock(clk.Now)))
 		expire(t, s2, clk, 4)
 		waitFor(t, "4 more events after Drop", func() bool { return rec.len() == 12 })
 		stop()
@@ -324,7 +324,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 func TestConsumeFanOut(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
 		got := map[string]*handledBy{"billing": newHandledBy(), "email": newHandledBy()}
 		start := func(g string) (stops []func()) {
 			for _, c := range []string{"c1", "c2"} {
@@ -365,7 +365,7 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads(), WithConsumerGroups("billing", "email"))
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("billing", "email"))
 		expire(t, s, clk, 10)
 		events := func() (n int64) {
 			for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
@@ -405,7 +405,7 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 		}
 
 		// Kicked back, billing's dead letter reaches billing only.
-		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0))
 		if len(dead) != 1 || dead[0].Group != "billing" || dead[0].Event.Owner != "o3" {
 			t.Fatalf("dead letters %+v", dead)
 		}
@@ -498,7 +498,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 func TestConsumeLeavesNothingBehind(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 100)
 		h := newHandledBy()
 		crashInHandler(t, b.client(t), s, "g", "crashed", fastConsume...)

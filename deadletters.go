@@ -24,7 +24,7 @@ type DeadLetter struct {
 }
 
 // DeadLetters returns up to count dead letters (count <= 0: all) of one
-// shard, or of every shard with AllShards, oldest first within a shard and
+// shard, or of every shard with shard -1, oldest first within a shard and
 // in shard order.
 func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, error) {
 	if err := s.opened(); err != nil {
@@ -63,10 +63,10 @@ func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, 
 
 func (s *Set) shardRange(shard int) (lo, hi int, err error) {
 	switch {
-	case shard == AllShards:
+	case shard == allShards:
 		return 0, len(s.shards), nil
 	case shard < 0 || shard >= len(s.shards):
-		return 0, 0, fmt.Errorf("%w: shard %d (want 0 to %d, or AllShards)", ErrInvalidOption, shard, len(s.shards)-1)
+		return 0, 0, fmt.Errorf("%w: shard %d (want 0 to %d, or -1 for all)", ErrInvalidOption, shard, len(s.shards)-1)
 	}
 	return shard, shard + 1, nil
 }
@@ -133,7 +133,7 @@ func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(c
 	byShard := map[int][]any{}
 	var order []int
 	for _, d := range letters {
-		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == AllShards {
+		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == allShards {
 			return 0, fmt.Errorf("%w: dead letter %s of shard %d", ErrInvalidOption, d.ID, d.Shard)
 		}
 		if !validStreamID(d.ID) {

@@ -8,29 +8,29 @@ var (
 	// ErrNotFound means the member is absent or already expired.
 	ErrNotFound = errors.New("expset: member not found")
 
-	// ErrInvalidName means a set name is empty, longer than MaxNameLen, or
+	// ErrInvalidName means a set name is empty, longer than 128 bytes, or
 	// holds a character other than ASCII letters, digits and "_.:/-" (the
 	// name is part of every key's hash tag).
 	ErrInvalidName = errors.New("expset: invalid name")
 
-	// ErrInvalidOwner means an owner is empty or longer than MaxOwnerLen.
+	// ErrInvalidOwner means an owner is empty or longer than 1024 bytes.
 	ErrInvalidOwner = errors.New("expset: invalid owner")
 
-	// ErrInvalidMember means a member is empty or longer than MaxMemberLen.
+	// ErrInvalidMember means a member is empty or longer than 1024 bytes.
 	ErrInvalidMember = errors.New("expset: invalid member")
 
 	// ErrInvalidTTL means a ttl is under one millisecond or over MaxTTL.
 	ErrInvalidTTL = errors.New("expset: invalid ttl")
 
-	// ErrInvalidLimit means a quota limit is under 1 or over MaxLimit.
+	// ErrInvalidLimit means a quota limit is under 1 or over 2^30.
 	ErrInvalidLimit = errors.New("expset: invalid limit")
 
 	// ErrInvalidOption means an option has a value out of its range, or was
 	// given to a call it does not apply to.
 	ErrInvalidOption = errors.New("expset: invalid option")
 
-	// ErrInvalidPayload means a payload is longer than MaxPayloadLen, or was
-	// given to a set opened without WithPayloads.
+	// ErrInvalidPayload means a payload is longer than 1 MiB, or was
+	// given to a set opened without WithPayloadStorage.
 	ErrInvalidPayload = errors.New("expset: invalid payload")
 
 	// ErrConfigMismatch means the set was first opened with another shard
@@ -46,7 +46,7 @@ var (
 	ErrServerVersion = errors.New("expset: server version too old")
 
 	// ErrInvalidConsumer means a consumer group or consumer name given to
-	// Consume is empty or longer than MaxConsumerLen.
+	// Consume is empty or longer than 256 bytes.
 	ErrInvalidConsumer = errors.New("expset: invalid consumer group or consumer")
 
 	// ErrNoEvents means an event call was made on a set opened without

@@ -11,16 +11,16 @@ import (
 
 // Consume defaults and limits.
 const (
-	DefaultVisibilityTimeout = 30 * time.Second       // WithVisibilityTimeout
-	DefaultMaxAttempts       = 5                      // WithMaxAttempts
-	DefaultReadBatch         = 10                     // WithReadBatch
-	DefaultPollInterval      = 100 * time.Millisecond // WithPollInterval
-	DefaultMaxHandlingTime   = time.Minute            // WithMaxHandlingTime
-	MaxConsumerLen           = 256                    // bytes in a consumer group or consumer name
+	defaultVisibilityTimeout = 30 * time.Second       // WithVisibilityTimeout
+	defaultMaxAttempts       = 5                      // WithMaxAttempts
+	defaultReadBatch         = 10                     // WithReadBatch
+	defaultPollInterval      = 100 * time.Millisecond // WithPollInterval
+	defaultMaxHandlingTime   = time.Minute            // WithMaxHandlingTime
+	maxConsumerLen           = 256                    // bytes in a consumer group or consumer name
 )
 
-// AllShards asks DeadLetters for the dead letters of every shard.
-const AllShards = -1
+// allShards asks DeadLetters for the dead letters of every shard.
+const allShards = -1
 
 // Expiry is one expiry event: member of owner reached its deadline and was
 // removed. Each consumer group receives it at least once: a handler should
@@ -34,7 +34,7 @@ type Expiry struct {
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
 	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
 	Attempt  int       // the handler call this is for the event in its group: 1 for the first, 2 for the second, ...
-	Payload  []byte    // the member's payload (WithPayloads), nil when it had none
+	Payload  []byte    // the member's payload (WithPayloadStorage), nil when it had none
 	Shard    int       // the shard whose stream carried it
 	ID       string    // the entry's ID in the shard's event stream (unique with Shard)
 }
@@ -52,7 +52,7 @@ type consumeConfig struct {
 }
 
 // WithVisibilityTimeout sets how long an event stays with a consumer that
-// shows no sign of life (default DefaultVisibilityTimeout, 30s; 1ms to 24h).
+// shows no sign of life (default 30s; 1ms to 24h).
 // While a handler call runs, its consumer renews its lease on the event every
 // third of this, so no other consumer takes it however long the call lasts
 // (see WithMaxHandlingTime). An event whose consumer died, or lost Redis,
@@ -67,7 +67,7 @@ func WithVisibilityTimeout(d time.Duration) ConsumeOption {
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
-// before it moves to the dead-letter stream (default DefaultMaxAttempts, 5;
+// before it moves to the dead-letter stream (default 5;
 // 1 to 1000). With 1, the first failure buries it. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
 func WithMaxAttempts(n int) ConsumeOption {
@@ -79,7 +79,7 @@ func WithMaxAttempts(n int) ConsumeOption {
 }
 
 // WithReadBatch sets how many events one read takes from each shard's
-// stream (default DefaultReadBatch, 10; 1 to 1000). Events read wait their
+// stream (default 10; 1 to 1000). Events read wait their
 // turn for the handler; one that waited past the visibility timeout may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
@@ -92,7 +92,7 @@ func WithReadBatch(n int) ConsumeOption {
 }
 
 // WithPollInterval sets how long Consume waits after finding every shard's
-// stream empty (default DefaultPollInterval, 100ms; 1ms to 1m). Reads do not
+// stream empty (default 100ms; 1ms to 1m). Reads do not
 // block in Redis, so this bounds both the idle load (one pipelined read of
 // all shards per interval) and the added delivery latency.
 func WithPollInterval(d time.Duration) ConsumeOption {
@@ -104,7 +104,7 @@ func WithPollInterval(d time.Duration) ConsumeOption {
 }
 
 // WithMaxHandlingTime bounds one handler call (default
-// DefaultMaxHandlingTime, 1m; 1ms to 24h): the handler's context ends then,
+// 1m; 1ms to 24h): the handler's context ends then,
 // with context.Cause ErrHandlerTimeout. A call that returns an error after
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
@@ -185,11 +185,11 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
 	cfg := consumeConfig{
-		visibility:  DefaultVisibilityTimeout,
-		maxAttempts: DefaultMaxAttempts,
-		batch:       DefaultReadBatch,
-		poll:        DefaultPollInterval,
-		maxHandling: DefaultMaxHandlingTime,
+		visibility:  defaultVisibilityTimeout,
+		maxAttempts: defaultMaxAttempts,
+		batch:       defaultReadBatch,
+		poll:        defaultPollInterval,
+		maxHandling: defaultMaxHandlingTime,
 	}
 	applyOptions(&cfg, opts)
 	if cfg.err != nil {
@@ -211,8 +211,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 }
 
 func validateConsumerName(n string) error {
-	if n == "" || len(n) > MaxConsumerLen {
-		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, MaxConsumerLen)
+	if n == "" || len(n) > maxConsumerLen {
+		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, maxConsumerLen)
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func expire(t *testing.T, s *Set, clk *fakeClock, n int) {
 func TestConsumeDeliversOnce(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 50)
 		var rec recorder
 		stop := consumeInBackground(t, s, "g", "c1", func(_ context.Context, e Expiry) error {
@@ -101,7 +101,7 @@ func TestConsumeDeliversOnce(t *testing.T) {
 func TestConsumeCrashRedelivers(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 1)
 		first := crashInHandler(t, b.client(t), s, "g", "doomed", fastConsume...)
 		crashed := time.Now()
@@ -135,7 +135,7 @@ func TestConsumeCrashRedelivers(t *testing.T) {
 func TestConsumeDeadLetterAndKick(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 2)
 		ctx := context.Background()
 		var failed recorder
@@ -144,7 +144,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 			return fmt.Errorf("boom %d", e.Attempt)
 		}, append(fastConsume, WithMaxAttempts(3))...)
 		waitFor(t, "two dead letters", func() bool {
-			d, err := s.DeadLetters(ctx, AllShards, 0)
+			d, err := s.DeadLetters(ctx, allShards, 0)
 			return err == nil && len(d) == 2
 		})
 		stop()
@@ -157,7 +157,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 				t.Errorf("%s attempts %v, want [1 2 3]", o, attempts[o])
 			}
 		}
-		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0))
 		for _, d := range dead {
 			e := d.Event
 			if d.Error != "boom 3" || d.Group != "g" || d.Consumer != "c1" || e.Attempt != 3 || e.Member != "m" ||
@@ -165,7 +165,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 				t.Errorf("dead letter %+v", d)
 			}
 		}
-		if one := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 1)); len(one) != 1 {
+		if one := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 1)); len(one) != 1 {
 			t.Errorf("DeadLetters(count 1): %d", len(one))
 		}
 		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidOption) {
@@ -188,7 +188,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidOption", n, err)
 			}
 		}
-		if again := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)); len(again) != len(dead) {
+		if again := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(again) != len(dead) {
 			t.Fatalf("a rejected call changed the dead letters: %d, want %d", len(again), len(dead))
 		}
 		for _, after := range []string{"", "x", "1-", "-1", "1-2-3"} {
@@ -218,7 +218,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 		if got.Attempt != 1 || got.Owner != dead[0].Event.Owner || string(got.Payload) != string(dead[0].Event.Payload) || !got.Deadline.Equal(clk.Now()) {
 			t.Fatalf("kicked event %+v, want %+v from attempt 1", got, dead[0].Event)
 		}
-		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)); len(d) != 0 {
+		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(d) != 0 {
 			t.Fatalf("dead letters left: %+v", d)
 		}
 	})
@@ -230,7 +230,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 func TestConsumeCrashOnLastAttempt(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 1)
 		ctx, crash := context.WithCancel(context.Background())
 		opts := append(fastConsume, WithMaxAttempts(1))
@@ -270,7 +270,7 @@ func TestConsumeInvalid(t *testing.T) {
 		s, _ := newTestSet(t, b, WithExpiryEvents())
 		ok := func(context.Context, Expiry) error { return nil }
 		ctx := context.Background()
-		long := strings.Repeat("x", MaxConsumerLen+1)
+		long := strings.Repeat("x", maxConsumerLen+1)
 		for _, c := range []struct {
 			group, name string
 			handle      func(context.Context, Expiry) error
@@ -364,7 +364,7 @@ func TestStats(t *testing.T) {
 func TestRewriteBehindManyExpired(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, op := range []string{"Add", "Acquire"} {
-			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			ctx := context.Background()
 			sk := s.shards[0]
 			// 1001 members expired 1001ms .. 1ms ago, written directly.

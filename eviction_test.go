@@ -100,7 +100,7 @@ func TestEvictionReceipt(t *testing.T) {
 func TestEvictionEvents(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
 		q := must[*Quota](t)(NewQuota(s, 2, WithEvictOldest()))
 		shard := s.ShardOf("acct")
 		d1 := must[Decision](t)(q.Acquire(ctx, "acct", "s1", time.Hour, WithPayload([]byte("p1"))))
@@ -179,14 +179,14 @@ func TestEvictionEventThroughDeadLetters(t *testing.T) {
 			return errors.New("no")
 		}, append(fastConsume, WithMaxAttempts(1))...)
 		waitFor(t, "a dead letter", func() bool {
-			d, err := s.DeadLetters(ctx, AllShards, 0)
+			d, err := s.DeadLetters(ctx, allShards, 0)
 			return err == nil && len(d) == 1
 		})
 		stop()
 		if evs := seen.events(); len(evs) != 1 || evs[0].Member != "s1" || evs[0].Reason != ReasonEvicted {
 			t.Fatalf("delivered %+v, want s1 evicted", evs)
 		}
-		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0))
 		if dead[0].Event.Reason != ReasonEvicted {
 			t.Fatalf("dead letter %+v", dead[0])
 		}

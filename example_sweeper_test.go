@@ -30,7 +30,7 @@ func ExampleSweeper() {
 	// A fixed clock keeps the output stable; services use Redis's clock.
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	orders, err := expset.New(rdb, "orders", expset.WithClock(clock), expset.WithExpiryEvents(), expset.WithPayloads())
+	orders, err := expset.New(rdb, "orders", expset.WithClock(clock), expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	if err != nil {
 		panic(err)
 	}
@@ -126,7 +126,7 @@ func ExampleSet_Consume() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithPayloads(),
+	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
 		expset.WithConsumerGroups("billing", "email"))
 	if err != nil {
 		panic(err)

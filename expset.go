@@ -80,7 +80,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
-	cfg := setConfig{shards: DefaultShards}
+	cfg := setConfig{shards: defaultShards}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -96,7 +96,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
 	}
 	if !cfg.retain.set {
-		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
+		cfg.retain = retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen}
 	}
 	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
 		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}, retain: cfg.retain}
@@ -266,10 +266,10 @@ func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error
 	}
 	if c.hasPayload {
 		if !s.payloads {
-			return c, fmt.Errorf("%w: set %q was opened without WithPayloads", ErrInvalidPayload, s.name)
+			return c, fmt.Errorf("%w: set %q was opened without WithPayloadStorage", ErrInvalidPayload, s.name)
 		}
-		if len(c.payload) > MaxPayloadLen {
-			return c, fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidPayload, len(c.payload), MaxPayloadLen)
+		if len(c.payload) > maxPayloadLen {
+			return c, fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidPayload, len(c.payload), maxPayloadLen)
 		}
 	}
 	return c, nil

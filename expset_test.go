@@ -180,7 +180,7 @@ func TestExtend(t *testing.T) {
 func TestKeyTTL(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, _ := newTestSet(t, b, WithPayloads())
+		s, _ := newTestSet(t, b, WithPayloadStorage())
 		key := s.OwnerKey("u")
 		must[time.Time](t)(s.Add(ctx, "u", "a", 30*time.Second))
 		checkPTTL(t, b, key, 30*time.Second)
@@ -292,7 +292,7 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 			nil, // default 16 shards
 			{WithShards(4)},
 			{WithShards(8), WithExpiryEvents()},
-			{WithShards(8), WithPayloads()},
+			{WithShards(8), WithPayloadStorage()},
 			{WithShards(8), WithSweepIndex()},
 		} {
 			_, err := New(b.rdb, name, opts...)
@@ -306,9 +306,9 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 		}
 		// What it says works.
 		must[*Set](t)(OpenExisting(context.Background(), b.rdb, name))
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(3), WithExpiryEvents(), WithPayloads()))
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
 		_, err := New(b.rdb, s.Name())
-		if want := "open it with WithShards(3), WithExpiryEvents(), WithPayloads(), or with OpenExisting"; err == nil || !strings.Contains(err.Error(), want) {
+		if want := "open it with WithShards(3), WithExpiryEvents(), WithPayloadStorage(), or with OpenExisting"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("mismatch message %v, want it to say %q", err, want)
 		}
 	})
@@ -367,7 +367,7 @@ func hashTag(key string) string {
 func TestPayloads(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithPayloads())
+		s, clk := newTestSet(t, b, WithPayloadStorage())
 		must[time.Time](t)(s.Add(ctx, "u", "o1", time.Minute, WithPayload([]byte(`{"total":42}`))))
 		must[time.Time](t)(s.Add(ctx, "u", "o2", time.Minute))
 		bin := []byte{0, 1, 2, 255}
@@ -412,7 +412,7 @@ func TestPayloads(t *testing.T) {
 func TestExpiryEventsFromWrites(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
 		q := must[*Quota](t)(NewQuota(s, 3))
 		must[time.Time](t)(s.Add(ctx, "u", "a", time.Second, WithPayload([]byte("pa"))))
 		d := must[time.Time](t)(s.Add(ctx, "u", "b", time.Second))

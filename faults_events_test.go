@@ -67,7 +67,7 @@ func shardsIdle(s *Set, dead int64) bool {
 // back at attempt 1, and the last consumer leaves the group.
 func TestEventsScriptCacheFlushed(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		ctx := context.Background()
 		for i := 0; i < 4; i++ {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second, WithPayload([]byte("p"+strconv.Itoa(i)))))
@@ -86,7 +86,7 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 			}
 			return nil
 		}, func() bool { return shardsIdle(s, 1) }, append(fastConsume, WithMaxAttempts(2))...)
-		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0))
+		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0))
 		if len(dead) != 1 || dead[0].Event.Owner != "o0" || dead[0].Event.Attempt != 2 || rec.len() != 5 {
 			t.Fatalf("dead letters %+v after %d deliveries: want o0's, after 2 attempts, and 5 deliveries", dead, rec.len())
 		}
@@ -153,7 +153,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	s := must[*Set](t)(New(rdb, uniqueName(t, rdb), WithShards(2), WithExpiryEvents(), WithPayloads()))
+	s := must[*Set](t)(New(rdb, uniqueName(t, rdb), WithShards(2), WithExpiryEvents(), WithPayloadStorage()))
 	add := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -219,7 +219,7 @@ func TestEventsSurviveFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
 	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
 	ctx := context.Background()
-	s := must[*Set](t)(New(cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithPayloads()))
+	s := must[*Set](t)(New(cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
 	const n = 12
 	for i := 0; i < n; i++ {
 		must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Millisecond, WithPayload([]byte("p"+strconv.Itoa(i)))))

@@ -168,7 +168,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 		clk := newFakeClock()
 		t0 := clk.Now()
 		flush()
-		s, err := New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloads())
+		s, err := New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage())
 		if err != nil {
 			t.Fatalf("New after SCRIPT FLUSH: %v", err)
 		}
@@ -224,7 +224,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 			t.Fatalf("Remove: %v, %v", n, err)
 		}
 		flush()
-		if _, err := Open(ctx, b.rdb, s.Name(), WithPayloads()); err != nil {
+		if _, err := Open(ctx, b.rdb, s.Name(), WithPayloadStorage()); err != nil {
 			t.Fatalf("Open of the recorded set: %v", err)
 		}
 	})

@@ -31,19 +31,19 @@ func FuzzKeyEncoding(f *testing.F) {
 		{"{a}b", "{a}", "x", 3},
 		{"", "x", "", 4},
 		{"\x00\xff", "\x00", "{bad}", 5},
-		{"o:1", "o", strings.Repeat("n", MaxNameLen), 6},
+		{"o:1", "o", strings.Repeat("n", maxNameLen), 6},
 	} {
 		f.Add(s.o1, s.o2, s.name, s.which)
 	}
 	mr := miniredis.RunT(f)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	f.Cleanup(func() { _ = rdb.Close() })
-	shardCounts := []int{1, 2, 3, DefaultShards, 1000, MaxShards}
+	shardCounts := []int{1, 2, 3, defaultShards, 1000, maxShards}
 	sets := make([]*Set, len(shardCounts))
 	for i, n := range shardCounts {
 		var err error
-		// WithPayloads, so that ownerKeys declares all four keys checked below.
-		if sets[i], err = New(rdb, "keys"+strconv.Itoa(i), WithShards(n), WithPayloads()); err != nil {
+		// WithPayloadStorage, so that ownerKeys declares all four keys checked below.
+		if sets[i], err = New(rdb, "keys"+strconv.Itoa(i), WithShards(n), WithPayloadStorage()); err != nil {
 			f.Fatal(err)
 		}
 	}

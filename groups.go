@@ -8,7 +8,7 @@ import (
 
 // WithConsumerGroups declares the consumer groups that consume the set's
 // expiry events (the set needs WithExpiryEvents; names of 1 to
-// MaxConsumerLen bytes). Open creates each group on every shard's stream,
+// 256 bytes). Open creates each group on every shard's stream,
 // starting at the oldest event retained, so that events are kept for a group
 // from then on, even before its first Consume runs: an event leaves its
 // stream only once every group on it has handled or dead-lettered it. A
@@ -18,8 +18,8 @@ import (
 func WithConsumerGroups(groups ...string) Option {
 	return func(c *setConfig) {
 		for _, g := range groups {
-			if g == "" || len(g) > MaxConsumerLen {
-				c.fail(fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, MaxConsumerLen))
+			if g == "" || len(g) > maxConsumerLen {
+				c.fail(fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, maxConsumerLen))
 				return
 			}
 		}

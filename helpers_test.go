@@ -43,6 +43,15 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	})
 }
 
+// sweepStatsOf is what one Hooks.OnSweep call adds to a total of sweeps.
+func sweepStatsOf(si SweepInfo) SweepStats {
+	st := SweepStats{Owners: si.Owners, Expired: si.Expired, Trimmed: si.Trimmed, MaxLateness: si.Lateness}
+	if si.Batch {
+		st.Batches = 1
+	}
+	return st
+}
+
 // fakeClock is a clock tests move by hand.
 type fakeClock struct {
 	mu sync.Mutex

@@ -100,7 +100,7 @@ func TestHooksSeeSweepsAndEvents(t *testing.T) {
 			OnSweep: func(si SweepInfo) { mu.Lock(); sweeps = append(sweeps, si); mu.Unlock() },
 			OnEvent: func(ei EventInfo) { mu.Lock(); events = append(events, ei); mu.Unlock() },
 		}
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloads(), WithShards(1), WithHooks(h))
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage(), WithShards(1), WithHooks(h))
 		expire(t, s, clk, 3) // sweeps 3 members
 		mu.Lock()
 		if len(sweeps) != 1 || sweeps[0].Expired != 3 || sweeps[0].Owners != 3 || sweeps[0].Shard != 0 || sweeps[0].Set != s.Name() {

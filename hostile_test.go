@@ -40,7 +40,7 @@ type hostileEnv struct {
 	ctx   context.Context
 	rdb   redis.UniversalClient
 	clk   *fakeClock
-	s     *Set   // WithPayloads
+	s     *Set   // WithPayloadStorage
 	plain *Set   // without
 	q     *Quota // limit 3 on s
 	keys  map[string]string
@@ -93,7 +93,7 @@ func (e *hostileEnv) named(suffix string) string {
 		return n
 	}
 	n := uniqueName(e.t, e.rdb)
-	n += suffix[:min(len(suffix), MaxNameLen-len(n))]
+	n += suffix[:min(len(suffix), maxNameLen-len(n))]
 	e.t.Cleanup(func() {
 		for _, k := range setKeys(e.t, e.rdb, n) {
 			e.rdb.Del(context.Background(), k)
@@ -164,8 +164,8 @@ func hostileCases() []hostileCase {
 	owners := []hostileValue{
 		{"owner empty", "", false},
 		{"owner of 1 MiB", huge, false},
-		{"owner of 1025 bytes", long(MaxOwnerLen + 1), false},
-		{"owner of 1024 bytes (MaxOwnerLen)", long(MaxOwnerLen), true},
+		{"owner of 1025 bytes", long(maxOwnerLen + 1), false},
+		{"owner of 1024 bytes (maxOwnerLen)", long(maxOwnerLen), true},
 		val("\x00\xff\x01", true), val("{a}", true), val("}{", true), val("{}", true),
 		val("a:b:", true), val("a\nb", true), val("ü€", true), val("*?[x]", true), val(" ", true),
 	}
@@ -231,8 +231,8 @@ func hostileCases() []hostileCase {
 	members := []hostileValue{
 		{"member empty", "", false},
 		{"member of 1 MiB", huge, false},
-		{"member of 1025 bytes", long(MaxMemberLen + 1), false},
-		{"member of 1024 bytes (MaxMemberLen)", long(MaxMemberLen), true},
+		{"member of 1025 bytes", long(maxMemberLen + 1), false},
+		{"member of 1024 bytes (maxMemberLen)", long(maxMemberLen), true},
 		val("\x00\xff\n", true), val("{m}", true), val("ü€", true), val(" ", true),
 	}
 	for i, m := range members {
@@ -321,14 +321,14 @@ func hostileCases() []hostileCase {
 		})
 	}
 
-	// Limits: 1 to MaxLimit, for NewQuota and per call with WithLimit.
+	// Limits: 1 to maxLimit, for NewQuota and per call with WithLimit.
 	limits := []struct {
 		desc string
 		n    int
 		good bool
 	}{
 		{"math.MinInt", math.MinInt, false}, {"-1", -1, false}, {"0", 0, false}, {"1", 1, true},
-		{"MaxLimit (2^30)", MaxLimit, true}, {"MaxLimit+1", MaxLimit + 1, false}, {"math.MaxInt", math.MaxInt, false},
+		{"maxLimit (2^30)", maxLimit, true}, {"maxLimit+1", maxLimit + 1, false}, {"math.MaxInt", math.MaxInt, false},
 	}
 	for i, l := range limits {
 		n, good := l.n, l.good
@@ -376,25 +376,25 @@ func hostileCases() []hostileCase {
 	})
 
 	// Payloads.
-	row("Set.Add", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
 		_, err := e.plain.Add(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.Acquire", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Set.Add", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
-		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+	row("Set.Add", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
-		_, err := e.q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+	row("Quota.Acquire", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Set.Add", "WithPayload of MaxPayloadLen (1 MiB) bytes", nil, "now+1m0s, payload of 1048576 bytes", func(e *hostileEnv) (string, error) {
-		d, err := e.s.Add(e.ctx, "payload", "big", time.Minute, WithPayload(make([]byte, MaxPayloadLen)))
+	row("Set.Add", "WithPayload of maxPayloadLen (1 MiB) bytes", nil, "now+1m0s, payload of 1048576 bytes", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "payload", "big", time.Minute, WithPayload(make([]byte, maxPayloadLen)))
 		if err != nil {
 			return "", err
 		}
@@ -426,7 +426,7 @@ func hostileCases() []hostileCase {
 		return "", err
 	})
 	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
-		_, err := e.q.AcquireWait(e.ctx, long(MaxOwnerLen+1), "m", time.Minute)
+		_, err := e.q.AcquireWait(e.ctx, long(maxOwnerLen+1), "m", time.Minute)
 		return "", err
 	})
 	row("Quota.AcquireWait", "member empty", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
@@ -453,17 +453,17 @@ func hostileCases() []hostileCase {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithLimit(MaxLimit+1)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
-		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(MaxLimit+1))
+	row("Quota.AcquireWait", "WithLimit(maxLimit+1)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(maxLimit+1))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
-		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+	row("Quota.AcquireWait", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
 	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a nil CallOption, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
@@ -528,7 +528,7 @@ func hostileCases() []hostileCase {
 	for _, n := range []struct {
 		desc  string
 		count int64
-	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count MaxAfterCount+1", MaxAfterCount + 1}} {
+	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count maxAfterCount+1", maxAfterCount + 1}} {
 		count := n.count
 		row("Codec.After", n.desc, ErrInvalidCount, "", func(e *hostileEnv) (string, error) {
 			c, err := NewCodec(Twitter)
@@ -539,7 +539,7 @@ func hostileCases() []hostileCase {
 			return "", err
 		})
 	}
-	row("Codec.After", "count MaxAfterCount, over 2 IDs", nil, "[1 2]", func(e *hostileEnv) (string, error) {
+	row("Codec.After", "count maxAfterCount, over 2 IDs", nil, "[1 2]", func(e *hostileEnv) (string, error) {
 		c, err := NewCodec(Twitter)
 		if err != nil {
 			return "", err
@@ -554,7 +554,7 @@ func hostileCases() []hostileCase {
 				return "", err
 			}
 		}
-		ids, err := c.After(e.ctx, e.rdb, key, -1, MaxAfterCount)
+		ids, err := c.After(e.ctx, e.rdb, key, -1, maxAfterCount)
 		return fmt.Sprint(ids), err
 	})
 
@@ -574,7 +574,7 @@ func hostileCases() []hostileCase {
 		{"Set.Payload", func(e *hostileEnv, s *Set) error { _, err := s.Payload(e.ctx, "o", "m"); return err }},
 		{"Set.Stats", func(e *hostileEnv, s *Set) error { _, err := s.Stats(e.ctx); return err }},
 		{"Set.ReadEvents", func(e *hostileEnv, s *Set) error { _, _, err := s.ReadEvents(e.ctx, 0, "0", 1, 0); return err }},
-		{"Set.DeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.DeadLetters(e.ctx, AllShards, 0); return err }},
+		{"Set.DeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.DeadLetters(e.ctx, allShards, 0); return err }},
 		{"Set.Kick", func(e *hostileEnv, s *Set) error { _, err := s.Kick(e.ctx); return err }},
 		{"Set.DeleteDeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.DeleteDeadLetters(e.ctx); return err }},
 		{"Set.Consume", func(e *hostileEnv, s *Set) error {
@@ -665,7 +665,7 @@ func hostileCases() []hostileCase {
 	shardOpts := []struct {
 		desc string
 		n    int
-	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(MaxShards+1)", MaxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
+	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(maxShards+1)", maxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
 	for _, so := range shardOpts {
 		n := so.n
 		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidOption, name: "shards-bad",
@@ -680,7 +680,7 @@ func hostileCases() []hostileCase {
 		want error
 	}{
 		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidConsumer},
-		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", MaxConsumerLen+1))}, ErrInvalidConsumer},
+		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidConsumer},
 		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidOption},
 	}
 	for _, g := range groupOpts {
@@ -690,8 +690,8 @@ func hostileCases() []hostileCase {
 				return "", err
 			}})
 	}
-	row("New", "WithShards(MaxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
-		s, err := New(e.rdb, e.named("shards-max"), WithShards(MaxShards))
+	row("New", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
+		s, err := New(e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {
 			return "", err
 		}
@@ -705,10 +705,10 @@ func hostileCases() []hostileCase {
 		return strconv.Itoa(s.Shards()) + " shards", nil
 	})
 	row("Open", "other shards than recorded", ErrConfigMismatch, "", func(e *hostileEnv) (string, error) {
-		_, err := Open(e.ctx, e.rdb, e.s.Name(), WithShards(3), WithPayloads())
+		_, err := Open(e.ctx, e.rdb, e.s.Name(), WithShards(3), WithPayloadStorage())
 		return "", err
 	})
-	row("Open", "without the recorded WithPayloads", ErrConfigMismatch, "", func(e *hostileEnv) (string, error) {
+	row("Open", "without the recorded WithPayloadStorage", ErrConfigMismatch, "", func(e *hostileEnv) (string, error) {
 		_, err := Open(e.ctx, e.rdb, e.s.Name())
 		return "", err
 	})
@@ -725,10 +725,10 @@ func hostileCases() []hostileCase {
 	// pattern, so only letters, digits and _.:/- are allowed.
 	names := []hostileValue{
 		{"name empty", "", false},
-		{"name of 129 bytes", strings.Repeat("n", MaxNameLen+1), false},
+		{"name of 129 bytes", strings.Repeat("n", maxNameLen+1), false},
 		val("{a}", false), val("a{", false), val("a}", false), val("*", false), val("a?", false),
 		val("[a]", false), val("a b", false), val("ü", false), val("a\x00", false), val("a\n", false),
-		{"name of 128 bytes (MaxNameLen)", "max-length", true},
+		{"name of 128 bytes (maxNameLen)", "max-length", true},
 		{"name using all of `_.:/-`", "a_b.c:d/e-f", true},
 	}
 	for _, n := range names {
@@ -741,7 +741,7 @@ func hostileCases() []hostileCase {
 				return v
 			}
 			if v == "max-length" {
-				return e.named(strings.Repeat("n", MaxNameLen))
+				return e.named(strings.Repeat("n", maxNameLen))
 			}
 			return e.named(v)
 		}
@@ -786,7 +786,7 @@ func TestHostileInput(t *testing.T) {
 		ctx := context.Background()
 		clk := newFakeClock()
 		e := &hostileEnv{t: t, ctx: ctx, rdb: b.rdb, clk: clk, keys: map[string]string{}, names: map[string]string{}}
-		e.s = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloads()))
+		e.s = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage()))
 		e.plain = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now)))
 		e.q = must[*Quota](t)(NewQuota(e.s, 3))
 		must[time.Time](t)(e.s.Add(ctx, "base", "m", time.Minute))

@@ -23,7 +23,7 @@ var (
 	ErrInvalidID = errors.New("expset: invalid snowflake id")
 
 	// ErrInvalidCount means a count given to Codec.After is above
-	// MaxAfterCount.
+	// 2^20 (1,048,576).
 	ErrInvalidCount = errors.New("expset: invalid count")
 
 	// ErrMalformedMember means a sorted-set member is not an ID as Member
@@ -468,9 +468,9 @@ func memberError(s string) error {
 // same double.
 func formatScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
-// MaxAfterCount is the largest count Codec.After accepts: a page of at most
+// maxAfterCount is the largest count Codec.After accepts: a page of at most
 // about a million IDs (8 MiB of them). Read more with several calls.
-const MaxAfterCount = 1 << 20
+const maxAfterCount = 1 << 20
 
 // After returns up to count IDs that follow id in the sorted set at key, in
 // the set's order: ID order when c is Ordered. It is the cursor of a
@@ -482,7 +482,7 @@ const MaxAfterCount = 1 << 20
 // the IDs up to id that share its score; it takes one round trip unless more
 // than count of those precede the first ID after id, and then doubles its
 // reads. A count under 1 returns nil. It fails with ErrInvalidCount when
-// count is above MaxAfterCount, with ErrInvalidID when id is past the
+// count is above 2^20, with ErrInvalidID when id is past the
 // Horizon, with ErrMalformedMember when a member was not written by Member,
 // and with the error of Redis. What it allocates grows with the IDs Redis
 // returns, not with count.
@@ -490,8 +490,8 @@ func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key strin
 	if count < 1 {
 		return nil, nil
 	}
-	if count > MaxAfterCount {
-		return nil, fmt.Errorf("%w: After(%d, count %d): want at most MaxAfterCount (%d); read further pages with the last ID returned", ErrInvalidCount, id, count, MaxAfterCount)
+	if count > maxAfterCount {
+		return nil, fmt.Errorf("%w: After(%d, count %d): want at most maxAfterCount (%d); read further pages with the last ID returned", ErrInvalidCount, id, count, maxAfterCount)
 	}
 	from, skipScore := "-inf", -1.0
 	if id >= 0 {

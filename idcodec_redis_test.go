@@ -416,9 +416,9 @@ func TestCodecRedisPrune(t *testing.T) {
 	})
 }
 
-// TestCodecAfterCount checks that After rejects a count above MaxAfterCount
+// TestCodecAfterCount checks that After rejects a count above maxAfterCount
 // with ErrInvalidCount, without a round trip, and that a count up to it
-// allocates by what Redis returns: a count of MaxAfterCount over three IDs.
+// allocates by what Redis returns: a count of maxAfterCount over three IDs.
 func TestCodecAfterCount(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -431,14 +431,14 @@ func TestCodecAfterCount(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, n := range []int64{math.MaxInt64, 1 << 40, MaxAfterCount + 1} {
+		for _, n := range []int64{math.MaxInt64, 1 << 40, maxAfterCount + 1} {
 			cz := &countingZSet{SortedSetCmdable: rdb}
 			ids, err := c.After(ctx, cz, key, -1, n)
 			if !errors.Is(err, ErrInvalidCount) || ids != nil || cz.calls != 0 {
 				t.Errorf("After(count %d) = %v, %v after %d reads; want ErrInvalidCount and no read", n, ids, err, cz.calls)
 			}
 		}
-		for _, n := range []int64{MaxAfterCount, 3, 2} {
+		for _, n := range []int64{maxAfterCount, 3, 2} {
 			ids, err := c.After(ctx, rdb, key, -1, n)
 			if want := []int64{1, 2, 3}[:min(n, 3)]; err != nil || !slices.Equal(ids, want) || int64(cap(ids)) > 3 {
 				t.Errorf("After(count %d) = %v (cap %d), %v; want %v", n, ids, cap(ids), err, want)
@@ -454,13 +454,13 @@ func TestCodecAfterCount(t *testing.T) {
 
 // FuzzCodecAfter calls After with any cursor and any count, extreme ones
 // included, on a small set in miniredis: it never panics, rejects a count
-// above MaxAfterCount with ErrInvalidCount, returns at most count IDs, each
+// above maxAfterCount with ErrInvalidCount, returns at most count IDs, each
 // after the cursor, and otherwise fails only with ErrInvalidID (a cursor
 // past the horizon).
 func FuzzCodecAfter(f *testing.F) {
 	for _, s := range [][2]int64{
-		{-1, math.MaxInt64}, {-1, 1 << 40}, {5, -1}, {5, math.MinInt64}, {0, MaxAfterCount},
-		{0, MaxAfterCount + 1}, {math.MaxInt64, 2}, {3, 1},
+		{-1, math.MaxInt64}, {-1, 1 << 40}, {5, -1}, {5, math.MinInt64}, {0, maxAfterCount},
+		{0, maxAfterCount + 1}, {math.MaxInt64, 2}, {3, 1},
 	} {
 		f.Add(s[0], s[1])
 	}
@@ -483,7 +483,7 @@ func FuzzCodecAfter(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, count int64) {
 		got, err := c.After(context.Background(), rdb, "k", id, count)
 		switch {
-		case count > MaxAfterCount:
+		case count > maxAfterCount:
 			if !errors.Is(err, ErrInvalidCount) {
 				t.Fatalf("After(%d, count %d): %v, want ErrInvalidCount", id, count, err)
 			}

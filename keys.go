@@ -9,19 +9,19 @@ import (
 // Limits on what a call accepts. Longer values get the matching Err* error
 // and nothing is written.
 const (
-	MaxNameLen    = 128     // bytes in a set name
-	MaxOwnerLen   = 1024    // bytes in an owner
-	MaxMemberLen  = 1024    // bytes in a member
-	MaxPayloadLen = 1 << 20 // bytes in a payload
-	MaxShards     = 16384   // shards of one set (Redis Cluster's slot count)
-	MaxLimit      = 1 << 30 // a quota's limit
+	maxNameLen    = 128     // bytes in a set name
+	maxOwnerLen   = 1024    // bytes in an owner
+	maxMemberLen  = 1024    // bytes in a member
+	maxPayloadLen = 1 << 20 // bytes in a payload
+	maxShards     = 16384   // shards of one set (Redis Cluster's slot count)
+	maxLimit      = 1 << 30 // a quota's limit
 )
 
 // The key layout. For a set named "orders" with the owner in shard S:
 //
 //	expset:{orders}:meta        string  the configuration recorded by the first New
 //	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
-//	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloads only)
+//	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
@@ -100,12 +100,12 @@ func shardOf(owner string, shards int) int {
 	return int(h % uint32(shards))
 }
 
-// validateName accepts 1 to MaxNameLen bytes of ASCII letters, digits and
+// validateName accepts 1 to maxNameLen bytes of ASCII letters, digits and
 // "_.:/-": no braces (the name is inside every key's hash tag), no glob
 // characters (Drop and operators match keys by pattern), no spaces.
 func validateName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidName, name, MaxNameLen)
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidName, name, maxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -117,15 +117,15 @@ func validateName(name string) error {
 }
 
 func validateOwner(owner string) error {
-	if owner == "" || len(owner) > MaxOwnerLen {
-		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidOwner, len(owner), MaxOwnerLen)
+	if owner == "" || len(owner) > maxOwnerLen {
+		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidOwner, len(owner), maxOwnerLen)
 	}
 	return nil
 }
 
 func validateMember(member string) error {
-	if member == "" || len(member) > MaxMemberLen {
-		return fmt.Errorf("%w: member of %d bytes (want 1 to %d)", ErrInvalidMember, len(member), MaxMemberLen)
+	if member == "" || len(member) > maxMemberLen {
+		return fmt.Errorf("%w: member of %d bytes (want 1 to %d)", ErrInvalidMember, len(member), maxMemberLen)
 	}
 	return nil
 }

@@ -330,9 +330,9 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		var mu sync.Mutex
 		var survivor SweepStats
 		var sweepErrs []error
-		stop := runSweeper(t, NewSweeper(s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle),
-			WithSweepHandler(func(st SweepStats) { mu.Lock(); survivor.add(st); mu.Unlock() }),
-			WithErrorHandler(func(err error) { mu.Lock(); sweepErrs = append(sweepErrs, err); mu.Unlock() })))
+		s.hooks.OnSweep = func(si SweepInfo) { mu.Lock(); survivor.add(sweepStatsOf(si)); mu.Unlock() }
+		s.hooks.OnError = func(ei ErrorInfo) { mu.Lock(); sweepErrs = append(sweepErrs, ei.Err); mu.Unlock() }
+		stop := runSweeper(t, NewSweeper(s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle)))
 
 		last := h.waitLine("a tenth of the members swept", func(l string) bool {
 			f := strings.Fields(l)
@@ -532,7 +532,7 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		if len(members) != n {
 			t.Fatalf("%d of %d members' events handled", len(members), n)
 		}
-		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)); len(d) != 0 {
+		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(d) != 0 {
 			t.Fatalf("dead letters: %+v", d)
 		}
 		t.Logf("%s: the dead consumer held %d of %d events; the heir handled %d deliveries, the first redelivery %v after the dead consumer started (visibility %v)",
@@ -675,7 +675,7 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 		}
 
 		dead := map[string]bool{}
-		for _, d := range must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)) {
+		for _, d := range must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)) {
 			dead[d.Group+"/"+eventKey(d.Event)] = true
 			if d.Group != "email" || d.Event.Owner != failing || d.Event.Attempt != 2 || d.Error != "always fails" {
 				t.Errorf("dead letter %+v", d)

@@ -21,7 +21,7 @@ import (
 //   - Extend of a live member makes its deadline max(deadline, now+ttl); an
 //     absent or expired member is not found.
 //   - With WithEvictOldest, an Acquire that evicted leaves a receipt for
-//     DefaultEvictionReceiptTTL: an Acquire of the same member while it
+//     defaultEvictionReceiptTTL: an Acquire of the same member while it
 //     holds the deadline that admission gave it reports the same evictions
 //     (a refresh moves the receipt to the new deadline).
 //   - Remove counts only the live members it removed.
@@ -128,7 +128,7 @@ func (m *quotaModel) acquire(owner, member string, ttl time.Duration, limit int,
 	m.put(owner, member, d)
 	dec.Count, dec.Deadline = count+1, msTime(d)
 	if dec.Evicted != nil {
-		m.receipts[[2]string{owner, member}] = modelReceipt{d, m.now + DefaultEvictionReceiptTTL.Milliseconds(), dec.Evicted}
+		m.receipts[[2]string{owner, member}] = modelReceipt{d, m.now + defaultEvictionReceiptTTL.Milliseconds(), dec.Evicted}
 	}
 	return dec
 }

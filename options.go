@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// DefaultShards is the shard count of a set opened without WithShards.
-const DefaultShards = 16
+// defaultShards is the shard count of a set opened without WithShards.
+const defaultShards = 16
 
 // MaxTTL is the longest ttl a call accepts: deadlines stay far inside the
 // range a double holds exactly.
@@ -34,15 +34,15 @@ func (c *setConfig) fail(err error) {
 }
 
 // WithShards sets how many shards the owners are spread over (default
-// DefaultShards, 16; 1 to MaxShards). Each shard has its own due index, event
+// 16; 1 to 16384). Each shard has its own due index, event
 // stream and sweeper lease, and on Redis Cluster its own slot, so more shards
 // spread sweeping and events over more nodes and processes. The count is
 // recorded in Redis the first time a set is opened: opening it later with
 // another count fails with ErrConfigMismatch.
 func WithShards(n int) Option {
 	return func(c *setConfig) {
-		if n < 1 || n > MaxShards {
-			c.fail(fmt.Errorf("%w: WithShards(%d): want 1 to %d", ErrInvalidOption, n, MaxShards))
+		if n < 1 || n > maxShards {
+			c.fail(fmt.Errorf("%w: WithShards(%d): want 1 to %d", ErrInvalidOption, n, maxShards))
 			return
 		}
 		c.shards = n
@@ -88,9 +88,9 @@ func WithSweepIndex() Option {
 
 // Event retention defaults (WithEventRetention).
 const (
-	DefaultEventMaxAge = 7 * 24 * time.Hour // events older than this are trimmed
-	DefaultEventMaxLen = 100_000            // events a shard's stream keeps at most
-	MaxEventMaxLen     = 1 << 30            // the largest maxLen WithEventRetention accepts
+	defaultEventMaxAge = 7 * 24 * time.Hour // events older than this are trimmed
+	defaultEventMaxLen = 100_000            // events a shard's stream keeps at most
+	maxEventMaxLen     = 1 << 30            // the largest maxLen WithEventRetention accepts
 )
 
 // retention bounds each shard's event stream.
@@ -103,9 +103,9 @@ type retention struct {
 // WithEventRetention bounds each shard's event stream, whether or not any
 // consumer reads it: events older than maxAge (by their stream ID, the
 // server's clock when the sweeper wrote them; 1s to MaxTTL) and, past maxLen
-// events in a shard's stream (1 to MaxEventMaxLen), the oldest ones are
-// removed. Default DefaultEventMaxAge (7 days) and DefaultEventMaxLen
-// (100,000 per shard). The sweeper trims, in the script that writes events,
+// events in a shard's stream (1 to 2^30), the oldest ones are
+// removed. Default 7 days and 100,000 events per shard. The sweeper trims,
+// in the script that writes events,
 // on every sweep of a shard (at least every WithMaxIdle while Run runs), so a
 // stream exceeds the bound only by what was written since the shard's last
 // sweep. An event removed this way was not yet acknowledged by every
@@ -121,19 +121,19 @@ func WithEventRetention(maxAge time.Duration, maxLen int) Option {
 		switch {
 		case maxAge < time.Second || maxAge > MaxTTL:
 			c.fail(fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidOption, maxAge, MaxTTL))
-		case maxLen < 1 || maxLen > MaxEventMaxLen:
-			c.fail(fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, MaxEventMaxLen))
+		case maxLen < 1 || maxLen > maxEventMaxLen:
+			c.fail(fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, maxEventMaxLen))
 		default:
 			c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
 		}
 	}
 }
 
-// WithPayloads lets Add and Acquire store a payload with a member
+// WithPayloadStorage lets Add and Acquire store a payload with a member
 // (WithPayload), read back with Set.Payload, carried by the member's expiry
 // event and removed with the member (default off, which saves the calls that
 // keep payloads in step). Recorded in Redis like WithShards.
-func WithPayloads() Option {
+func WithPayloadStorage() Option {
 	return func(c *setConfig) { c.payloads = true }
 }
 
@@ -147,8 +147,8 @@ type callConfig struct {
 	err        error
 }
 
-// WithPayload stores p with the member (at most MaxPayloadLen bytes; the set
-// needs WithPayloads). An upsert without WithPayload keeps any payload the
+// WithPayload stores p with the member (at most 1 MiB; the set
+// needs WithPayloadStorage). An upsert without WithPayload keeps any payload the
 // member already has.
 func WithPayload(p []byte) CallOption {
 	return func(c *callConfig) {
@@ -157,11 +157,11 @@ func WithPayload(p []byte) CallOption {
 }
 
 // WithLimit overrides the quota's limit for one Acquire: a VIP owner allowed
-// more, say (1 to MaxLimit). Add rejects it with ErrInvalidOption.
+// more, say (1 to 2^30). Add rejects it with ErrInvalidOption.
 func WithLimit(n int) CallOption {
 	return func(c *callConfig) {
-		if n < 1 || n > MaxLimit {
-			c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, MaxLimit)
+		if n < 1 || n > maxLimit {
+			c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, maxLimit)
 			return
 		}
 		c.limit = n
@@ -182,13 +182,13 @@ func WithEvictOldest() QuotaOption {
 	return func(q *Quota) { q.evict = true }
 }
 
-// DefaultEvictionReceiptTTL is how long a retry of an Acquire that evicted
+// defaultEvictionReceiptTTL is how long a retry of an Acquire that evicted
 // members still reports them, by default (WithEvictionReceiptTTL).
-const DefaultEvictionReceiptTTL = 5 * time.Minute
+const defaultEvictionReceiptTTL = 5 * time.Minute
 
 // WithEvictionReceiptTTL sets how long, after an Acquire evicted members
 // (WithEvictOldest), a retry of it still reports them in Decision.Evicted
-// (default DefaultEvictionReceiptTTL, 5 minutes; 1ms to 24h). The receipt is
+// (default 5 minutes; 1ms to 24h). The receipt is
 // a small Redis list in the owner's shard, holding the evicted members,
 // written only by an Acquire that evicts; it expires on its own.
 func WithEvictionReceiptTTL(d time.Duration) QuotaOption {

@@ -39,7 +39,7 @@ type Decision struct {
 }
 
 // NewQuota returns a quota of limit live members per owner of s (1 to
-// MaxLimit). Options: WithEvictOldest, WithEvictionReceiptTTL,
+// 2^30). Options: WithEvictOldest, WithEvictionReceiptTTL,
 // WithRefreshOnReacquire.
 func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if s == nil {
@@ -48,10 +48,10 @@ func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
-	if limit < 1 || limit > MaxLimit {
-		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
+	if limit < 1 || limit > maxLimit {
+		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, maxLimit)
 	}
-	q := &Quota{set: s, limit: limit, receiptTTL: DefaultEvictionReceiptTTL}
+	q := &Quota{set: s, limit: limit, receiptTTL: defaultEvictionReceiptTTL}
 	for _, o := range opts {
 		if o != nil {
 			o(q)

@@ -87,7 +87,7 @@ func TestQuotaRefreshOnReacquire(t *testing.T) {
 func TestQuotaEvictOldest(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithPayloads())
+		s, clk := newTestSet(t, b, WithPayloadStorage())
 		q := must[*Quota](t)(NewQuota(s, 2, WithEvictOldest()))
 		must[Decision](t)(q.Acquire(ctx, "acct", "s1", time.Hour, WithPayload([]byte("p1"))))
 		clk.Advance(time.Second)

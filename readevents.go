@@ -48,7 +48,7 @@ func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int
 	if !s.events {
 		return nil, after, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}
-	if _, _, err := s.shardRange(shard); err != nil || shard == AllShards {
+	if _, _, err := s.shardRange(shard); err != nil || shard == allShards {
 		return nil, after, fmt.Errorf("%w: shard %d (want 0 to %d)", ErrInvalidOption, shard, len(s.shards)-1)
 	}
 	if after != "$" && after != "0" && !validStreamID(after) {

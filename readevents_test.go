@@ -12,7 +12,7 @@ import (
 func TestReadEventsTakesNothingFromConsumers(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		shard := s.ShardOf("o0")
 		evs, from, err := s.ReadEvents(ctx, shard, "$", 10, 0)
 		if err != nil || len(evs) != 0 || from != "0-0" {
@@ -60,7 +60,7 @@ func TestReadEventsBlocks(t *testing.T) {
 	b := backend{name: "redis", rdb: redistest.Client(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloads())
+	s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 	got := make(chan []Expiry, 1)
 	ready := make(chan string, 1)
 	go func() {

@@ -98,7 +98,7 @@ func TestEventRetentionOptions(t *testing.T) {
 		{[]Option{WithExpiryEvents(), WithEventRetention(999*time.Millisecond, 10)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(MaxTTL+time.Millisecond, 10)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, 0)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, MaxEventMaxLen+1)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, maxEventMaxLen+1)}},
 		{[]Option{WithEventRetention(time.Hour, 10)}},
 	} {
 		if _, err := New(rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {

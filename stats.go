@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// StatsOwnerScan is how many due owners of a shard Stats reads to count the
+// statsOwnerScan is how many due owners of a shard Stats reads to count the
 // members due; with more due, ShardStats.Partial is set.
-const StatsOwnerScan = 1000
+const statsOwnerScan = 1000
 
 // ShardStats describes one shard, for operators (the CLI's `expset stats`).
 // A shard with 1200 owners indexed, 3 of them holding 7 expired members the
@@ -55,7 +55,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		cmds[i] = shardCmds{
 			owners:    pipe.ZCard(ctx, sk.due),
 			ownersDue: pipe.ZCount(ctx, sk.due, "-inf", nowArg),
-			due:       pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: sk.due, Start: "-inf", Stop: nowArg, ByScore: true, Count: StatsOwnerScan}),
+			due:       pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: sk.due, Start: "-inf", Stop: nowArg, ByScore: true, Count: statsOwnerScan}),
 			events:    pipe.XLen(ctx, sk.events),
 			dead:      pipe.XLen(ctx, sk.dead),
 			leased:    pipe.Exists(ctx, sk.lease),
@@ -106,7 +106,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
 		}
-		st.Partial = st.OwnersDue > StatsOwnerScan
+		st.Partial = st.OwnersDue > statsOwnerScan
 		for _, oc := range owners[i] {
 			if err := oc.count.Err(); err != nil {
 				return nil, fmt.Errorf("expset: stats of %q, shard %d (%s): %w", s.name, i, s.shards[i].due, err)

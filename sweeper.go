@@ -12,12 +12,16 @@ import (
 
 // Sweeper defaults.
 const (
-	DefaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
-	DefaultMaxIdle         = time.Second      // WithMaxIdle
-	DefaultOwnersPerBatch  = 100              // WithOwnersPerBatch
-	DefaultMembersPerBatch = 1000             // WithMembersPerBatch
-	DefaultConcurrency     = 4                // WithConcurrency
+	defaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
+	defaultMaxIdle         = time.Second      // WithMaxIdle
+	defaultOwnersPerBatch  = 100              // WithOwnersPerBatch
+	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
+
+// sweepOnceParallel is how many shards SweepOnce sweeps at once, each under
+// its own lease: sweeping is mostly round trips per shard, so a backlog spread
+// over many shards drains faster with several in flight.
+const sweepOnceParallel = 4
 
 // indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
 // long a due index entry may stay overdue before writes remove it, and how
@@ -60,16 +64,13 @@ type sweeperConfig struct {
 	maxIdle  time.Duration
 	owners   int
 	members  int
-	parallel int
-	onError  func(error)
-	onSweep  func(SweepStats)
 }
 
 // SweeperOption configures a Sweeper in NewSweeper.
 type SweeperOption func(*sweeperConfig)
 
 // WithLeaseTTL sets how long a shard's lease lasts without a refresh (default
-// DefaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
+// defaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
 // every third of it. A sweeper that dies holds its shards until its leases
 // lapse, so this is also how long its shards may go unswept.
 func WithLeaseTTL(d time.Duration) SweeperOption {
@@ -81,7 +82,7 @@ func WithLeaseTTL(d time.Duration) SweeperOption {
 }
 
 // WithMaxIdle sets the longest Run waits before looking at its shards again
-// (default DefaultMaxIdle, 1s; 1ms to 1m). Run wakes for the earliest
+// (default 1s; 1ms to 1m). Run wakes for the earliest
 // deadline the due indexes show; this cap is how soon it notices an earlier
 // deadline added by another process, and how often it tries to take shards
 // whose lease another sweeper holds.
@@ -94,7 +95,7 @@ func WithMaxIdle(d time.Duration) SweeperOption {
 }
 
 // WithOwnersPerBatch sets how many due owners one sweep script takes
-// (default DefaultOwnersPerBatch, 100; 1 to 1000).
+// (default 100; 1 to 1000).
 func WithOwnersPerBatch(n int) SweeperOption {
 	return func(c *sweeperConfig) {
 		if c.ok(inRange("WithOwnersPerBatch", n, 1, maxBatch)) {
@@ -104,7 +105,7 @@ func WithOwnersPerBatch(n int) SweeperOption {
 }
 
 // WithMembersPerBatch sets the most expired members one sweep script removes
-// (default DefaultMembersPerBatch, 1000; 1 to 1000). With expiry events each
+// (default 1000; 1 to 1000). With expiry events each
 // one is an XADD, so this bounds how long a script holds Redis.
 func WithMembersPerBatch(n int) SweeperOption {
 	return func(c *sweeperConfig) {
@@ -114,49 +115,19 @@ func WithMembersPerBatch(n int) SweeperOption {
 	}
 }
 
-// WithConcurrency sets how many shards SweepOnce sweeps at once, each under
-// its own lease (default DefaultConcurrency, 4; 1 to 64). Sweeping is mostly
-// round trips per shard (the lease, then a script per batch), so a backlog
-// spread over many shards drains faster with several in flight; on a Redis
-// Cluster they also run on different nodes. Run sweeps its shards one after
-// another as they fall due.
-func WithConcurrency(n int) SweeperOption {
-	return func(c *sweeperConfig) {
-		if c.ok(inRange("WithConcurrency", n, 1, 64)) {
-			c.parallel = n
-		}
-	}
-}
-
-// WithErrorHandler makes Run report the errors it survives to f: Redis
-// errors (the shard is tried again after a backoff) and lost leases (errors
-// matching ErrLeaseLost). Default: none. With f set, those errors are not
-// logged (see Hooks.OnError, which receives them too, with their op and
-// shard). f is called from Run's goroutine and should return quickly.
-func WithErrorHandler(f func(error)) SweeperOption {
-	return func(c *sweeperConfig) { c.onError = f }
-}
-
-// WithSweepHandler makes Run report each shard sweep that removed members,
-// corrected the index or trimmed events (WithEventRetention) to f, for metrics and logs. Default: none. f is called
-// from Run's goroutine and should return quickly.
-func WithSweepHandler(f func(SweepStats)) SweeperOption {
-	return func(c *sweeperConfig) { c.onSweep = f }
-}
-
 // NewSweeper returns a sweeper of s. Invalid options (or a nil s) are
 // reported by Run and SweepOnce, as errors matching ErrInvalidOption; a set
 // that keeps no due index (opened without WithExpiryEvents or
 // WithSweepIndex) as ErrNoIndex.
-// Options: WithLeaseTTL, WithMaxIdle, WithConcurrency, WithOwnersPerBatch,
-// WithMembersPerBatch, WithErrorHandler, WithSweepHandler.
+// Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
+// WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
+// set) report what Run sweeps and the errors it survives.
 func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 	cfg := sweeperConfig{
-		leaseTTL: DefaultLeaseTTL,
-		maxIdle:  DefaultMaxIdle,
-		owners:   DefaultOwnersPerBatch,
-		members:  DefaultMembersPerBatch,
-		parallel: DefaultConcurrency,
+		leaseTTL: defaultLeaseTTL,
+		maxIdle:  defaultMaxIdle,
+		owners:   defaultOwnersPerBatch,
+		members:  defaultMembersPerBatch,
 	}
 	applyOptions(&cfg, opts)
 	w := &Sweeper{set: s, cfg: cfg}
@@ -365,7 +336,7 @@ func (w *Sweeper) check() error {
 
 // SweepOnce sweeps every shard whose lease it can take, each until nothing is
 // due, releasing each lease when done, and returns what it did, with up to
-// WithConcurrency shards in flight. Shards leased by another sweeper are
+// 4 shards in flight. Shards leased by another sweeper are
 // counted in Skipped. It stops at the first Redis error, returning the stats
 // so far; it starts goroutines only for its own duration.
 func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
@@ -381,7 +352,7 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 		wg       sync.WaitGroup
 		next     = make(chan int)
 	)
-	for range min(w.cfg.parallel, len(w.set.shards)) {
+	for range min(sweepOnceParallel, len(w.set.shards)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -458,7 +429,7 @@ type shardState struct {
 // try succeeds. A lease whose refresh failed on a Redis error is re-taken
 // with its token when Redis answers again, so a restarted Redis (with its
 // data) hands each shard back to the sweeper that held it. Each error goes
-// to Hooks.OnError and to WithErrorHandler; when neither is set, to
+// to Hooks.OnError; when it is not set, to
 // log/slog's default logger at warning level, rate-limited (see
 // Hooks.OnError). Run returns an error only for invalid options or a set
 // that keeps no due index.
@@ -537,13 +508,10 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		}
 		sh.lease = l
 	}
-	st, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error {
+	_, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error {
 		w.keepAll(ctx, shards, i)
 		return w.keep(ctx, sh.lease)
 	})
-	if (st.Expired > 0 || st.Stale > 0 || st.Trimmed > 0) && w.cfg.onSweep != nil {
-		w.cfg.onSweep(st)
-	}
 	switch {
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, errRefresh):
 		w.drop(ctx, i, sh, err)
@@ -588,18 +556,11 @@ func (w *Sweeper) failed(ctx context.Context, i int, sh *shardState, op string, 
 	w.report(ctx, op, i, err, wait)
 }
 
-// report sends an error Run survived to WithErrorHandler and Hooks.OnError,
-// or, when neither is set, to the set's default log.
+// report sends an error Run survived to Hooks.OnError, or, when it is not
+// set, to the set's default log.
 func (w *Sweeper) report(ctx context.Context, op string, shard int, err error, retry time.Duration) {
 	if ctx.Err() != nil {
 		return
 	}
-	if w.cfg.onError == nil {
-		w.set.reportError(ctx, op, shard, err, retry)
-		return
-	}
-	w.cfg.onError(err)
-	if h := w.set.hooks.OnError; h != nil {
-		h(ErrorInfo{Set: w.set.name, Op: op, Shard: shard, Err: err, Retry: retry})
-	}
+	w.set.reportError(ctx, op, shard, err, retry)
 }

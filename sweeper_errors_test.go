@@ -166,7 +166,7 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 	})
 }
 
-// TestRunReportsToTheErrorHandler: WithErrorHandler receives each error Run
+// TestRunReportsToTheErrorHandler: Hooks.OnError receives each error Run
 // survives, and then nothing is logged by default.
 func TestRunReportsToTheErrorHandler(t *testing.T) {
 	noLeaks(t)
@@ -182,11 +182,12 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var errs []error
-		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithErrorHandler(func(err error) {
+		s.hooks.OnError = func(ei ErrorInfo) {
 			mu.Lock()
-			errs = append(errs, err)
+			errs = append(errs, ei.Err)
 			mu.Unlock()
-		})))
+		}
+		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "an error handled", func() bool {
 			mu.Lock()

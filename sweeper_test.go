@@ -122,7 +122,7 @@ func TestSweepStaggered(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []Option{WithSweepIndex()}
 				if ev {
-					opts = append(opts, WithExpiryEvents(), WithPayloads())
+					opts = append(opts, WithExpiryEvents(), WithPayloadStorage())
 				}
 				s, clk := newTestSet(t, b, append(opts, WithShards(4))...)
 				seeded := seedStaggered(t, s, 60, 25, 10)
@@ -213,7 +213,7 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
 		for _, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
-			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithConcurrency(0), WithConcurrency(65)} {
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1)} {
 			w := NewSweeper(s, o)
 			if _, err := w.SweepOnce(context.Background()); !errors.Is(err, ErrInvalidOption) {
 				t.Errorf("SweepOnce: %v, want ErrInvalidOption", err)
@@ -319,11 +319,12 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		seeded := seedStaggered(t, s, 20, 3, 5)
 		var mu sync.Mutex
 		var got SweepStats
-		w := NewSweeper(s, WithMaxIdle(10*time.Millisecond), WithSweepHandler(func(st SweepStats) {
+		s.hooks.OnSweep = func(si SweepInfo) {
 			mu.Lock()
-			got.add(st)
+			got.add(sweepStatsOf(si))
 			mu.Unlock()
-		}))
+		}
+		w := NewSweeper(s, WithMaxIdle(10*time.Millisecond))
 		stop := runSweeper(t, w)
 		clk.Advance(3 * time.Second)
 		want := 0
@@ -447,11 +448,12 @@ func TestLeaseStolen(t *testing.T) {
 		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
-		w := NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond), WithErrorHandler(func(err error) {
+		s.hooks.OnError = func(ei ErrorInfo) {
 			mu.Lock()
-			lost = append(lost, err)
+			lost = append(lost, ei.Err)
 			mu.Unlock()
-		}))
+		}
+		w := NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
 		waitFor(t, "both leases", func() bool {
 			// One key per EXISTS: on a cluster the two shards' keys lie in
@@ -517,8 +519,8 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 
 func TestSweepStatsAdd(t *testing.T) {
 	var total SweepStats
-	total.Add(SweepStats{Owners: 1, Expired: 1, Batches: 1, Shards: 1, MaxLateness: time.Second, MeanLateness: time.Second, lateSum: 1000})
-	total.Add(SweepStats{Owners: 2, Expired: 3, Stale: 1, Batches: 1, Shards: 1, Skipped: 1, MaxLateness: 3 * time.Second, MeanLateness: 3 * time.Second, lateSum: 9000})
+	total.add(SweepStats{Owners: 1, Expired: 1, Batches: 1, Shards: 1, MaxLateness: time.Second, MeanLateness: time.Second, lateSum: 1000})
+	total.add(SweepStats{Owners: 2, Expired: 3, Stale: 1, Batches: 1, Shards: 1, Skipped: 1, MaxLateness: 3 * time.Second, MeanLateness: 3 * time.Second, lateSum: 9000})
 	want := SweepStats{Owners: 3, Expired: 4, Stale: 1, Batches: 2, Shards: 2, Skipped: 1, MaxLateness: 3 * time.Second, MeanLateness: 2500 * time.Millisecond, lateSum: 10000}
 	if total != want {
 		t.Fatalf("got %+v, want %+v", total, want)

@@ -362,7 +362,7 @@ func TestAcquireWaitPayload(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithPayloads()))
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithPayloadStorage()))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute, WithPayload([]byte("h"))))
 		done := waitAsync(ctx, q, "next", WithPayload([]byte("job-7")))

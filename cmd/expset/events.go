@@ -16,6 +16,9 @@ import (
 	"github.com/expset/expset"
 )
 
+// allShards asks Set.DeadLetters for the dead letters of every shard.
+const allShards = -1
+
 // eventsFlags are the flags each action of "expset events" accepts, besides
 // --redis and --json.
 var eventsFlags = map[string][]string{
@@ -41,7 +44,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print JSON instead of aligned text (tail: one object a line)")
 	backlog := fs.Bool("backlog", false, "tail: first print the events already waiting in the streams")
 	limit := fs.Int("limit", 100, "dead: show at most this many dead letters, oldest first in shard order")
-	shard := fs.Int("shard", expset.AllShards, "dead: only this shard's dead letters (-1: every shard)")
+	shard := fs.Int("shard", allShards, "dead: only this shard's dead letters (-1: every shard)")
 	all := fs.Bool("all", false, "kick, drop: every dead letter of the set")
 	yes := fs.Bool("yes", false, "drop --all: really delete them all")
 	if err := parseFlags(fs, args); err != nil {
@@ -94,7 +97,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "tail":
 		return tailEvents(ctx, set, *backlog, *asJSON, stdout, stderr)
 	case "dead":
-		if *shard != expset.AllShards && (*shard < 0 || *shard >= set.Shards()) {
+		if *shard != allShards && (*shard < 0 || *shard >= set.Shards()) {
 			return fmt.Errorf("%w: --shard %d: want 0 to %d", errUsage, *shard, set.Shards()-1)
 		}
 		return listDead(ctx, set, *shard, *limit, *asJSON, stdout)
@@ -281,7 +284,7 @@ func printDead(w io.Writer, ds []expset.DeadLetter, detail bool) error {
 
 // deadRef is a dead letter named on the command line: ID, or SHARD/ID.
 type deadRef struct {
-	shard int // expset.AllShards when not given
+	shard int // allShards when not given
 	id    string
 }
 
@@ -290,7 +293,7 @@ var streamID = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
 func parseRefs(args []string) ([]deadRef, error) {
 	var out []deadRef
 	for _, a := range args {
-		r := deadRef{shard: expset.AllShards, id: a}
+		r := deadRef{shard: allShards, id: a}
 		if s, id, ok := strings.Cut(a, "/"); ok {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
@@ -312,17 +315,17 @@ func resolve(set *expset.Set, all []expset.DeadLetter, refs []deadRef) ([]expset
 	var out []expset.DeadLetter
 	var missing []string
 	for _, r := range refs {
-		if r.shard != expset.AllShards && r.shard >= set.Shards() {
+		if r.shard != allShards && r.shard >= set.Shards() {
 			return nil, fmt.Errorf("%w: %d/%s: set %s has shards 0 to %d", errUsage, r.shard, r.id, set.Name(), set.Shards()-1)
 		}
 		var found []expset.DeadLetter
 		for _, d := range all {
-			if d.ID == r.id && (r.shard == expset.AllShards || r.shard == d.Shard) {
+			if d.ID == r.id && (r.shard == allShards || r.shard == d.Shard) {
 				found = append(found, d)
 			}
 		}
 		switch {
-		case len(found) == 0 && r.shard == expset.AllShards:
+		case len(found) == 0 && r.shard == allShards:
 			missing = append(missing, fmt.Sprintf("%s (in no shard's dead-letter stream, %s to %s)", r.id, set.DeadLettersKey(0), set.DeadLettersKey(set.Shards()-1)))
 		case len(found) == 0:
 			missing = append(missing, fmt.Sprintf("%s in shard %d (%s)", r.id, r.shard, set.DeadLettersKey(r.shard)))
@@ -353,7 +356,7 @@ type kickResult struct {
 }
 
 func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []deadRef, asJSON bool, stdout io.Writer) error {
-	all, err := set.DeadLetters(ctx, expset.AllShards, 0)
+	all, err := set.DeadLetters(ctx, allShards, 0)
 	if err != nil {
 		return err
 	}

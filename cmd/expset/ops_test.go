@@ -83,7 +83,7 @@ func bury(t *testing.T, set *expset.Set, n int) {
 		}, expset.WithMaxAttempts(1), expset.WithVisibilityTimeout(200*time.Millisecond), expset.WithPollInterval(5*time.Millisecond))
 	}()
 	waitFor(t, strconv.Itoa(n)+" dead letters", func() bool {
-		ds, err := set.DeadLetters(ctx, expset.AllShards, 0)
+		ds, err := set.DeadLetters(ctx, allShards, 0)
 		return err == nil && len(ds) == n
 	})
 	cancel()
@@ -699,7 +699,7 @@ func TestBinaryOnCluster(t *testing.T) {
 
 func TestBinaryStatsPartialCount(t *testing.T) {
 	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
-	owners := make([]string, expset.StatsOwnerScan+1)
+	owners := make([]string, statsOwnerScan+1)
 	for i := range owners {
 		owners[i] = "o" + strconv.Itoa(i)
 	}

@@ -15,6 +15,10 @@ import (
 	"github.com/expset/expset"
 )
 
+// statsOwnerScan is how many due owners of a shard Set.Stats reads to count
+// the members due (past it, ShardStats.Partial is set).
+const statsOwnerScan = 1000
+
 // statsReport is what "expset stats" prints; --json prints it as is.
 type statsReport struct {
 	Set    string     `json:"set"`
@@ -29,7 +33,7 @@ type statCounts struct {
 	Owners     int64      `json:"owners"`
 	OwnersDue  int64      `json:"owners_due"`
 	MembersDue int64      `json:"members_due"`
-	Partial    bool       `json:"members_due_partial,omitempty"` // over expset.StatsOwnerScan owners due: MembersDue counts only the first ones
+	Partial    bool       `json:"members_due_partial,omitempty"` // over statsOwnerScan owners due: MembersDue counts only the first ones
 	OldestDue  *time.Time `json:"oldest_due,omitempty"`
 	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
 	Events     int64      `json:"events"`
@@ -216,7 +220,7 @@ func printStats(w io.Writer, rep statsReport) error {
 		return err
 	}
 	if rep.Total.Partial {
-		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", expset.StatsOwnerScan)
+		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
 	}
 	return nil
 }

@@ -43,7 +43,8 @@ type sweepProgress struct {
 	mu      sync.Mutex
 	expired int
 	owners  int
-	lastLag time.Duration // the lateness of the latest batch that removed something
+	lastLag time.Duration     // the lateness of the latest batch that removed something
+	total   expset.SweepStats // what Run swept, batch by batch (MeanLateness not kept)
 }
 
 func (p *sweepProgress) onSweep(si expset.SweepInfo) {
@@ -51,6 +52,13 @@ func (p *sweepProgress) onSweep(si expset.SweepInfo) {
 	defer p.mu.Unlock()
 	p.expired += si.Expired
 	p.owners += si.Owners
+	p.total.Expired += si.Expired
+	p.total.Owners += si.Owners
+	p.total.Trimmed += si.Trimmed
+	p.total.MaxLateness = max(p.total.MaxLateness, si.Lateness)
+	if si.Batch {
+		p.total.Batches++
+	}
 	if si.Expired > 0 {
 		p.lastLag = si.Lateness
 	}
@@ -94,12 +102,12 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the summary as JSON (progress lines then go to stderr)")
 	once := fs.Bool("once", false, "sweep every shard whose lease is free once (SweepOnce), then exit")
 	every := fs.Duration("progress", time.Second, "print a progress line this often while members are swept")
-	leaseTTL := fs.Duration("lease-ttl", expset.DefaultLeaseTTL, "how long a shard's lease lasts without a refresh")
-	maxIdle := fs.Duration("max-idle", expset.DefaultMaxIdle, "the longest the sweeper waits before looking at its shards again")
-	owners := fs.Int("owners-per-batch", expset.DefaultOwnersPerBatch, "due owners one sweep script takes")
-	members := fs.Int("members-per-batch", expset.DefaultMembersPerBatch, "expired members one sweep script removes at most")
-	retainAge := fs.Duration("retain-age", expset.DefaultEventMaxAge, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
-	retainLen := fs.Int("retain-len", expset.DefaultEventMaxLen, "with expiry events: events a shard's stream keeps at most")
+	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "how long a shard's lease lasts without a refresh")
+	maxIdle := fs.Duration("max-idle", time.Second, "the longest the sweeper waits before looking at its shards again")
+	owners := fs.Int("owners-per-batch", 100, "due owners one sweep script takes")
+	members := fs.Int("members-per-batch", 1000, "expired members one sweep script removes at most")
+	retainAge := fs.Duration("retain-age", 7*24*time.Hour, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
+	retainLen := fs.Int("retain-len", 100000, "with expiry events: events a shard's stream keeps at most")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -123,7 +131,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep})}
+	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(ei expset.ErrorInfo) {
+		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
+	}})}
 	if cfg.Events {
 		setOpts = append(setOpts, expset.WithEventRetention(*retainAge, *retainLen))
 	}
@@ -139,13 +149,6 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := []expset.SweeperOption{
 		expset.WithLeaseTTL(*leaseTTL), expset.WithMaxIdle(*maxIdle),
 		expset.WithOwnersPerBatch(*owners), expset.WithMembersPerBatch(*members),
-		expset.WithErrorHandler(func(err error) {
-			fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), err)
-		}),
-	}
-	if !*once {
-		// Called from Run, on this goroutine.
-		opts = append(opts, expset.WithSweepHandler(total.Add))
 	}
 	w := expset.NewSweeper(set, opts...)
 	if !*once {
@@ -157,6 +160,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		total, err = w.SweepOnce(ctx)
 	} else {
 		err = w.Run(ctx)
+		prog.mu.Lock()
+		total = prog.total
+		prog.mu.Unlock()
 	}
 	stop()
 	if errors.Is(err, expset.ErrInvalidOption) {
