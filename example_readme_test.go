@@ -46,7 +46,7 @@ func payOrder(ctx context.Context, quota *expset.Quota, userID, orderID string) 
 // runLapses runs, in every instance of the service, the sweeper (its
 // shards shared through leases) and a consumer of the expiry events.
 func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) error {
-	orders, err := expset.New(rdb, "unpaid-orders", expset.WithExpiryEvents(), expset.WithPayloads(),
+	orders, err := expset.New(rdb, "unpaid-orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
 		expset.WithConsumerGroups("stock", "email")) // each group gets every event
 	if err != nil {
 		return err
