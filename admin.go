@@ -172,13 +172,3 @@ func (c Configuration) Options() []Option {
 	}
 	return opts
 }
-
-// OpenExisting opens a set with the configuration its first Open recorded,
-// or fails with an error matching ErrNotFound when no set of that name exists.
-func OpenExisting(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
-	cfg, err := ReadConfiguration(ctx, rdb, name)
-	if err != nil {
-		return nil, err
-	}
-	return Open(ctx, rdb, name, append(cfg.Options(), opts...)...)
-}

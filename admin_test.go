@@ -56,7 +56,7 @@ func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
 		base := uniqueName(t, b.rdb) // its cleanup covers base:1 and base:1:2 too
 		names := []string{base, base + ":1", base + ":1:2"}
 		for _, n := range names {
-			s := must[*Set](t)(New(b.rdb, n, WithExpiryEvents(), WithPayloadStorage()))
+			s := must[*Set](t)(Open(context.Background(), b.rdb, n, WithExpiryEvents(), WithPayloadStorage()))
 			for _, o := range []string{"a", "b", "c", "d", "e", "f"} {
 				must[time.Time](t)(s.Add(ctx, o, "m", time.Hour, WithPayload([]byte("p"))))
 			}
@@ -79,8 +79,8 @@ func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
 				if _, err := ReadConfiguration(ctx, b.rdb, other); err != nil {
 					t.Fatalf("after Drop(%q), the configuration of %q: %v", n, other, err)
 				}
-				if _, err := New(b.rdb, other, WithShards(8)); !errors.Is(err, ErrConfigMismatch) {
-					t.Fatalf("after Drop(%q), New(%q, WithShards(8)): %v, want ErrConfigMismatch", n, other, err)
+				if _, err := Open(context.Background(), b.rdb, other, WithShards(8)); !errors.Is(err, ErrConfigMismatch) {
+					t.Fatalf("after Drop(%q), Open(context.Background(), %q, WithShards(8)): %v, want ErrConfigMismatch", n, other, err)
 				}
 			}
 		}

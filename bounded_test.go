@@ -51,7 +51,7 @@ func TestScriptsBoundedBytes(t *testing.T) {
 		if n := must[int](t)(s.Count(ctx, "o")); n != 1 {
 			t.Fatalf("live count %d after the Add, want 1", n)
 		}
-		w := NewSweeper(s)
+		w := newSweeper(t, s)
 		st := must[SweepStats](t)(w.SweepOnce(ctx))
 		if st.Batches < 2 {
 			t.Fatalf("the sweeper moved %d members of %d KiB in %d batches", st.Expired, size>>10, st.Batches)
@@ -212,7 +212,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 			seed(t, s, clk, "sweep1", -time.Second)
 			seed(t, s, clk, "sweep2", -time.Second)
 			measure(t, tag+" SweepOnce over 2x150 expired", func() error {
-				_, err := NewSweeper(s, WithMembersPerBatch(1000), WithOwnersPerBatch(1000)).SweepOnce(ctx)
+				_, err := newSweeper(t, s, WithMembersPerBatch(1000), WithOwnersPerBatch(1000)).SweepOnce(ctx)
 				return err
 			})
 		}

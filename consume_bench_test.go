@@ -17,7 +17,7 @@ import (
 func BenchmarkConsume(b *testing.B) {
 	rdb := redistest.Client(b)
 	ctx := context.Background()
-	s := must[*Set](b)(New(rdb, uniqueName(b, rdb), WithExpiryEvents()))
+	s := must[*Set](b)(Open(context.Background(), rdb, uniqueName(b, rdb), WithExpiryEvents()))
 	d := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	pipe := rdb.Pipeline()
 	for i := 0; i < b.N; i++ {

@@ -20,7 +20,7 @@ import (
 // steady are options for tests that count handler calls exactly: with a
 // one-second visibility timeout no lease lapses on a loaded machine, so
 // nothing is handled twice.
-var steady = []ConsumeOption{WithVisibilityTimeout(time.Second), WithPollInterval(5 * time.Millisecond)}
+var steady = []Option{WithVisibilityTimeout(time.Second), WithPollInterval(5 * time.Millisecond)}
 
 // handledBy records, per event (shard/ID), the attempts with which handler
 // calls that returned nil saw it, and which consumer made them.
@@ -88,7 +88,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// to another consumer, each at attempt 1.
 			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts := []ConsumeOption{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			opts := []Option{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h := newHandledBy()
 			stuck := make(chan struct{})
@@ -118,7 +118,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// timeout is a minute), at attempt 1.
 			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts = []ConsumeOption{WithVisibilityTimeout(time.Minute), WithPollInterval(5 * time.Millisecond),
+			opts = []Option{WithVisibilityTimeout(time.Minute), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h = newHandledBy()
 			ctx, shutdown := context.WithCancel(context.Background())
@@ -154,7 +154,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 		const vis = 250 * time.Millisecond
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 10)
-		opts := []ConsumeOption{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
+		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()
 		hung := make(chan string, 1)
 		var first atomic.Bool
@@ -306,7 +306,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 		// Drop, and the set opened again under the same name.
 		must[int](t)(Drop(ctx, b.rdb, s.Name()))
 		time.Sleep(100 * time.Millisecond)
-		s2 := must[*Set](t)(New(b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithClock(clk.Now)))
+		s2 := must[*Set](t)(Open(context.Background(), b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithClock(clk.Now)))
 		expire(t, s2, clk, 4)
 		waitFor(t, "4 more events after Drop", func() bool { return rec.len() == 12 })
 		stop()
@@ -460,7 +460,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 			}
 		}
 		clk.Advance(time.Second)
-		_, _ = NewSweeper(s).SweepOnce(ctx)
+		_, _ = newSweeper(t, s).SweepOnce(ctx)
 		waitFor(t, "shard 0's events", func() bool { return rec.len() == 3 })
 		waitFor(t, "shard 1's errors reported", func() bool {
 			for _, e := range hr.errors() {
@@ -484,7 +484,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 			}
 		}
 		clk.Advance(time.Second)
-		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		waitFor(t, "shard 1's events after it healed", func() bool { return rec.len() == 6 && shardsIdle(s, 0) })
 		stop()
 	})

@@ -14,10 +14,10 @@ import (
 // that client (the process is gone: its lease is renewed no more, nothing is
 // acknowledged) and blocks until t ends. It returns the event once the
 // handler has it. The handlers of other events are never called.
-func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...ConsumeOption) Expiry {
+func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...Option) Expiry {
 	t.Helper()
 	quiet := WithHooks(Hooks{OnError: func(ErrorInfo) {}})
-	doomed := must[*Set](t)(OpenExisting(context.Background(), rdb, s.Name(), quiet))
+	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))
 	got := make(chan Expiry, 1)
 	release := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())

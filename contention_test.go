@@ -71,7 +71,7 @@ func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
 	const owners, workers, perWorker, limit = 8, 64, 20, 3
 
 	for round := 0; round < 3; round++ {
-		s := must[*Set](t)(New(rdb, uniqueName(t, rdb)))
+		s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb)))
 		q := must[*Quota](t)(NewQuota(s, limit))
 		var inDecision atomic.Int64
 		admitted, err := contend(owners, workers, perWorker, func(owner, member string) (bool, error) {
@@ -129,7 +129,7 @@ func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
 func TestConcurrentAcquireReleaseHoldsLimit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 3))
 		var violations, admitted atomic.Int64
 		_, err := contend(4, 32, 30, func(owner, member string) (bool, error) {

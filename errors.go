@@ -36,12 +36,12 @@ var (
 	// ErrConfigMismatch means the set was first opened with another shard
 	// count or other options recorded in Redis; opening it differently would
 	// orphan data or lose expiry events. The message shows the recorded
-	// options to open it with; OpenExisting reads and uses them.
+	// options to open it with; WithRecordedConfiguration reads and uses them.
 	ErrConfigMismatch = errors.New("expset: configuration mismatch")
 
 	// ErrServerVersion means a server is older than expset supports: Redis
-	// before 7.0 or Valkey before 7.2 (docs/compatibility.md says why). Open,
-	// New and OpenExisting fail with it, naming the server and its version,
+	// before 7.0 or Valkey before 7.2 (docs/compatibility.md says why). Open
+	// fails with it, naming the server and its version,
 	// before any script runs; upgrade the server.
 	ErrServerVersion = errors.New("expset: server version too old")
 

@@ -39,11 +39,7 @@ type Expiry struct {
 	ID       string    // the entry's ID in the shard's event stream (unique with Shard)
 }
 
-// ConsumeOption configures one Consume call.
-type ConsumeOption func(*consumeConfig)
-
 type consumeConfig struct {
-	optionErr
 	visibility  time.Duration
 	maxAttempts int
 	batch       int
@@ -58,24 +54,22 @@ type consumeConfig struct {
 // (see WithMaxHandlingTime). An event whose consumer died, or lost Redis,
 // goes to another consumer once this long has passed since the last renewal;
 // an event whose handler failed comes again this long after the failure.
-func WithVisibilityTimeout(d time.Duration) ConsumeOption {
-	return func(c *consumeConfig) {
-		if c.ok(inRange("WithVisibilityTimeout", d, time.Millisecond, 24*time.Hour)) {
-			c.visibility = d
-		}
-	}
+func WithVisibilityTimeout(d time.Duration) Option {
+	return consumeOption("WithVisibilityTimeout", func(c *consumeConfig) error {
+		c.visibility = d
+		return inRange("WithVisibilityTimeout", d, time.Millisecond, 24*time.Hour)
+	})
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
 // 1 to 1000). With 1, the first failure buries it. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
-func WithMaxAttempts(n int) ConsumeOption {
-	return func(c *consumeConfig) {
-		if c.ok(inRange("WithMaxAttempts", n, 1, 1000)) {
-			c.maxAttempts = n
-		}
-	}
+func WithMaxAttempts(n int) Option {
+	return consumeOption("WithMaxAttempts", func(c *consumeConfig) error {
+		c.maxAttempts = n
+		return inRange("WithMaxAttempts", n, 1, 1000)
+	})
 }
 
 // WithReadBatch sets how many events one read takes from each shard's
@@ -83,24 +77,22 @@ func WithMaxAttempts(n int) ConsumeOption {
 // turn for the handler; one that waited past the visibility timeout may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
-func WithReadBatch(n int) ConsumeOption {
-	return func(c *consumeConfig) {
-		if c.ok(inRange("WithReadBatch", n, 1, maxBatch)) {
-			c.batch = n
-		}
-	}
+func WithReadBatch(n int) Option {
+	return consumeOption("WithReadBatch", func(c *consumeConfig) error {
+		c.batch = n
+		return inRange("WithReadBatch", n, 1, maxBatch)
+	})
 }
 
 // WithPollInterval sets how long Consume waits after finding every shard's
 // stream empty (default 100ms; 1ms to 1m). Reads do not
 // block in Redis, so this bounds both the idle load (one pipelined read of
 // all shards per interval) and the added delivery latency.
-func WithPollInterval(d time.Duration) ConsumeOption {
-	return func(c *consumeConfig) {
-		if c.ok(inRange("WithPollInterval", d, time.Millisecond, time.Minute)) {
-			c.poll = d
-		}
-	}
+func WithPollInterval(d time.Duration) Option {
+	return consumeOption("WithPollInterval", func(c *consumeConfig) error {
+		c.poll = d
+		return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
+	})
 }
 
 // WithMaxHandlingTime bounds one handler call (default
@@ -109,12 +101,11 @@ func WithPollInterval(d time.Duration) ConsumeOption {
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
 // the event (and its Consume) for as long as it runs.
-func WithMaxHandlingTime(d time.Duration) ConsumeOption {
-	return func(c *consumeConfig) {
-		if c.ok(inRange("WithMaxHandlingTime", d, time.Millisecond, 24*time.Hour)) {
-			c.maxHandling = d
-		}
-	}
+func WithMaxHandlingTime(d time.Duration) Option {
+	return consumeOption("WithMaxHandlingTime", func(c *consumeConfig) error {
+		c.maxHandling = d
+		return inRange("WithMaxHandlingTime", d, time.Millisecond, 24*time.Hour)
+	})
 }
 
 // Consume delivers the set's expiry events to handle until ctx ends, as
@@ -158,7 +149,7 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // nil. It returns an error only for misuse, at once: ErrInvalidConsumer,
 // ErrInvalidOption, ErrNoEvents. Options: WithVisibilityTimeout,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
-func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
+func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
 		return err
@@ -169,7 +160,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	})
 }
 
-func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
+func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []Option) (*consumer, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
@@ -191,9 +182,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
 	}
-	applyOptions(&cfg, opts)
-	if cfg.err != nil {
-		return nil, cfg.err
+	if err := applyOptions(inConsume, &options{consume: &cfg}, opts); err != nil {
+		return nil, err
 	}
 	c := &consumer{
 		set: s, group: group, name: name, handle: handle, cfg: cfg,

@@ -14,11 +14,11 @@ import (
 )
 
 // fastConsume are options that make redelivery quick in tests.
-var fastConsume = []ConsumeOption{WithVisibilityTimeout(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+var fastConsume = []Option{WithVisibilityTimeout(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 
 // consumeInBackground runs s.Consume until the returned stop is called (or t
 // ends) and checks that it returned nil.
-func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) (stop func()) {
+func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...Option) (stop func()) {
 	t.Helper()
 	return background(t, "Consume", func(ctx context.Context) error {
 		return s.Consume(ctx, group, name, handle, opts...)
@@ -54,7 +54,7 @@ func expire(t *testing.T, s *Set, clk *fakeClock, n int) {
 		must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second, WithPayload([]byte("p"+strconv.Itoa(i)))))
 	}
 	clk.Advance(time.Second)
-	st, err := NewSweeper(s).SweepOnce(ctx)
+	st, err := newSweeper(t, s).SweepOnce(ctx)
 	if err != nil || st.Expired != n {
 		t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
 	}
@@ -274,18 +274,18 @@ func TestConsumeInvalid(t *testing.T) {
 		for _, c := range []struct {
 			group, name string
 			handle      func(context.Context, Expiry) error
-			opts        []ConsumeOption
+			opts        []Option
 			want        error
 		}{
 			{"", "c", ok, nil, ErrInvalidConsumer},
 			{"g", "", ok, nil, ErrInvalidConsumer},
 			{long, "c", ok, nil, ErrInvalidConsumer},
 			{"g", "c", nil, nil, ErrInvalidOption},
-			{"g", "c", ok, []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidOption},
-			{"g", "c", ok, []ConsumeOption{WithVisibilityTimeout(0)}, ErrInvalidOption},
-			{"g", "c", ok, []ConsumeOption{WithReadBatch(1001)}, ErrInvalidOption},
-			{"g", "c", ok, []ConsumeOption{WithPollInterval(time.Hour)}, ErrInvalidOption},
-			{"g", "c", ok, []ConsumeOption{WithMaxHandlingTime(0)}, ErrInvalidOption},
+			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidOption},
+			{"g", "c", ok, []Option{WithVisibilityTimeout(0)}, ErrInvalidOption},
+			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidOption},
+			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidOption},
+			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidOption},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
@@ -295,13 +295,13 @@ func TestConsumeInvalid(t *testing.T) {
 		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
 			t.Errorf("Consume without events: %v", err)
 		}
-		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
 			t.Errorf("WithConsumerGroups with an empty name: %v", err)
 		}
-		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
 			t.Errorf("WithConsumerGroups with a long name: %v", err)
 		}
-		if _, err := New(b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
+		if _, err := Open(context.Background(), b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("WithConsumerGroups without events: %v", err)
 		}
 		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {
@@ -348,7 +348,7 @@ func TestStats(t *testing.T) {
 		if st != want {
 			t.Fatalf("stats %+v\nwant  %+v", st, want)
 		}
-		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		st = must[[]ShardStats](t)(s.Stats(ctx))[0]
 		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3}
 		if st != want {
@@ -391,7 +391,7 @@ func TestRewriteBehindManyExpired(t *testing.T) {
 				}
 				d = dec.Deadline
 			}
-			st := must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+			st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 			n := 0
 			for _, e := range eventsOf(t, s) {
 				if e.Member == last {

@@ -126,7 +126,7 @@ func TestEvictionEvents(t *testing.T) {
 			t.Fatalf("evict to a lower limit: %+v", d)
 		}
 		clk.Advance(2 * time.Hour)
-		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		evs, _ = must2[[]Expiry, string](t)(s.ReadEvents(ctx, shard, "0-0", 100, 0))
 		var got []string
 		for _, e := range evs {
@@ -141,7 +141,7 @@ func TestEvictionEvents(t *testing.T) {
 // TestEvictionReceiptTTLOption checks WithEvictionReceiptTTL's range.
 func TestEvictionReceiptTTLOption(t *testing.T) {
 	mr := miniredis.RunT(t)
-	s := must[*Set](t)(New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), "n"))
+	s := must[*Set](t)(Open(context.Background(), redis.NewClient(&redis.Options{Addr: mr.Addr()}), "n"))
 	for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {
 		if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(d)); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("WithEvictionReceiptTTL(%v): %v, want ErrInvalidOption", d, err)

@@ -17,7 +17,7 @@ import (
 // placeOrder admits an unpaid order: at most 3 per user, each lapsing 15
 // minutes after it was placed unless paid.
 func placeOrder(ctx context.Context, rdb redis.UniversalClient, userID, orderID string) error {
-	orders, err := expset.New(rdb, "unpaid-orders") // open once, at start-up
+	orders, err := expset.Open(ctx, rdb, "unpaid-orders") // open once, at start-up
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func payOrder(ctx context.Context, quota *expset.Quota, userID, orderID string) 
 // runLapses runs, in every instance of the service, the sweeper (its
 // shards shared through leases) and a consumer of the expiry events.
 func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) error {
-	orders, err := expset.New(rdb, "unpaid-orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
+	orders, err := expset.Open(ctx, rdb, "unpaid-orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
 		expset.WithConsumerGroups("stock", "email")) // each group gets every event
 	if err != nil {
 		return err
@@ -55,8 +55,12 @@ func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) 
 	// Run and Consume return nil when ctx ends and an error only for misuse.
 	// Redis errors are retried with backoff and reported to Hooks.OnError
 	// (by default, log/slog at warning level).
+	sweeper, err := expset.NewSweeper(orders)
+	if err != nil {
+		return err
+	}
 	go func() {
-		if err := expset.NewSweeper(orders).Run(ctx); err != nil {
+		if err := sweeper.Run(ctx); err != nil {
 			log.Fatalf("sweeper: %v", err)
 		}
 	}()
@@ -70,7 +74,7 @@ func releaseStock(context.Context, string, string, []byte) error { return nil }
 
 // runJob waits, in arrival order, for one of the tenant's 2 slots.
 func runJob(ctx context.Context, rdb redis.UniversalClient, tenant, jobID string) error {
-	running, err := expset.New(rdb, "running-jobs")
+	running, err := expset.Open(ctx, rdb, "running-jobs")
 	if err != nil {
 		return err
 	}

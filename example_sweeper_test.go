@@ -30,7 +30,7 @@ func ExampleSweeper() {
 	// A fixed clock keeps the output stable; services use Redis's clock.
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	orders, err := expset.New(rdb, "orders", expset.WithClock(clock), expset.WithExpiryEvents(), expset.WithPayloadStorage())
+	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithClock(clock), expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	if err != nil {
 		panic(err)
 	}
@@ -39,7 +39,11 @@ func ExampleSweeper() {
 	_, _ = orders.Add(ctx, "alice", "order-2", time.Hour)
 
 	now = now.Add(20 * time.Minute)
-	stats, err := expset.NewSweeper(orders).SweepOnce(ctx)
+	sweeper, err := expset.NewSweeper(orders)
+	if err != nil {
+		panic(err)
+	}
+	stats, err := sweeper.SweepOnce(ctx)
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +82,7 @@ func ExampleSweeper_Run() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithHooks(expset.Hooks{
+	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithExpiryEvents(), expset.WithHooks(expset.Hooks{
 		OnError: func(e expset.ErrorInfo) {
 			log.Printf("expset %s: %s shard %d: %v (retry in %v)", e.Set, e.Op, e.Shard, e.Err, e.Retry)
 		},
@@ -88,7 +92,11 @@ func ExampleSweeper_Run() {
 	}
 	ctx, shutdown := context.WithCancel(context.Background())
 	swept := make(chan error, 1)
-	go func() { swept <- expset.NewSweeper(orders).Run(ctx) }()
+	sweeper, err := expset.NewSweeper(orders)
+	if err != nil {
+		panic(err)
+	}
+	go func() { swept <- sweeper.Run(ctx) }()
 
 	_, _ = orders.Add(ctx, "alice", "order-1", 10*time.Millisecond)
 	consumeCtx, stop := context.WithCancel(ctx)
@@ -101,13 +109,13 @@ func ExampleSweeper_Run() {
 	shutdown()
 	fmt.Println("sweeper stopped:", <-swept)
 
-	plain, _ := expset.New(rdb, "sessions")
-	err = expset.NewSweeper(plain).Run(context.Background())
-	fmt.Println("misuse returns at once:", errors.Is(err, expset.ErrNoIndex))
+	plain, _ := expset.Open(context.Background(), rdb, "sessions")
+	_, err = expset.NewSweeper(plain)
+	fmt.Println("a set with no due index has no sweeper:", errors.Is(err, expset.ErrNoIndex))
 	// Output:
 	// expired: alice order-1
 	// sweeper stopped: <nil>
-	// misuse returns at once: true
+	// a set with no due index has no sweeper: true
 }
 
 // Set.Consume in a service: two consumer groups, declared when the set is
@@ -126,7 +134,7 @@ func ExampleSet_Consume() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
+	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
 		expset.WithConsumerGroups("billing", "email"))
 	if err != nil {
 		panic(err)
@@ -148,7 +156,11 @@ func ExampleSet_Consume() {
 			mu.Unlock()
 		}()
 	}
-	run("sweeper", expset.NewSweeper(orders).Run)
+	sweeper, err := expset.NewSweeper(orders)
+	if err != nil {
+		panic(err)
+	}
+	run("sweeper", sweeper.Run)
 	for _, group := range []string{"billing", "email"} {
 		run(group, func(ctx context.Context) error {
 			return orders.Consume(ctx, group, "worker-1", func(ctx context.Context, e expset.Expiry) error {

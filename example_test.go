@@ -23,7 +23,7 @@ func Example_checkout() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	orders, err := expset.New(rdb, "unpaid-orders")
+	orders, err := expset.Open(context.Background(), rdb, "unpaid-orders")
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +78,7 @@ func Example_sessions() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	sessions, _ := expset.New(rdb, "sessions")
+	sessions, _ := expset.Open(context.Background(), rdb, "sessions")
 	quota, _ := expset.NewQuota(sessions, 2, expset.WithEvictOldest(), expset.WithRefreshOnReacquire())
 	for _, s := range []string{"laptop", "phone", "tablet"} {
 		d, err := quota.Acquire(ctx, "acct-7", s, 24*time.Hour)
@@ -104,7 +104,7 @@ func ExampleWithLimit() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	orders, _ := expset.New(rdb, "orders")
+	orders, _ := expset.Open(context.Background(), rdb, "orders")
 	quota, _ := expset.NewQuota(orders, 1)
 	quota.Acquire(ctx, "vip", "a", time.Hour)
 	d, _ := quota.Acquire(ctx, "vip", "b", time.Hour)

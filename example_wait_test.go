@@ -23,7 +23,7 @@ func ExampleQuota_AcquireWait() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	running, err := expset.New(rdb, "running-jobs")
+	running, err := expset.Open(context.Background(), rdb, "running-jobs")
 	if err != nil {
 		panic(err)
 	}

@@ -53,14 +53,6 @@ type Member struct {
 	Deadline time.Time
 }
 
-// New opens the set called name on rdb, like Open with a background context
-// bounded by five seconds.
-func New(rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return Open(ctx, rdb, name, opts...)
-}
-
 // Open validates the options, checks the server, then records the set's
 // configuration (shard count, expiry events, payloads) in Redis the first
 // time the name is opened, or checks it against what is recorded. A
@@ -81,13 +73,20 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, err
 	}
 	cfg := setConfig{shards: defaultShards}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+	if err := applyOptions(inOpen, &options{set: &cfg}, opts); err != nil {
+		return nil, err
 	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	if cfg.recorded {
+		rc, err := ReadConfiguration(ctx, rdb, name)
+		if err != nil {
+			return nil, err
+		}
+		// What is recorded, then what the caller gave: a recorded setting
+		// given otherwise fails below with ErrConfigMismatch.
+		cfg = setConfig{shards: defaultShards}
+		if err := applyOptions(inOpen, &options{set: &cfg}, append(rc.Options(), opts...)); err != nil {
+			return nil, err
+		}
 	}
 	if len(cfg.groups) > 0 && !cfg.events {
 		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
@@ -136,9 +135,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 // mismatch is the ErrConfigMismatch error of Open: what is recorded, what
 // was asked, and how to open the set as recorded.
 func mismatch(name, key, got, want string) error {
-	how := "open it with the options it was first opened with, or with OpenExisting"
+	how := "open it with the options it was first opened with, or WithRecordedConfiguration"
 	if cfg, err := parseConfiguration(key, got); err == nil {
-		how = "open it with " + cfg.optionsText() + ", or with OpenExisting, which reads them"
+		how = "open it with " + cfg.optionsText() + ", or WithRecordedConfiguration, which reads them"
 	}
 	return fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q: %s", ErrConfigMismatch, name, got, key, want, how)
 }
@@ -146,7 +145,7 @@ func mismatch(name, key, got, want string) error {
 // opened returns ErrNotOpened for a nil or zero Set.
 func (s *Set) opened() error {
 	if s == nil || len(s.shards) == 0 || s.rdb == nil {
-		return fmt.Errorf("%w: zero or nil *Set: create it with New or Open", ErrNotOpened)
+		return fmt.Errorf("%w: zero or nil *Set: create it with Open", ErrNotOpened)
 	}
 	return nil
 }

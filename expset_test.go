@@ -215,7 +215,7 @@ func TestKeysVanishWithoutSweeper(t *testing.T) {
 		mr := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		defer rdb.Close()
-		s := must[*Set](t)(New(rdb, "orders"))
+		s := must[*Set](t)(Open(context.Background(), rdb, "orders"))
 		must[time.Time](t)(s.Add(context.Background(), "u", "a", 3*time.Second))
 		mr.FastForward(3 * time.Second)
 		if mr.Exists(s.OwnerKey("u")) {
@@ -224,7 +224,7 @@ func TestKeysVanishWithoutSweeper(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		b := backend{rdb: realClient(t)}
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		ctx := context.Background()
 		must[time.Time](t)(s.Add(ctx, "u", "a", 50*time.Millisecond))
 		deadline := time.Now().Add(5 * time.Second)
@@ -246,7 +246,7 @@ func TestServerClock(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		defer rdb.Close()
 		ctx := context.Background()
-		s := must[*Set](t)(New(rdb, "orders"))
+		s := must[*Set](t)(Open(context.Background(), rdb, "orders"))
 		d := must[time.Time](t)(s.Add(ctx, "u", "a", 1500*time.Millisecond))
 		if want := at.Add(1500 * time.Millisecond); !d.Equal(want) {
 			t.Fatalf("deadline %v, want %v from the server's TIME", d, want)
@@ -263,7 +263,7 @@ func TestServerClock(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		rdb := realClient(t)
 		ctx := context.Background()
-		s := must[*Set](t)(New(rdb, uniqueName(t, rdb)))
+		s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb)))
 		before := time.Now()
 		d := must[time.Time](t)(s.Add(ctx, "u", "a", 100*time.Millisecond))
 		after := time.Now()
@@ -286,8 +286,8 @@ func TestServerClock(t *testing.T) {
 func TestOpenRecordsConfiguration(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(t, b.rdb)
-		must[*Set](t)(New(b.rdb, name, WithShards(8)))
-		must[*Set](t)(New(b.rdb, name, WithShards(8)))
+		must[*Set](t)(Open(context.Background(), b.rdb, name, WithShards(8)))
+		must[*Set](t)(Open(context.Background(), b.rdb, name, WithShards(8)))
 		for _, opts := range [][]Option{
 			nil, // default 16 shards
 			{WithShards(4)},
@@ -295,20 +295,20 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 			{WithShards(8), WithPayloadStorage()},
 			{WithShards(8), WithSweepIndex()},
 		} {
-			_, err := New(b.rdb, name, opts...)
+			_, err := Open(context.Background(), b.rdb, name, opts...)
 			if !errors.Is(err, ErrConfigMismatch) {
 				t.Fatalf("reopen with other options: %v, want ErrConfigMismatch", err)
 			}
 			// The message says how to open the set as recorded.
-			if msg := err.Error(); !strings.Contains(msg, "open it with WithShards(8), or with OpenExisting") {
+			if msg := err.Error(); !strings.Contains(msg, "open it with WithShards(8), or WithRecordedConfiguration") {
 				t.Fatalf("mismatch message %q does not say how to open the set", msg)
 			}
 		}
 		// What it says works.
-		must[*Set](t)(OpenExisting(context.Background(), b.rdb, name))
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
-		_, err := New(b.rdb, s.Name())
-		if want := "open it with WithShards(3), WithExpiryEvents(), WithPayloadStorage(), or with OpenExisting"; err == nil || !strings.Contains(err.Error(), want) {
+		must[*Set](t)(Open(context.Background(), b.rdb, name, WithRecordedConfiguration()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
+		_, err := Open(context.Background(), b.rdb, s.Name())
+		if want := "open it with WithShards(3), WithExpiryEvents(), WithPayloadStorage(), or WithRecordedConfiguration"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("mismatch message %v, want it to say %q", err, want)
 		}
 	})

@@ -19,7 +19,7 @@ import (
 // consumeUntil runs Consume in the test's goroutine (so its handler may
 // call t.Fatal) until done reports true, checked every 10ms from another
 // goroutine, or faultWait passes.
-func consumeUntil(t *testing.T, s *Set, name string, handle func(context.Context, Expiry) error, done func() bool, opts ...ConsumeOption) {
+func consumeUntil(t *testing.T, s *Set, name string, handle func(context.Context, Expiry) error, done func() bool, opts ...Option) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), faultWait)
 	defer cancel()
@@ -74,7 +74,7 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		flushScripts(t, b.rdb)
-		if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 4 {
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 4 {
 			t.Fatalf("sweep after a flush: %+v, %v", st, err)
 		}
 		var rec recorder
@@ -110,8 +110,8 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second))
 		}
 		clk.Advance(time.Second)
-		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
-		slow := []ConsumeOption{WithVisibilityTimeout(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		slow := []Option{WithVisibilityTimeout(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
 		cctx, stop := context.WithCancel(ctx)
 		var last recorder
 		_ = s.Consume(cctx, "g", "c3", func(_ context.Context, e Expiry) error {
@@ -153,7 +153,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	s := must[*Set](t)(New(rdb, uniqueName(t, rdb), WithShards(2), WithExpiryEvents(), WithPayloadStorage()))
+	s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb), WithShards(2), WithExpiryEvents(), WithPayloadStorage()))
 	add := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -162,7 +162,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	add(0, 4)
-	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 4 {
+	if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 4 {
 		t.Fatalf("sweep: %+v, %v", st, err)
 	}
 	add(4, 6) // expired, not swept at the crash
@@ -188,7 +188,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 	if pending != 4 || events != 4 || due != 2 {
 		t.Fatalf("after the crash: %d pending, %d events, %d members due; want 4, 4, 2", pending, events, due)
 	}
-	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != 2 {
+	if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 2 {
 		t.Fatalf("sweep after the restart: %+v, %v", st, err)
 	}
 	var rec recorder
@@ -219,13 +219,13 @@ func TestEventsSurviveFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
 	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
 	ctx := context.Background()
-	s := must[*Set](t)(New(cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
+	s := must[*Set](t)(Open(context.Background(), cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithPayloadStorage()))
 	const n = 12
 	for i := 0; i < n; i++ {
 		must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Millisecond, WithPayload([]byte("p"+strconv.Itoa(i)))))
 		if i == n/2-1 {
 			time.Sleep(2 * time.Millisecond)
-			if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n/2 {
+			if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n/2 {
 				t.Fatalf("sweep: %+v, %v", st, err)
 			}
 		}
@@ -241,7 +241,7 @@ func TestEventsSurviveFailover(t *testing.T) {
 		_, err := s.Stats(ctx)
 		return err
 	})
-	if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n-n/2 {
+	if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n-n/2 {
 		t.Fatalf("sweep after the failover: %+v, %v; want %d expired", st, err, n-n/2)
 	}
 	var rec recorder

@@ -47,7 +47,7 @@ func newRestartRun(t *testing.T) *restartRun {
 	// down, so the loops meet the outage many times over (with retries a
 	// call can spend most of it dialling).
 	r.rdb = r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	r.set = must[*Set](t)(New(r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
+	r.set = must[*Set](t)(Open(context.Background(), r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
 		WithHooks(Hooks{OnError: func(e ErrorInfo) {
 			r.mu.Lock()
 			r.errs = append(r.errs, e)
@@ -187,7 +187,7 @@ func (r *restartRun) checkExactlyOnce(t *testing.T, seen map[string]int) {
 func TestSweeperRunSurvivesRestart(t *testing.T) {
 	noLeaks(t)
 	r := newRestartRun(t)
-	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
+	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
 	var held []string
 	r.beforeKill = func() {
 		waitFor(t, "every lease held", func() bool { return !slices.Contains(r.leases(), "") })
@@ -230,13 +230,13 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	opts := []ConsumeOption{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
-	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
+	opts := []Option{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
 	// Consume on a client of its own that does not retry commands, so that
 	// go-redis's retries cannot ride out the outage unseen.
 	rdb := r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	var consumeErrs []ErrorInfo
-	cs := must[*Set](t)(New(rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
+	cs := must[*Set](t)(Open(context.Background(), rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
 		mu.Lock()
 		consumeErrs = append(consumeErrs, e)
 		mu.Unlock()

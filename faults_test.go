@@ -168,7 +168,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 		clk := newFakeClock()
 		t0 := clk.Now()
 		flush()
-		s, err := New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage())
+		s, err := Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage())
 		if err != nil {
 			t.Fatalf("New after SCRIPT FLUSH: %v", err)
 		}
@@ -243,7 +243,7 @@ func TestRestartWithAOFKeepsAcknowledgedWrites(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	s := must[*Set](t)(New(rdb, uniqueName(t, rdb)))
+	s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb)))
 	q := must[*Quota](t)(NewQuota(s, 3))
 	for _, m := range []string{"o1", "o2", "o3"} {
 		if d := must[Decision](t)(q.Acquire(ctx, "u", m, time.Hour)); !d.Allowed {
@@ -300,7 +300,7 @@ func TestStalledServer(t *testing.T) {
 	name := uniqueName(t, probe)
 	open := func(rdb redis.UniversalClient) *Quota {
 		t.Helper()
-		return must[*Quota](t)(NewQuota(must[*Set](t)(New(rdb, name, WithClock(clk.Now))), 3))
+		return must[*Quota](t)(NewQuota(must[*Set](t)(Open(context.Background(), rdb, name, WithClock(clk.Now))), 3))
 	}
 	stallOpts := func(retries int) func(*redis.Options) {
 		return func(o *redis.Options) {
@@ -415,7 +415,7 @@ func TestFailoverKeepsQuota(t *testing.T) {
 	// connection errors), as here.
 	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
 	ctx := context.Background()
-	s := must[*Set](t)(New(cc, uniqueName(t, cc)))
+	s := must[*Set](t)(Open(context.Background(), cc, uniqueName(t, cc)))
 	q := must[*Quota](t)(NewQuota(s, 3))
 	for i := 1; i <= 3; i++ {
 		if d := must[Decision](t)(q.Acquire(ctx, "u", "o"+strconv.Itoa(i), time.Hour)); !d.Allowed {
@@ -492,7 +492,7 @@ func TestStalledServerReportsEvictions(t *testing.T) {
 		o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 250*time.Millisecond, 250*time.Millisecond, 5
 	})
 	retrying.AddHook(dialed)
-	q := must[*Quota](t)(NewQuota(must[*Set](t)(New(retrying, name, WithClock(clk.Now))), 2, WithEvictOldest()))
+	q := must[*Quota](t)(NewQuota(must[*Set](t)(Open(context.Background(), retrying, name, WithClock(clk.Now))), 2, WithEvictOldest()))
 	for _, m := range []string{"session-1", "session-2"} {
 		must[Decision](t)(q.Acquire(ctx, "acct", m, time.Hour))
 		clk.Advance(time.Second)

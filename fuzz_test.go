@@ -43,7 +43,7 @@ func FuzzKeyEncoding(f *testing.F) {
 	for i, n := range shardCounts {
 		var err error
 		// WithPayloadStorage, so that ownerKeys declares all four keys checked below.
-		if sets[i], err = New(rdb, "keys"+strconv.Itoa(i), WithShards(n), WithPayloadStorage()); err != nil {
+		if sets[i], err = Open(context.Background(), rdb, "keys"+strconv.Itoa(i), WithShards(n), WithPayloadStorage()); err != nil {
 			f.Fatal(err)
 		}
 	}
@@ -241,12 +241,12 @@ type modelRun struct {
 func runModel(t testing.TB, rdb redis.UniversalClient, mr *miniredis.Miniredis, name string, unit time.Duration, ops []modelOp) {
 	t.Helper()
 	clk := newFakeClock()
-	s, err := New(rdb, name, WithClock(clk.Now), WithSweepIndex())
+	s, err := Open(context.Background(), rdb, name, WithClock(clk.Now), WithSweepIndex())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &modelRun{t: t, rdb: rdb, mr: mr, unit: unit, clk: clk, s: s, m: newQuotaModel(clk.Now())}
-	for i, o := range [][]QuotaOption{nil, {WithEvictOldest()}, {WithRefreshOnReacquire()}} {
+	for i, o := range [][]Option{nil, {WithEvictOldest()}, {WithRefreshOnReacquire()}} {
 		r.qs[i] = must[*Quota](t)(NewQuota(s, modelLimit, o...))
 	}
 	for _, op := range ops {

@@ -16,15 +16,15 @@ import (
 // groups and its own. Groups not declared are created by their first
 // Consume, from the oldest event still retained then. Default: none.
 func WithConsumerGroups(groups ...string) Option {
-	return func(c *setConfig) {
+	return setOption("WithConsumerGroups", func(c *setConfig) error {
 		for _, g := range groups {
 			if g == "" || len(g) > maxConsumerLen {
-				c.fail(fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, maxConsumerLen))
-				return
+				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, maxConsumerLen)
 			}
 		}
 		c.groups = append(c.groups, groups...)
-	}
+		return nil
+	})
 }
 
 // createGroups creates group and the set's declared groups on shard i's

@@ -145,7 +145,7 @@ func snapshot(t testing.TB, rdb redis.UniversalClient, name string) map[string]s
 func newTestSet(t testing.TB, b backend, opts ...Option) (*Set, *fakeClock) {
 	t.Helper()
 	clk := newFakeClock()
-	s, err := New(b.rdb, uniqueName(t, b.rdb), append([]Option{WithClock(clk.Now)}, opts...)...)
+	s, err := Open(context.Background(), b.rdb, uniqueName(t, b.rdb), append([]Option{WithClock(clk.Now)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +179,14 @@ func (b backend) client(t testing.TB) redis.UniversalClient {
 		return redistest.Client(t)
 	}
 	return redistest.SharedCluster(t).Client(t)
+}
+
+// newSweeper returns NewSweeper(s, opts...), failing the test on an error.
+func newSweeper(t testing.TB, s *Set, opts ...Option) *Sweeper {
+	t.Helper()
+	w, err := NewSweeper(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -81,7 +81,7 @@ type EventInfo struct {
 
 // WithHooks installs hooks on the set (default none).
 func WithHooks(h Hooks) Option {
-	return func(c *setConfig) { c.hooks = h }
+	return setOption("WithHooks", func(c *setConfig) error { c.hooks = h; return nil })
 }
 
 // shardOfKey reads S back from a key of the form expset:{name:S}:..., which

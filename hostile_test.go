@@ -470,8 +470,8 @@ func hostileCases() []hostileCase {
 		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, nil)
 		return e.decision(d), err
 	})
-	row("NewQuota", "a nil QuotaOption", nil, "limit 3", func(e *hostileEnv) (string, error) {
-		q, err := NewQuota(e.s, 3, nil)
+	row("NewQuota", "a zero Option", nil, "limit 3", func(e *hostileEnv) (string, error) {
+		q, err := NewQuota(e.s, 3, Option{})
 		if err != nil {
 			return "", err
 		}
@@ -495,7 +495,7 @@ func hostileCases() []hostileCase {
 	row("Drop", "a set whose neighbours `name:1` and `name:1:2` exist", nil, "2 keys; name:1 and name:1:2 kept", func(e *hostileEnv) (string, error) {
 		base := e.named("nb")
 		for _, n := range []string{base, base + ":1", base + ":1:2"} {
-			s, err := New(e.rdb, n)
+			s, err := Open(context.Background(), e.rdb, n)
 			if err != nil {
 				return "", err
 			}
@@ -581,7 +581,7 @@ func hostileCases() []hostileCase {
 			return s.Consume(e.ctx, "g", "c", func(context.Context, Expiry) error { return nil })
 		}},
 		{"NewQuota", func(e *hostileEnv, s *Set) error { _, err := NewQuota(s, 3); return err }},
-		{"Sweeper.SweepOnce", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s).SweepOnce(e.ctx); return err }},
+		{"NewSweeper", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -589,7 +589,7 @@ func hostileCases() []hostileCase {
 	}{{"zero Set", &Set{}}, {"nil *Set", nil}} {
 		for _, c := range setCalls {
 			run, s, want := c.run, z.s, error(ErrNotOpened)
-			if s == nil && (c.call == "NewQuota" || c.call == "Sweeper.SweepOnce") {
+			if s == nil && (c.call == "NewQuota" || c.call == "NewSweeper") {
 				want = ErrInvalidOption // a nil Set given to a constructor
 			}
 			row(c.call, z.desc, want, "", func(e *hostileEnv) (string, error) { return "", run(e, s) })
@@ -644,7 +644,7 @@ func hostileCases() []hostileCase {
 	for _, nc := range nilClients {
 		c := nc.c
 		row("New", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
-			_, err := New(c, "x")
+			_, err := Open(context.Background(), c, "x")
 			return "", err
 		})
 		row("Open", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
@@ -670,7 +670,7 @@ func hostileCases() []hostileCase {
 		n := so.n
 		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidOption, name: "shards-bad",
 			run: func(e *hostileEnv) (string, error) {
-				_, err := New(e.rdb, e.named("shards-bad"), WithShards(n))
+				_, err := Open(context.Background(), e.rdb, e.named("shards-bad"), WithShards(n))
 				return "", err
 			}})
 	}
@@ -686,19 +686,19 @@ func hostileCases() []hostileCase {
 	for _, g := range groupOpts {
 		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
 			run: func(e *hostileEnv) (string, error) {
-				_, err := New(e.rdb, e.named("groups-bad"), g.opts...)
+				_, err := Open(context.Background(), e.rdb, e.named("groups-bad"), g.opts...)
 				return "", err
 			}})
 	}
 	row("New", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
-		s, err := New(e.rdb, e.named("shards-max"), WithShards(maxShards))
+		s, err := Open(context.Background(), e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {
 			return "", err
 		}
 		return strconv.Itoa(s.Shards()) + " shards", nil
 	})
-	row("New", "a nil Option, WithClock(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
-		s, err := New(e.rdb, e.named("nil-options"), nil, WithClock(nil))
+	row("Open", "a zero Option, WithClock(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("nil-options"), Option{}, WithClock(nil))
 		if err != nil {
 			return "", err
 		}
@@ -748,7 +748,7 @@ func hostileCases() []hostileCase {
 		err := errIf(good, ErrInvalidName)
 		cs = append(cs,
 			hostileCase{call: "New", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
-				s, err := New(e.rdb, name(e))
+				s, err := Open(context.Background(), e.rdb, name(e))
 				if err != nil {
 					return "", err
 				}
@@ -786,8 +786,8 @@ func TestHostileInput(t *testing.T) {
 		ctx := context.Background()
 		clk := newFakeClock()
 		e := &hostileEnv{t: t, ctx: ctx, rdb: b.rdb, clk: clk, keys: map[string]string{}, names: map[string]string{}}
-		e.s = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage()))
-		e.plain = must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now)))
+		e.s = must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage()))
+		e.plain = must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now)))
 		e.q = must[*Quota](t)(NewQuota(e.s, 3))
 		must[time.Time](t)(e.s.Add(ctx, "base", "m", time.Minute))
 		must[time.Time](t)(e.s.Add(ctx, "ttl-extend", "x", time.Hour))

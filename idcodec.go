@@ -133,10 +133,6 @@ func (s strategy) String() string {
 	return fmt.Sprintf("strategy(%d)", s)
 }
 
-// CodecOption chooses which bits of an ID a Codec keeps in a score, for data
-// stored that way before. The default is KeepTopBits.
-type CodecOption func(*Codec)
-
 // KeepTopBits keeps the 53 most significant bits of the ID: the whole time
 // field and then node and sequence bits, top down, until 53 bits are used.
 // Scores never decrease as IDs grow, so with Member as the member a sorted
@@ -145,7 +141,9 @@ type CodecOption func(*Codec)
 // millisecond. (In a custom layout whose node and sequence fields have
 // fewer than 10 bits together, it drops time bits too, and neighbouring
 // ticks share scores.) It is the default, and what new data should use.
-func KeepTopBits() CodecOption { return func(c *Codec) { c.strategy = keepTop } }
+func KeepTopBits() Option {
+	return codecOption("KeepTopBits", func(c *Codec) error { c.strategy = keepTop; return nil })
+}
 
 // KeepTimeSeq keeps the time field and the whole sequence field, and drops
 // the node field (53 bits for Twitter). Every ID one node makes gets a score
@@ -154,7 +152,9 @@ func KeepTopBits() CodecOption { return func(c *Codec) { c.strategy = keepTop } 
 // sequence, not by ID, and After follows that order. Where it sits below
 // (Sonyflake), the dropped bits are the lowest and the order is exact, as
 // with KeepTopBits.
-func KeepTimeSeq() CodecOption { return func(c *Codec) { c.strategy = keepTimeSeq } }
+func KeepTimeSeq() Option {
+	return codecOption("KeepTimeSeq", func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
+}
 
 // KeepTimeSeq52 is the published 52-bit scheme: the time field and as many
 // low sequence bits as fit beside it in 52 bits, the node dropped (for
@@ -163,7 +163,9 @@ func KeepTimeSeq() CodecOption { return func(c *Codec) { c.strategy = keepTimeSe
 // than 2^11 IDs in one millisecond wraps, so its later IDs reuse the scores
 // of its first ones and sort among them. Use it only for scores already
 // stored that way.
-func KeepTimeSeq52() CodecOption { return func(c *Codec) { c.strategy = keepTimeSeq52 } }
+func KeepTimeSeq52() Option {
+	return codecOption("KeepTimeSeq52", func(c *Codec) error { c.strategy = keepTimeSeq52; return nil })
+}
 
 // Codec maps snowflake IDs to sorted-set scores that a double holds exactly,
 // and to fixed-width members, so that a sorted set scored by ID lists its IDs
@@ -256,12 +258,10 @@ type Codec struct {
 // under 1, NodeBits or SeqBits is negative, the three do not add up to 63,
 // TimeUnit is not positive, 2^TimeBits time units overflow a time.Duration,
 // Epoch is the zero time, or KeepTimeSeq leaves the time field no room.
-func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
+func NewCodec(l Layout, opts ...Option) (*Codec, error) {
 	c := &Codec{layout: l}
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
+	if err := applyOptions(inCodec, &options{codec: c}, opts); err != nil {
+		return nil, err
 	}
 	switch {
 	case l.TimeBits < 1 || l.NodeBits < 0 || l.SeqBits < 0:

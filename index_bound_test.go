@@ -109,7 +109,7 @@ func TestSweepKeepsTheIndexAlive(t *testing.T) {
 			t.Fatalf("index TTL %v before the sweep, want at most 1s + %v", ttl, indexGrace)
 		}
 		clk.Advance(2 * time.Second)
-		if st := must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx)); st.Expired != 1 {
+		if st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx)); st.Expired != 1 {
 			t.Fatalf("sweep: %+v", st)
 		}
 		if ttl := b.rdb.PTTL(ctx, due).Val(); ttl < 3*time.Hour-2*time.Second+indexGrace-time.Minute {

@@ -52,16 +52,22 @@ func TestBadInput(t *testing.T) {
 			{"NewQuota limit 0", func() error { _, err := NewQuota(s, 0); return err }, ErrInvalidLimit},
 			{"NewQuota limit -1", func() error { _, err := NewQuota(s, -1); return err }, ErrInvalidLimit},
 			{"NewQuota nil set", func() error { _, err := NewQuota(nil, 1); return err }, ErrInvalidOption},
-			{"New empty name", func() error { _, err := New(b.rdb, ""); return err }, ErrInvalidName},
-			{"New name with brace", func() error { _, err := New(b.rdb, "a{b"); return err }, ErrInvalidName},
-			{"New name with close brace", func() error { _, err := New(b.rdb, s.Name()+"}"); return err }, ErrInvalidName},
-			{"New name with space", func() error { _, err := New(b.rdb, "a b"); return err }, ErrInvalidName},
-			{"New name with newline", func() error { _, err := New(b.rdb, "a\nb"); return err }, ErrInvalidName},
-			{"New name not UTF-8", func() error { _, err := New(b.rdb, "a\xff"); return err }, ErrInvalidName},
-			{"New name too long", func() error { _, err := New(b.rdb, strings.Repeat("n", maxNameLen+1)); return err }, ErrInvalidName},
-			{"New shards 0", func() error { _, err := New(b.rdb, s.Name(), WithShards(0)); return err }, ErrInvalidOption},
-			{"New shards too many", func() error { _, err := New(b.rdb, s.Name(), WithShards(maxShards+1)); return err }, ErrInvalidOption},
-			{"New nil client", func() error { _, err := New(nil, "x"); return err }, ErrInvalidOption},
+			{"New empty name", func() error { _, err := Open(context.Background(), b.rdb, ""); return err }, ErrInvalidName},
+			{"New name with brace", func() error { _, err := Open(context.Background(), b.rdb, "a{b"); return err }, ErrInvalidName},
+			{"New name with close brace", func() error { _, err := Open(context.Background(), b.rdb, s.Name()+"}"); return err }, ErrInvalidName},
+			{"New name with space", func() error { _, err := Open(context.Background(), b.rdb, "a b"); return err }, ErrInvalidName},
+			{"New name with newline", func() error { _, err := Open(context.Background(), b.rdb, "a\nb"); return err }, ErrInvalidName},
+			{"New name not UTF-8", func() error { _, err := Open(context.Background(), b.rdb, "a\xff"); return err }, ErrInvalidName},
+			{"New name too long", func() error {
+				_, err := Open(context.Background(), b.rdb, strings.Repeat("n", maxNameLen+1))
+				return err
+			}, ErrInvalidName},
+			{"New shards 0", func() error { _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(0)); return err }, ErrInvalidOption},
+			{"New shards too many", func() error {
+				_, err := Open(context.Background(), b.rdb, s.Name(), WithShards(maxShards+1))
+				return err
+			}, ErrInvalidOption},
+			{"New nil client", func() error { _, err := Open(context.Background(), nil, "x"); return err }, ErrInvalidOption},
 		}
 		for _, c := range cases {
 			err := c.call()

@@ -113,8 +113,12 @@ func helperMain(role string) error {
 		if err != nil {
 			return err
 		}
-		return NewSweeper(s, WithLeaseTTL(lease), WithMaxIdle(100*time.Millisecond),
-			WithOwnersPerBatch(1), WithMembersPerBatch(2)).Run(ctx)
+		w, err := NewSweeper(s, WithLeaseTTL(lease), WithMaxIdle(100*time.Millisecond),
+			WithOwnersPerBatch(1), WithMembersPerBatch(2))
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
 	case "worker":
 		return helperWorker(s)
 	case "consumer":
@@ -319,7 +323,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 			slack       = 10 * time.Second
 		)
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
 		seeded := seedExpired(t, s, owners, per)
 
 		h := startHelper(t, "sweeper", append(b.env(s), helperLease+"="+leaseTTL.String())...)
@@ -332,7 +336,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		var sweepErrs []error
 		s.hooks.OnSweep = func(si SweepInfo) { mu.Lock(); survivor.add(sweepStatsOf(si)); mu.Unlock() }
 		s.hooks.OnError = func(ei ErrorInfo) { mu.Lock(); sweepErrs = append(sweepErrs, ei.Err); mu.Unlock() }
-		stop := runSweeper(t, NewSweeper(s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle)))
+		stop := runSweeper(t, newSweeper(t, s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle)))
 
 		last := h.waitLine("a tenth of the members swept", func(l string) bool {
 			f := strings.Fields(l)
@@ -446,10 +450,10 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		const n = 30
 		const vis = time.Second
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
 		seeded := seedExpired(t, s, n, 1)
 		time.Sleep(2 * time.Millisecond)
-		if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n {
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
 			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
 		}
 
@@ -606,10 +610,10 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 		const vis = 500 * time.Millisecond
 		const failing = "o7"
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents(), WithConsumerGroups("billing", "email")))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents(), WithConsumerGroups("billing", "email")))
 		seedExpired(t, s, n, 1)
 		time.Sleep(2 * time.Millisecond)
-		if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n {
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
 			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
 		}
 

@@ -12,8 +12,89 @@ const defaultShards = 16
 // range a double holds exactly.
 const MaxTTL = 100 * 365 * 24 * time.Hour
 
-// Option configures a Set in New or Open.
-type Option func(*setConfig)
+// Option configures Open, NewQuota, NewSweeper, Consume or NewCodec: each
+// option's doc says which. Options apply in order, the later winning where
+// two set one thing. The first invalid option (out of range, or given where
+// it does not apply) fails the call that was given it, with an error matching
+// ErrInvalidOption (or the sentinel of the argument, such as
+// ErrInvalidConsumer) that names the option; nothing is written then. The
+// zero Option does nothing.
+type Option struct {
+	name  string // "WithShards", for errors
+	where scope  // the one call it applies to
+	apply func(*options) error
+}
+
+// scope is the call an Option applies to.
+type scope uint8
+
+const (
+	inOpen scope = iota + 1
+	inQuota
+	inSweeper
+	inConsume
+	inCodec
+)
+
+func (w scope) String() string {
+	return [...]string{"?", "Open", "NewQuota", "NewSweeper", "Set.Consume", "NewCodec"}[w]
+}
+
+// options is what an Option configures: the one config of its scope.
+type options struct {
+	set     *setConfig
+	quota   *Quota
+	sweeper *sweeperConfig
+	consume *consumeConfig
+	codec   *Codec
+}
+
+func setOption(name string, f func(*setConfig) error) Option {
+	return Option{name, inOpen, func(o *options) error { return f(o.set) }}
+}
+
+func quotaOption(name string, f func(*Quota) error) Option {
+	return Option{name, inQuota, func(o *options) error { return f(o.quota) }}
+}
+
+func sweeperOption(name string, f func(*sweeperConfig) error) Option {
+	return Option{name, inSweeper, func(o *options) error { return f(o.sweeper) }}
+}
+
+func consumeOption(name string, f func(*consumeConfig) error) Option {
+	return Option{name, inConsume, func(o *options) error { return f(o.consume) }}
+}
+
+func codecOption(name string, f func(*Codec) error) Option {
+	return Option{name, inCodec, func(o *options) error { return f(o.codec) }}
+}
+
+// applyOptions applies opts, given to the call where, to o in order, and
+// returns the first error: an invalid option, or one that belongs to
+// another call.
+func applyOptions(where scope, o *options, opts []Option) error {
+	for _, opt := range opts {
+		if opt.apply == nil {
+			continue
+		}
+		if opt.where != where {
+			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidOption, opt.name, opt.where, where)
+		}
+		if err := opt.apply(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inRange returns an ErrInvalidOption error naming opt when v is outside
+// lo..hi.
+func inRange[T int | time.Duration](opt string, v, lo, hi T) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%w: %s(%v): want %v to %v", ErrInvalidOption, opt, v, lo, hi)
+	}
+	return nil
+}
 
 type setConfig struct {
 	shards   int
@@ -24,13 +105,7 @@ type setConfig struct {
 	retain   retention
 	hooks    Hooks
 	groups   []string // WithConsumerGroups
-	err      error
-}
-
-func (c *setConfig) fail(err error) {
-	if c.err == nil {
-		c.err = err
-	}
+	recorded bool     // WithRecordedConfiguration
 }
 
 // WithShards sets how many shards the owners are spread over (default
@@ -40,13 +115,10 @@ func (c *setConfig) fail(err error) {
 // recorded in Redis the first time a set is opened: opening it later with
 // another count fails with ErrConfigMismatch.
 func WithShards(n int) Option {
-	return func(c *setConfig) {
-		if n < 1 || n > maxShards {
-			c.fail(fmt.Errorf("%w: WithShards(%d): want 1 to %d", ErrInvalidOption, n, maxShards))
-			return
-		}
+	return setOption("WithShards", func(c *setConfig) error {
 		c.shards = n
-	}
+		return inRange("WithShards", n, 1, maxShards)
+	})
 }
 
 // WithClock makes the set take "now" from now instead of the Redis server's
@@ -55,7 +127,7 @@ func WithShards(n int) Option {
 // every process using the set should then share one clock. A nil now restores
 // the default.
 func WithClock(now func() time.Time) Option {
-	return func(c *setConfig) { c.clock = now }
+	return setOption("WithClock", func(c *setConfig) error { c.clock = now; return nil })
 }
 
 // WithExpiryEvents turns every expiry into one durable event on the shard's
@@ -63,7 +135,20 @@ func WithClock(now func() time.Time) Option {
 // key TTL: a Sweeper must run to reclaim expired members and emit their
 // events. The setting is recorded in Redis like WithShards.
 func WithExpiryEvents() Option {
-	return func(c *setConfig) { c.events = true }
+	return setOption("WithExpiryEvents", func(c *setConfig) error { c.events = true; return nil })
+}
+
+// WithRecordedConfiguration makes Open open the set with the configuration
+// its first Open recorded in Redis (WithShards, WithExpiryEvents,
+// WithPayloadStorage, WithSweepIndex), for tools and processes that attach
+// to a set they did not create; Open then fails with an error matching
+// ErrNotFound when no set of that name exists. Options given beside it still
+// apply: WithHooks or WithEventRetention, say. A recorded setting given
+// otherwise fails with ErrConfigMismatch. Without it, Open records the
+// options it is given, or checks them against what is recorded, so that a
+// service never runs on a set configured other than it expects.
+func WithRecordedConfiguration() Option {
+	return setOption("WithRecordedConfiguration", func(c *setConfig) error { c.recorded = true; return nil })
 }
 
 // WithSweepIndex keeps each shard's due index (owner -> earliest deadline)
@@ -83,7 +168,7 @@ func WithExpiryEvents() Option {
 // dropped this way only costs the sweeper its shortcut to that owner, whose
 // key still expires by its TTL.
 func WithSweepIndex() Option {
-	return func(c *setConfig) { c.index = true }
+	return setOption("WithSweepIndex", func(c *setConfig) error { c.index = true; return nil })
 }
 
 // Event retention defaults (WithEventRetention).
@@ -117,16 +202,16 @@ type retention struct {
 // should give the same. Applies only to a set WithExpiryEvents (Open fails
 // with ErrInvalidOption otherwise).
 func WithEventRetention(maxAge time.Duration, maxLen int) Option {
-	return func(c *setConfig) {
+	return setOption("WithEventRetention", func(c *setConfig) error {
 		switch {
 		case maxAge < time.Second || maxAge > MaxTTL:
-			c.fail(fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidOption, maxAge, MaxTTL))
+			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidOption, maxAge, MaxTTL)
 		case maxLen < 1 || maxLen > maxEventMaxLen:
-			c.fail(fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, maxEventMaxLen))
-		default:
-			c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
+			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, maxEventMaxLen)
 		}
-	}
+		c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
+		return nil
+	})
 }
 
 // WithPayloadStorage lets Add and Acquire store a payload with a member
@@ -134,7 +219,7 @@ func WithEventRetention(maxAge time.Duration, maxLen int) Option {
 // event and removed with the member (default off, which saves the calls that
 // keep payloads in step). Recorded in Redis like WithShards.
 func WithPayloadStorage() Option {
-	return func(c *setConfig) { c.payloads = true }
+	return setOption("WithPayloadStorage", func(c *setConfig) error { c.payloads = true; return nil })
 }
 
 // CallOption configures one Add or Acquire call.
@@ -161,15 +246,14 @@ func WithPayload(p []byte) CallOption {
 func WithLimit(n int) CallOption {
 	return func(c *callConfig) {
 		if n < 1 || n > maxLimit {
-			c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, maxLimit)
+			if c.err == nil {
+				c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, maxLimit)
+			}
 			return
 		}
 		c.limit = n
 	}
 }
-
-// QuotaOption configures a Quota in NewQuota.
-type QuotaOption func(*Quota)
 
 // WithEvictOldest makes Acquire, at the limit, evict the member with the
 // earliest deadline instead of denying ("at most 5 sessions per account; a new
@@ -178,8 +262,8 @@ type QuotaOption func(*Quota)
 // member's payload goes with it. With WithExpiryEvents each evicted member
 // produces one event, like an expiry, with Expiry.Reason ReasonEvicted, its
 // deadline (not reached) and its payload.
-func WithEvictOldest() QuotaOption {
-	return func(q *Quota) { q.evict = true }
+func WithEvictOldest() Option {
+	return quotaOption("WithEvictOldest", func(q *Quota) error { q.evict = true; return nil })
 }
 
 // defaultEvictionReceiptTTL is how long a retry of an Acquire that evicted
@@ -191,13 +275,11 @@ const defaultEvictionReceiptTTL = 5 * time.Minute
 // (default 5 minutes; 1ms to 24h). The receipt is
 // a small Redis list in the owner's shard, holding the evicted members,
 // written only by an Acquire that evicts; it expires on its own.
-func WithEvictionReceiptTTL(d time.Duration) QuotaOption {
-	return func(q *Quota) {
-		if err := inRange("WithEvictionReceiptTTL", d, time.Millisecond, 24*time.Hour); err != nil && q.err == nil {
-			q.err = err
-		}
+func WithEvictionReceiptTTL(d time.Duration) Option {
+	return quotaOption("WithEvictionReceiptTTL", func(q *Quota) error {
 		q.receiptTTL = d
-	}
+		return inRange("WithEvictionReceiptTTL", d, time.Millisecond, 24*time.Hour)
+	})
 }
 
 // WithRefreshOnReacquire makes Acquire of a member that already holds a slot
@@ -205,6 +287,6 @@ func WithEvictionReceiptTTL(d time.Duration) QuotaOption {
 // shorter ttl shortens it (use Set.Extend to only ever lengthen). By default a
 // re-acquire keeps the original
 // deadline, so a retried request changes nothing.
-func WithRefreshOnReacquire() QuotaOption {
-	return func(q *Quota) { q.refresh = true }
+func WithRefreshOnReacquire() Option {
+	return quotaOption("WithRefreshOnReacquire", func(q *Quota) error { q.refresh = true; return nil })
 }

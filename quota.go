@@ -21,7 +21,6 @@ type Quota struct {
 	evict      bool
 	refresh    bool
 	receiptTTL time.Duration
-	err        error // the first invalid option
 }
 
 // Decision is the outcome of Acquire. With a limit of 3 and two live members
@@ -41,7 +40,7 @@ type Decision struct {
 // NewQuota returns a quota of limit live members per owner of s (1 to
 // 2^30). Options: WithEvictOldest, WithEvictionReceiptTTL,
 // WithRefreshOnReacquire.
-func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
+func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
 	}
@@ -52,13 +51,8 @@ func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, maxLimit)
 	}
 	q := &Quota{set: s, limit: limit, receiptTTL: defaultEvictionReceiptTTL}
-	for _, o := range opts {
-		if o != nil {
-			o(q)
-		}
-	}
-	if q.err != nil {
-		return nil, q.err
+	if err := applyOptions(inQuota, &options{quota: q}, opts); err != nil {
+		return nil, err
 	}
 	return q, nil
 }

@@ -36,7 +36,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))
 		}
 		clk.Advance(time.Second)
-		st := must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		if st.Expired != 12 || st.Trimmed != 7 || hooked != 7 {
 			t.Fatalf("sweep: %+v, hooks saw %d trimmed; want 12 expired, 7 trimmed", st, hooked)
 		}
@@ -52,7 +52,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 		}
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Millisecond))
 		clk.Advance(time.Second)
-		st = must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		st = must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].events).Val() != 5 {
 			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].events).Val())
 		}
@@ -76,7 +76,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 				}
 			}
 		}
-		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {
@@ -101,14 +101,14 @@ func TestEventRetentionOptions(t *testing.T) {
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, maxEventMaxLen+1)}},
 		{[]Option{WithEventRetention(time.Hour, 10)}},
 	} {
-		if _, err := New(rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {
+		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("New with %d options: %v, want ErrInvalidOption", len(c.opts), err)
 		}
 	}
 	if keys := setKeys(t, rdb, "retention"); len(keys) != 0 {
 		t.Fatalf("rejected Open wrote %v", keys)
 	}
-	if _, err := New(rdb, "retention", WithExpiryEvents(), WithEventRetention(time.Second, 1)); err != nil {
+	if _, err := Open(context.Background(), rdb, "retention", WithExpiryEvents(), WithEventRetention(time.Second, 1)); err != nil {
 		t.Fatalf("smallest bounds: %v", err)
 	}
 }

@@ -40,7 +40,7 @@ func assertNoScriptRan(t *testing.T, c *redis.Client) {
 }
 
 // TestOpenRefusesOldServer runs on a server older than 7.0 (EXPSET_OLD_REDIS_BIN,
-// e.g. Redis 6.2.16): New, Open and OpenExisting fail with ErrServerVersion
+// e.g. Redis 6.2.16): Open, with and without WithRecordedConfiguration, fails with ErrServerVersion
 // naming the server's version and the minimum, whatever protocol the client
 // speaks, and no script runs.
 func TestOpenRefusesOldServer(t *testing.T) {
@@ -55,14 +55,14 @@ func TestOpenRefusesOldServer(t *testing.T) {
 	for _, protocol := range []int{0, 2, 3} {
 		c := old.Client(t, func(o *redis.Options) { o.Protocol = protocol })
 		opens := map[string]func() error{
-			"New":  func() error { _, err := New(c, "orders"); return err },
-			"Open": func() error { _, err := Open(ctx, c, "orders", WithExpiryEvents()); return err },
-			"OpenExisting": func() error {
+			"Open with no options": func() error { _, err := Open(context.Background(), c, "orders"); return err },
+			"Open":                 func() error { _, err := Open(ctx, c, "orders", WithExpiryEvents()); return err },
+			"WithRecordedConfiguration": func() error {
 				if err := c.Set(ctx, metaKey("orders"), "v1 shards=16 events=0 payloads=0 index=0", 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 				defer c.Del(ctx, metaKey("orders"))
-				_, err := OpenExisting(ctx, c, "orders")
+				_, err := Open(ctx, c, "orders", WithRecordedConfiguration())
 				return err
 			},
 		}

@@ -436,7 +436,7 @@ func TestSoak(t *testing.T) {
 		t.Helper()
 		c := srv.Client(t, func(o *redis.Options) { o.PoolSize, o.MaxIdleConns = 32, idle })
 		clients = append(clients, c)
-		return must[*Set](t)(New(c, name, WithShards(4), WithExpiryEvents(), WithPayloadStorage()))
+		return must[*Set](t)(Open(context.Background(), c, name, WithShards(4), WithExpiryEvents(), WithPayloadStorage()))
 	}
 
 	// Two sweepers and two consumers, each with its own client, like
@@ -457,7 +457,7 @@ func TestSoak(t *testing.T) {
 			}
 			t.Errorf("sweeper: %v", ei.Err)
 		}
-		w := NewSweeper(s, WithLeaseTTL(time.Second), WithMaxIdle(50*time.Millisecond))
+		w := newSweeper(t, s, WithLeaseTTL(time.Second), WithMaxIdle(50*time.Millisecond))
 		stops = append(stops, runSweeper(t, w))
 	}
 	var handled []handledEvent

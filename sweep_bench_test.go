@@ -46,7 +46,7 @@ func BenchmarkSweep(b *testing.B) {
 			if c.events {
 				opts = append(opts, WithExpiryEvents())
 			}
-			s, err := New(rdb, uniqueName(b, rdb), opts...)
+			s, err := Open(context.Background(), rdb, uniqueName(b, rdb), opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func BenchmarkSweep(b *testing.B) {
 }
 
 func indexSweep(b *testing.B, s *Set) int {
-	st, err := NewSweeper(s).SweepOnce(context.Background())
+	st, err := newSweeper(b, s).SweepOnce(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}

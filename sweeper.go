@@ -59,26 +59,21 @@ type Sweeper struct {
 }
 
 type sweeperConfig struct {
-	optionErr
 	leaseTTL time.Duration
 	maxIdle  time.Duration
 	owners   int
 	members  int
 }
 
-// SweeperOption configures a Sweeper in NewSweeper.
-type SweeperOption func(*sweeperConfig)
-
 // WithLeaseTTL sets how long a shard's lease lasts without a refresh (default
 // defaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
 // every third of it. A sweeper that dies holds its shards until its leases
 // lapse, so this is also how long its shards may go unswept.
-func WithLeaseTTL(d time.Duration) SweeperOption {
-	return func(c *sweeperConfig) {
-		if c.ok(inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)) {
-			c.leaseTTL = d
-		}
-	}
+func WithLeaseTTL(d time.Duration) Option {
+	return sweeperOption("WithLeaseTTL", func(c *sweeperConfig) error {
+		c.leaseTTL = d
+		return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
+	})
 }
 
 // WithMaxIdle sets the longest Run waits before looking at its shards again
@@ -86,62 +81,59 @@ func WithLeaseTTL(d time.Duration) SweeperOption {
 // deadline the due indexes show; this cap is how soon it notices an earlier
 // deadline added by another process, and how often it tries to take shards
 // whose lease another sweeper holds.
-func WithMaxIdle(d time.Duration) SweeperOption {
-	return func(c *sweeperConfig) {
-		if c.ok(inRange("WithMaxIdle", d, time.Millisecond, time.Minute)) {
-			c.maxIdle = d
-		}
-	}
+func WithMaxIdle(d time.Duration) Option {
+	return sweeperOption("WithMaxIdle", func(c *sweeperConfig) error {
+		c.maxIdle = d
+		return inRange("WithMaxIdle", d, time.Millisecond, time.Minute)
+	})
 }
 
 // WithOwnersPerBatch sets how many due owners one sweep script takes
 // (default 100; 1 to 1000).
-func WithOwnersPerBatch(n int) SweeperOption {
-	return func(c *sweeperConfig) {
-		if c.ok(inRange("WithOwnersPerBatch", n, 1, maxBatch)) {
-			c.owners = n
-		}
-	}
+func WithOwnersPerBatch(n int) Option {
+	return sweeperOption("WithOwnersPerBatch", func(c *sweeperConfig) error {
+		c.owners = n
+		return inRange("WithOwnersPerBatch", n, 1, maxBatch)
+	})
 }
 
 // WithMembersPerBatch sets the most expired members one sweep script removes
 // (default 1000; 1 to 1000). With expiry events each
 // one is an XADD, so this bounds how long a script holds Redis.
-func WithMembersPerBatch(n int) SweeperOption {
-	return func(c *sweeperConfig) {
-		if c.ok(inRange("WithMembersPerBatch", n, 1, maxBatch)) {
-			c.members = n
-		}
-	}
+func WithMembersPerBatch(n int) Option {
+	return sweeperOption("WithMembersPerBatch", func(c *sweeperConfig) error {
+		c.members = n
+		return inRange("WithMembersPerBatch", n, 1, maxBatch)
+	})
 }
 
-// NewSweeper returns a sweeper of s. Invalid options (or a nil s) are
-// reported by Run and SweepOnce, as errors matching ErrInvalidOption; a set
+// NewSweeper returns a sweeper of s. It fails with ErrInvalidOption for a
+// nil s or an invalid option (the first one), and with ErrNoIndex for a set
 // that keeps no due index (opened without WithExpiryEvents or
-// WithSweepIndex) as ErrNoIndex.
+// WithSweepIndex).
 // Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
 // WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
 // set) report what Run sweeps and the errors it survives.
-func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
+func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption)
+	}
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	cfg := sweeperConfig{
 		leaseTTL: defaultLeaseTTL,
 		maxIdle:  defaultMaxIdle,
 		owners:   defaultOwnersPerBatch,
 		members:  defaultMembersPerBatch,
 	}
-	applyOptions(&cfg, opts)
-	w := &Sweeper{set: s, cfg: cfg}
-	switch {
-	case s == nil:
-		w.cfg.ok(fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption))
-	case s.opened() != nil:
-		w.cfg.ok(s.opened())
-	case !s.index:
-		w.cfg.ok(fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name))
-	default:
-		w.locks = redislock.New(s.rdb)
+	if err := applyOptions(inSweeper, &options{sweeper: &cfg}, opts); err != nil {
+		return nil, err
 	}
-	return w
+	if !s.index {
+		return nil, fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name)
+	}
+	return &Sweeper{set: s, cfg: cfg, locks: redislock.New(s.rdb)}, nil
 }
 
 // SweepStats counts what sweeping did. Sweeping 3 owners with 2 expired
@@ -324,9 +316,6 @@ func release(ctx context.Context, l *lease) {
 func (w *Sweeper) check() error {
 	if w == nil {
 		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrNotOpened)
-	}
-	if w.cfg.err != nil {
-		return w.cfg.err
 	}
 	if w.set == nil || w.locks == nil {
 		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrNotOpened)

@@ -128,7 +128,7 @@ func TestSweepStaggered(t *testing.T) {
 				seeded := seedStaggered(t, s, 60, 25, 10)
 				// Small batches, so owners need several visits and shards
 				// several batches.
-				w := NewSweeper(s, WithOwnersPerBatch(7), WithMembersPerBatch(11))
+				w := newSweeper(t, s, WithOwnersPerBatch(7), WithMembersPerBatch(11))
 				ctx := context.Background()
 				total := 0
 				for step := 0; step < 11; step++ {
@@ -193,7 +193,7 @@ func TestSweepLatenessAndStale(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "d", "x", time.Hour))
 		b.rdb.ZAdd(ctx, sk.due, redisZ(float64(clk.Now().UnixMilli()), "d"))
 		clk.Advance(4 * time.Second)
-		st, err := NewSweeper(s).SweepOnce(ctx)
+		st, err := newSweeper(t, s).SweepOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,18 +212,14 @@ func TestSweepLatenessAndStale(t *testing.T) {
 func TestSweeperInvalidOptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
-		for _, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
-			WithOwnersPerBatch(1001), WithMembersPerBatch(-1)} {
-			w := NewSweeper(s, o)
-			if _, err := w.SweepOnce(context.Background()); !errors.Is(err, ErrInvalidOption) {
-				t.Errorf("SweepOnce: %v, want ErrInvalidOption", err)
-			}
-			if err := w.Run(context.Background()); !errors.Is(err, ErrInvalidOption) {
-				t.Errorf("Run: %v, want ErrInvalidOption", err)
+		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
+			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidOption) || w != nil {
+				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidOption", o.name, w, err)
 			}
 		}
-		if err := NewSweeper(nil).Run(context.Background()); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("nil set: %v", err)
+		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidOption) || w != nil {
+			t.Errorf("nil set: %v, %v", w, err)
 		}
 	})
 }
@@ -246,16 +242,11 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
 		checkPTTL(t, b, s.OwnerKey("v"), time.Minute)
-		for _, run := range []func() error{
-			func() error { _, err := NewSweeper(s).SweepOnce(ctx); return err },
-			func() error { return NewSweeper(s).Run(ctx) },
-		} {
-			if err := run(); !errors.Is(err, ErrNoIndex) {
-				t.Fatalf("sweeping a set without an index: %v, want ErrNoIndex", err)
-			}
+		if w, err := NewSweeper(s); !errors.Is(err, ErrNoIndex) || w != nil {
+			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrNoIndex", w, err)
 		}
 		// WithSweepIndex is recorded like the other options.
-		if _, err := New(b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {
 			t.Fatalf("reopen WithSweepIndex: %v, want ErrConfigMismatch", err)
 		}
 		cfg := must[Configuration](t)(ReadConfiguration(ctx, b.rdb, s.Name()))
@@ -324,7 +315,7 @@ func TestRunSweepsAndReleases(t *testing.T) {
 			got.add(sweepStatsOf(si))
 			mu.Unlock()
 		}
-		w := NewSweeper(s, WithMaxIdle(10*time.Millisecond))
+		w := newSweeper(t, s, WithMaxIdle(10*time.Millisecond))
 		stop := runSweeper(t, w)
 		clk.Advance(3 * time.Second)
 		want := 0
@@ -359,8 +350,8 @@ func TestRunSweepsAndReleases(t *testing.T) {
 func TestRunWakesForDeadline(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
-		stop := runSweeper(t, NewSweeper(s))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		stop := runSweeper(t, newSweeper(t, s))
 		time.Sleep(50 * time.Millisecond) // Run has looked at the empty shards
 		ctx := context.Background()
 		d := must[time.Time](t)(s.Add(ctx, "o", "m", 200*time.Millisecond))
@@ -389,13 +380,13 @@ func TestTwoSweepersRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
 		seeded := seedStaggered(t, s, 40, 10, 8)
-		opts := []SweeperOption{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
-		stop1 := runSweeper(t, NewSweeper(s, opts...))
-		stop2 := runSweeper(t, NewSweeper(s, opts...))
+		opts := []Option{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		stop1 := runSweeper(t, newSweeper(t, s, opts...))
+		stop2 := runSweeper(t, newSweeper(t, s, opts...))
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for g := 0; g < 2; g++ {
-			w := NewSweeper(s, WithOwnersPerBatch(2), WithMembersPerBatch(3))
+			w := newSweeper(t, s, WithOwnersPerBatch(2), WithMembersPerBatch(3))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -453,7 +444,7 @@ func TestLeaseStolen(t *testing.T) {
 			lost = append(lost, ei.Err)
 			mu.Unlock()
 		}
-		w := NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
+		w := newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
 		waitFor(t, "both leases", func() bool {
 			// One key per EXISTS: on a cluster the two shards' keys lie in
@@ -500,7 +491,7 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 		clk.Advance(time.Second)
 		// A "dead" sweeper's lease, 100ms left.
 		b.rdb.Set(ctx, s.shards[0].lease, "dead", 100*time.Millisecond)
-		w := NewSweeper(s)
+		w := newSweeper(t, s)
 		st, err := w.SweepOnce(ctx)
 		if err != nil || st.Skipped != 1 || st.Expired != 0 {
 			t.Fatalf("%+v %v: want the shard skipped", st, err)

@@ -166,7 +166,7 @@ func TestWaitProcesses(t *testing.T) {
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n, limit = 20, 2
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
 		q := must[*Quota](t)(NewQuota(s, limit))
 		for i := 0; i < limit; i++ {
 			must[Decision](t)(q.Acquire(ctx, "tenant", "hold"+strconv.Itoa(i), time.Minute))
@@ -220,7 +220,7 @@ func TestWaitKilledWaiter(t *testing.T) {
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute))
 		h := startHelper(t, "waiter", append(b.env(s), helperLimit+"=1", helperHold+"=1h")...)
@@ -312,7 +312,7 @@ func TestWaitIdleCommands(t *testing.T) {
 		const span = 5 * time.Second
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute))
 		var wg sync.WaitGroup
@@ -369,7 +369,7 @@ func TestWaitResubscribes(t *testing.T) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var subErrs []error
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnError: func(ei ErrorInfo) {
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnError: func(ei ErrorInfo) {
 			mu.Lock()
 			subErrs = append(subErrs, fmt.Errorf("%s: %w", ei.Op, ei.Err))
 			mu.Unlock()

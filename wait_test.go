@@ -99,7 +99,7 @@ func TestAcquireWaitFIFO(t *testing.T) {
 				const n = 12
 				ctx := context.Background()
 				var rec waitRecorder
-				s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnWait: rec.hook})))
+				s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnWait: rec.hook})))
 				q := must[*Quota](t)(NewQuota(s, limit))
 				for i := 0; i < limit; i++ {
 					if d := must[Decision](t)(q.Acquire(ctx, "tenant", "hold"+strconv.Itoa(i), time.Minute)); !d.Allowed {
@@ -176,7 +176,7 @@ func TestAcquireWaitContextEnds(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		var rec waitRecorder
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnWait: rec.hook})))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnWait: rec.hook})))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute))
 
@@ -231,7 +231,7 @@ func TestAcquireWaitWakeLatency(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const rounds = 30
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "m0", time.Minute))
 		lat := make([]time.Duration, 0, rounds)
@@ -262,7 +262,7 @@ func TestAcquireWaitExpiry(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		held := must[Decision](t)(q.Acquire(ctx, "tenant", "hold", 300*time.Millisecond))
 		type result struct {
@@ -298,7 +298,7 @@ func TestAcquireRespectsLine(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 2))
 		now := serverNow(t, b)
 		leases := plantTicket(t, b, s, "other-1", now.Add(time.Minute))
@@ -334,7 +334,7 @@ func TestAcquireWaitDeadHead(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		lapse := serverNow(t, b).Add(300 * time.Millisecond)
 		plantTicket(t, b, s, "crashed-1", lapse)
@@ -362,7 +362,7 @@ func TestAcquireWaitPayload(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithPayloadStorage()))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithPayloadStorage()))
 		q := must[*Quota](t)(NewQuota(s, 1))
 		must[Decision](t)(q.Acquire(ctx, "tenant", "hold", time.Minute, WithPayload([]byte("h"))))
 		done := waitAsync(ctx, q, "next", WithPayload([]byte("job-7")))
@@ -382,7 +382,7 @@ func TestAcquireWaitPayload(t *testing.T) {
 func TestAcquireWaitEvictOldest(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1, WithEvictOldest()))
 		must[Decision](t)(q.AcquireWait(ctx, "tenant", "a", time.Minute))
 		d := must[Decision](t)(q.AcquireWait(ctx, "tenant", "b", time.Minute))

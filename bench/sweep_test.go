@@ -64,7 +64,9 @@ func BenchmarkSweep(b *testing.B) {
 					if c.scan {
 						n = scanSweep(b, srv.rdb, s)
 					} else {
-						st, err := expset.NewSweeper(s).SweepOnce(ctx)
+						w, err := expset.NewSweeper(s)
+						fatalIf(b, err, "sweeper")
+						st, err := w.SweepOnce(ctx)
 						fatalIf(b, err, "sweep")
 						n = st.Expired
 					}

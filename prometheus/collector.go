@@ -4,7 +4,7 @@
 //
 //	c := expsetprom.NewCollector()
 //	prometheus.MustRegister(c)
-//	orders, err := expset.New(rdb, "orders", expset.WithHooks(c.Hooks()))
+//	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithHooks(c.Hooks()))
 //
 // One Collector can serve any number of sets: every metric carries the set's
 // name as the label "set".

@@ -28,7 +28,7 @@ func TestScrape(t *testing.T) {
 	c := expsetprom.NewCollector()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	set, err := expset.New(rdb, "orders", expset.WithHooks(c.Hooks()))
+	set, err := expset.Open(context.Background(), rdb, "orders", expset.WithHooks(c.Hooks()))
 	if err != nil {
 		t.Fatal(err)
 	}

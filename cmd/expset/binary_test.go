@@ -74,7 +74,7 @@ func seeded(t *testing.T, opts ...expset.Option) (url string, rdb *redis.Client,
 	rdb = redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
 	name := "cli-" + uuid.NewString()[:8]
-	set, err := expset.New(rdb, name, opts...)
+	set, err := expset.Open(context.Background(), rdb, name, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestBinaryInspect(t *testing.T) {
 	// An expired member nothing has swept, written last with a clock in the
 	// past (a later Add would drop it).
 	past := time.Now().Add(-time.Hour)
-	old, err := expset.New(rdb, set.Name(), expset.WithClock(func() time.Time { return past }))
+	old, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithClock(func() time.Time { return past }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.close()
-	set, err := expset.OpenExisting(ctx, c.rdb, name)
+	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration())
 	if err != nil {
 		return err
 	}

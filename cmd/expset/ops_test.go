@@ -51,7 +51,7 @@ func addExpired(t *testing.T, set *expset.Set, rdb redis.UniversalClient, owners
 	t.Helper()
 	ctx := context.Background()
 	past := time.Now().Add(-time.Hour)
-	old, err := expset.OpenExisting(ctx, rdb, set.Name(), expset.WithClock(func() time.Time { return past }))
+	old, err := expset.Open(ctx, rdb, set.Name(), expset.WithRecordedConfiguration(), expset.WithClock(func() time.Time { return past }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,11 @@ func addExpired(t *testing.T, set *expset.Set, rdb redis.UniversalClient, owners
 // sweepNow sweeps set in the test process and checks it removed n members.
 func sweepNow(t *testing.T, set *expset.Set, n int) {
 	t.Helper()
-	st, err := expset.NewSweeper(set).SweepOnce(context.Background())
+	w, err := expset.NewSweeper(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.SweepOnce(context.Background())
 	if err != nil || st.Expired != n {
 		t.Fatalf("sweep: %+v, %v; want %d expired", st, err, n)
 	}
@@ -660,7 +664,7 @@ func TestBinaryOnCluster(t *testing.T) {
 	rdb := cluster.Client(t)
 	url := strings.Join(cluster.Addrs(), ",")
 	name := "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	set, err := expset.New(rdb, name, expset.WithShards(6), expset.WithExpiryEvents())
+	set, err := expset.Open(context.Background(), rdb, name, expset.WithShards(6), expset.WithExpiryEvents())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.close()
-	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0))
+	set, err := expset.Open(ctx, c.rdb, fs.Arg(0), expset.WithRecordedConfiguration())
 	if err != nil {
 		return err
 	}

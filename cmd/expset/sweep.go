@@ -137,7 +137,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.Events {
 		setOpts = append(setOpts, expset.WithEventRetention(*retainAge, *retainLen))
 	}
-	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0), setOpts...)
+	set, err := expset.Open(ctx, c.rdb, fs.Arg(0), append(setOpts, expset.WithRecordedConfiguration())...)
 	if errors.Is(err, expset.ErrInvalidOption) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -146,11 +146,17 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	var total expset.SweepStats
-	opts := []expset.SweeperOption{
+	opts := []expset.Option{
 		expset.WithLeaseTTL(*leaseTTL), expset.WithMaxIdle(*maxIdle),
 		expset.WithOwnersPerBatch(*owners), expset.WithMembersPerBatch(*members),
 	}
-	w := expset.NewSweeper(set, opts...)
+	w, err := expset.NewSweeper(set, opts...)
+	if errors.Is(err, expset.ErrInvalidOption) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err != nil {
+		return err
+	}
 	if !*once {
 		fmt.Fprintf(progressOut, "sweeping set %q (%d shards) until interrupted\n", set.Name(), set.Shards())
 	}
