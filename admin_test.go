@@ -8,6 +8,7 @@ import (
 )
 
 func TestReadConfigurationAndDrop(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(4), WithPayloads())

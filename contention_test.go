@@ -65,6 +65,7 @@ func overAdmissions(admitted map[string]int, limit int) int {
 // limit 3 on a real Redis: the library admits exactly 3 per owner, while the
 // naive ZCARD-then-ZADD recipe, raced the same way, admits more.
 func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
@@ -127,6 +128,7 @@ func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
 // TestConcurrentAcquireReleaseHoldsLimit churns acquires and releases: no
 // decision may ever report more live members than the limit.
 func TestConcurrentAcquireReleaseHoldsLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb)))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/expset/expset/internal/redistest"
 )
 
 var codecLayouts = []Layout{Twitter, Sonyflake, Discord, Instagram}
@@ -43,17 +45,19 @@ func mustCodec(tb testing.TB, l Layout, opts ...CodecOption) *Codec {
 	return c
 }
 
-// forEachCodec runs f for every preset layout under every strategy.
+// forEachCodec runs f for every preset layout under every strategy, in
+// parallel.
 func forEachCodec(t *testing.T, f func(t *testing.T, c *Codec)) {
 	for _, l := range codecLayouts {
 		for _, s := range codecStrategies {
-			t.Run(l.Name+"/"+s.name, func(t *testing.T) { f(t, mustCodec(t, l, s.opt)) })
+			t.Run(l.Name+"/"+s.name, func(t *testing.T) { t.Parallel(); f(t, mustCodec(t, l, s.opt)) })
 		}
 	}
 }
 
 // TestCodecExtremes checks scores and times at the corners of each field.
 func TestCodecExtremes(t *testing.T) {
+	t.Parallel()
 	type row struct {
 		name            string
 		tick, node, seq uint64
@@ -146,6 +150,7 @@ func TestCodecExtremes(t *testing.T) {
 // TestCodecKnownIDs checks the IDs of the issue: raw, they are one double;
 // encoded, their members order them and Time reads bwmarrin's time.
 func TestCodecKnownIDs(t *testing.T) {
+	t.Parallel()
 	a, b := int64(215857550229364736), int64(215857550229364737)
 	if float64(a) != float64(b) {
 		t.Fatal("raw IDs no longer collide as doubles: the premise changed")
@@ -166,6 +171,7 @@ func TestCodecKnownIDs(t *testing.T) {
 }
 
 func TestNewCodecInvalidLayout(t *testing.T) {
+	t.Parallel()
 	base := Twitter
 	tests := []struct {
 		name    string
@@ -202,6 +208,7 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 // TestCodecHorizon uses a layout with more time bits than KeepTimeSeq can
 // keep: IDs past 2^41 ticks fail instead of rounding.
 func TestCodecHorizon(t *testing.T) {
+	t.Parallel()
 	l := Layout{Epoch: time.Unix(0, 0).UTC(), TimeUnit: time.Microsecond, TimeBits: 45, NodeBits: 6, SeqBits: 12}
 	c := mustCodec(t, l, KeepTimeSeq())
 	if c.Ordered() {
@@ -233,6 +240,7 @@ func TestCodecHorizon(t *testing.T) {
 }
 
 func TestCodecInvalidID(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		for _, id := range []int64{-1, math.MinInt64} {
 			s, err := c.Score(id)
@@ -257,6 +265,7 @@ func TestCodecInvalidID(t *testing.T) {
 }
 
 func TestCodecParseMemberMalformed(t *testing.T) {
+	t.Parallel()
 	c := mustCodec(t, Twitter)
 	for _, s := range []string{
 		"", "1", "215857550229364736", "00215857550229364736",
@@ -286,6 +295,7 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 // TestCodecScoreAt checks that ScoreAt(t) is the lowest score of t's tick
 // and above every score of the tick before.
 func TestCodecScoreAt(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		l := c.Layout()
 		r := rand.New(rand.NewPCG(1, 2))
@@ -390,7 +400,14 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	}
 }
 
+// TestCodecProperties checks the codec's promises on random pairs of IDs:
+// 2,000 per codec, 20,000 in the system tests (EXPSET_SYSTEM=1).
 func TestCodecProperties(t *testing.T) {
+	t.Parallel()
+	rounds := 2000
+	if redistest.System() {
+		rounds = 20000
+	}
 	check := func(t *testing.T, c *Codec) {
 		l := c.Layout()
 		r := rand.New(rand.NewPCG(3, 4))
@@ -401,7 +418,7 @@ func TestCodecProperties(t *testing.T) {
 			}
 			return id
 		}
-		for range 20000 {
+		for range rounds {
 			a := valid(randomID(r, l))
 			checkCodecPair(t, c, a, valid(randomID(r, l)))
 			if next := valid(a + 1); next > a {
@@ -427,6 +444,7 @@ func TestCodecProperties(t *testing.T) {
 // TestCodecOrderedFlag checks Ordered against a brute-force search for a
 // pair that breaks ID order.
 func TestCodecOrderedFlag(t *testing.T) {
+	t.Parallel()
 	want := map[string]bool{}
 	for _, l := range codecLayouts {
 		want[l.Name+"/KeepTopBits"] = true
@@ -522,6 +540,7 @@ func budgetRow(c *Codec) []string {
 // TestCodecDocTables checks the budget tables in the doc comment and in
 // docs/idcodec.md against the codec itself.
 func TestCodecDocTables(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("idcodec.go")
 	if err != nil {
 		t.Fatal(err)
@@ -664,6 +683,7 @@ func BenchmarkCodecParseMember(b *testing.B) {
 }
 
 func TestCodecStrategyNames(t *testing.T) {
+	t.Parallel()
 	got := []string{}
 	for _, s := range codecStrategies {
 		got = append(got, mustCodec(t, Twitter, s.opt).strategy.String())
