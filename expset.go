@@ -149,10 +149,12 @@ func (s *Set) OwnerKey(owner string) string {
 }
 
 // ownerKeys returns the keys the owner scripts (add, acquire, remove,
-// extend) declare: the owner's sorted set, then the shard's due index and
-// event stream and the owner's payload hash. A set with no events, payloads
-// or index touches only the first, and declares only that: the scripts use
-// KEYS[2..4] only under the flags that need them.
+// extend, payload) declare, always in this order: KEYS[1] the owner's sorted
+// set, KEYS[2] the shard's due index, KEYS[3] its event stream, KEYS[4] the
+// owner's payload hash. A set with no events, payloads or index touches only
+// the first, and declares only that: the scripts use KEYS[2..4] only under
+// the flags that need them. The read scripts (count, deadline, members)
+// take the first alone.
 func (s *Set) ownerKeys(owner string) []string {
 	sk := &s.shards[s.ShardOf(owner)]
 	if s.flags == "" {
@@ -263,9 +265,6 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	return msTime(d), nil
 }
 
-// removeBatch is how many members one remove script takes.
-const removeBatch = 1000
-
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
 // with expiry events they produce their event. Each batch of 1000 members is
@@ -282,7 +281,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 	keys := s.ownerKeys(owner)
 	total := 0
 	for len(members) > 0 {
-		batch := members[:min(len(members), removeBatch)]
+		batch := members[:min(len(members), maxBatch)]
 		members = members[len(batch):]
 		args := make([]any, 0, 3+len(batch))
 		args = append(args, s.now(), owner, s.flags)
@@ -401,8 +400,7 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return nil, err
 	}
-	sk := &s.shards[s.ShardOf(owner)]
-	v, err := s.run(ctx, "payload", scriptPayload, []string{sk.owner + owner, sk.payload + owner}, s.now(), member)
+	v, err := s.run(ctx, "payload", scriptPayload, s.ownerKeys(owner), s.now(), member)
 	if err != nil {
 		return nil, err
 	}

@@ -19,10 +19,6 @@ const (
 	DefaultConcurrency     = 4                // WithConcurrency
 )
 
-// maxBatch bounds both batch options: a script's keys and unpack calls stay
-// far inside what Redis and miniredis accept.
-const maxBatch = 1000
-
 // Sweeper reclaims expired members of a Set and, with WithExpiryEvents, turns
 // each into exactly one event on its shard's stream, in the same script that
 // removes it.

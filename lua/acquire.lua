@@ -48,7 +48,7 @@ local more = false
 local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
   if more then
     lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
     lo = '(' .. string.format('%d', now)
@@ -122,8 +122,8 @@ if count >= limit then
   evicted = {1, 0, 0, 0}
   while k > 0 do
     local b = k
-    if b > DROP_MAX then
-      b = DROP_MAX
+    if b > MAX_BATCH then
+      b = MAX_BATCH
     end
     local ids = {}
     if b <= n then

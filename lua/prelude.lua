@@ -48,7 +48,11 @@ local function keep_ttl(key, ttl, fresh, events)
   end
 end
 
-local DROP_MAX = 1000
+-- MAX_BATCH is the most items one script call takes or handles: members
+-- removed or dropped, owners swept, entries acknowledged or kicked (unpack
+-- stops near 8000 values on Redis, 5000 on miniredis). It is maxBatch in
+-- scripts.go; TestMaxBatchMatchesLua keeps the two equal.
+local MAX_BATCH = 1000
 
 -- lib() returns the helpers of the rarer paths (expired members, payloads),
 -- built on first use: defining them up front would cost every run of every

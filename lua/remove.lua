@@ -7,7 +7,7 @@
 --          (a set with no flags, see prelude, declares KEYS[1] only)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  owner
--- ARGV[3]  flags (see prelude: e, p)
+-- ARGV[3]  flags (see prelude: e, i, p)
 -- ARGV[4..] members (at most 1000)
 --
 -- Only live members count as removed: expired ones are dropped first, with
@@ -25,7 +25,7 @@ end
 local more = false
 if tonumber(first[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
 end
 
 local ids = {}
