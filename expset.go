@@ -91,14 +91,18 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		s.flags += "i"
 	}
 
-	want := s.configString()
+	want := Configuration{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index}
 	key := metaKey(name)
-	got, err := scriptOpen.Run(ctx, rdb, []string{key}, want).Text()
+	v, err := scriptOpen.Run(ctx, rdb, []string{key}, want.fields()...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
 	}
+	got, err := recordedConfiguration(key, v)
+	if err != nil {
+		return nil, err
+	}
 	if got != want {
-		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
+		return nil, fmt.Errorf("%w: set %q was first opened with %s (recorded in %s), not %s", ErrConfigMismatch, name, got.text(), key, want.text())
 	}
 	return s, nil
 }
@@ -121,16 +125,6 @@ func checkClient(rdb redis.UniversalClient) error {
 		return fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
 	return nil
-}
-
-func (s *Set) configString() string {
-	b := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
-	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads) + " index=" + b(s.index)
 }
 
 // Name returns the set's name.
