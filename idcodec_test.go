@@ -14,7 +14,7 @@ import (
 	"github.com/expset/expset/internal/redistest"
 )
 
-var codecLayouts = []Layout{Twitter, Sonyflake, Discord, Instagram}
+var codecLayouts = []Layout{Twitter, Sonyflake, SonyflakeV2, Discord, Instagram}
 
 var codecStrategies = []struct {
 	name string
@@ -549,7 +549,7 @@ func TestCodecDocTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	widths := []int{11, 15, 39, 9, 15, 0}
+	widths := []int{13, 15, 39, 9, 15, 0}
 	var goLines, mdLines []string
 	for _, l := range codecLayouts {
 		for _, s := range codecStrategies {
@@ -691,5 +691,63 @@ func TestCodecStrategyNames(t *testing.T) {
 	want := []string{"KeepTopBits", "KeepTimeSeq", "KeepTimeSeq52"}
 	if !slices.Equal(got, want) {
 		t.Errorf("strategy names %v, want %v", got, want)
+	}
+}
+
+// sonyflakeV2ID makes an ID the way github.com/sony/sonyflake/v2 does with
+// its default Settings (its Compose): elapsed 10 ms units, each instant
+// truncated to its unit first, from the start time 2025-01-01 UTC, then 8
+// bits of sequence above 16 bits of machine ID.
+func sonyflakeV2ID(t time.Time, seq, machine int64) int64 {
+	const unit = int64(10 * time.Millisecond)
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() / unit
+	return (t.UnixNano()/unit-start)<<24 | seq<<16 | machine
+}
+
+// TestCodecSonyflakeV2 checks SonyflakeV2 against IDs made the sonyflake v2
+// way: a known ID (worked out by hand from v2's layout) and generated ones.
+// Their times are v2's (ToTime: the instant truncated to 10 ms), where the
+// v1 layout reads them 3775 days early.
+func TestCodecSonyflakeV2(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 23, 7, 45, 12, 345678000, time.UTC)
+	id := sonyflakeV2ID(at, 7, 0xBEEF)
+	// 5973031234 ticks of 10 ms since 2025-01-01, sequence 7, machine 0xBEEF.
+	if id != 100210835188072175 {
+		t.Fatalf("the v2 ID of %v = %d, want 100210835188072175", at, id)
+	}
+	v2 := mustCodec(t, SonyflakeV2)
+	want := time.Unix(0, 1795419912340000000).UTC() // at, truncated to 10 ms
+	if got := v2.Time(id); !got.Equal(want) {
+		t.Errorf("Time = %v, want %v", got, want)
+	}
+	if got := mustCodec(t, Sonyflake).Time(id); !got.Equal(want.AddDate(0, 0, -3775)) {
+		t.Errorf("v1 layout Time = %v, want %v (3775 days early)", got, want.AddDate(0, 0, -3775))
+	}
+	if h, want := v2.Horizon(), SonyflakeV2.Epoch.Add(time.Duration(1<<39)*10*time.Millisecond); !h.Equal(want) || h.Year() != 2199 {
+		t.Errorf("Horizon = %v, want %v (2199)", h, want)
+	}
+
+	// IDs of one tick and of the next: ScoreAt bounds them, and scores and
+	// members keep their order.
+	r := rand.New(rand.NewPCG(5, 6))
+	var prev int64 = -1
+	for _, d := range []time.Duration{0, time.Millisecond, 9 * time.Millisecond, 10 * time.Millisecond, time.Hour, 24 * 3650 * time.Hour} {
+		tick := at.Add(d)
+		lo, hi := v2.ScoreAt(tick.Truncate(10*time.Millisecond)), v2.ScoreAt(tick.Truncate(10*time.Millisecond).Add(10*time.Millisecond))
+		for range 50 {
+			id := sonyflakeV2ID(tick, r.Int64N(256), r.Int64N(1<<16))
+			s, err := v2.Score(id)
+			if err != nil || s < lo || s >= hi {
+				t.Fatalf("Score(%d) = %v, %v; want in [ScoreAt(%v), ScoreAt(next tick)) = [%v, %v)", id, s, err, tick, lo, hi)
+			}
+			if got := v2.Time(id); !got.Equal(tick.Truncate(10 * time.Millisecond)) {
+				t.Fatalf("Time(%d) = %v, want %v", id, got, tick.Truncate(10*time.Millisecond))
+			}
+			if prev >= 0 {
+				checkCodecPair(t, v2, prev, id)
+			}
+			prev = id
+		}
 	}
 }
