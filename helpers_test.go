@@ -30,9 +30,12 @@ type backend struct {
 // scripts.
 //
 // The three subtests run in parallel: each has its own miniredis or its own
-// keys (uniqueName), so fn must not touch anything another test shares (the
-// script cache of the shared servers is fine to flush only from a test that
-// does not call t.Parallel: parallel tests never overlap such a test). A
+// keys (uniqueName). What the whole process or a shared server holds is fn's
+// to touch only in a test that does not call t.Parallel (parallel tests never
+// overlap such a test), and then with its backends taking turns where they
+// would clash: the script cache of a shared server may be flushed (each
+// backend has its own), slog's default logger is captured one backend at a
+// time (captureSlog), goleak's checks (noLeaks) run once all are done. A
 // deferred call in the test that calls eachBackend runs before the subtests
 // do; use t.Cleanup instead.
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
