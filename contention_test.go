@@ -64,8 +64,10 @@ func overAdmissions(admitted map[string]int, limit int) int {
 // TestConcurrentAcquireNeverOverAdmits races 64 goroutines over 8 owners at
 // limit 3 on a real Redis: the library admits exactly 3 per owner, while the
 // naive ZCARD-then-ZADD recipe, raced the same way, admits more.
+//
+// Not parallel with other tests: their load on the machine can serialize
+// the naive recipe's goroutines enough that it never over-admits.
 func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
-	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
