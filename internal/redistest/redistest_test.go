@@ -48,7 +48,7 @@ func TestSkipSummary(t *testing.T) {
 	c.note(&c.redis, "redis-server is not on PATH")
 	c.note(&c.redis, "redis-cli is not on PATH")
 	c.note(&c.system, "")
-	want := "redistest: skipped 3 tests needing a real Redis (install redis-server or set REDIS_ADDR; EXPSET_REQUIRE_REDIS=1 makes this a failure): redis-server is not on PATH; redis-cli is not on PATH\n" +
+	want := "redistest: skipped 3 tests needing a real Redis (install redis-server, or set EXPSET_REDIS_BIN or REDIS_ADDR; EXPSET_REQUIRE_REDIS=1 makes this a failure): redis-server is not on PATH; redis-cli is not on PATH\n" +
 		"redistest: skipped 1 test, the system tests (EXPSET_SYSTEM=1 runs them)\n"
 	if s := c.summary(); s != want {
 		t.Fatalf("summary\n%s\nwant\n%s", s, want)
