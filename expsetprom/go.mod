@@ -1,10 +1,11 @@
-module github.com/expset/expset/prometheus
+module github.com/expset/expset/expsetprom
 
 go 1.24.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/expset/expset v0.0.0
+	github.com/expset/expset v0.1.0
+	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
