@@ -308,7 +308,8 @@ func listDead(ctx context.Context, set *expset.Set, shard, limit int, asJSON boo
 	if more {
 		note = fmt.Sprintf(" (the first %d; --limit to see more)", limit)
 	}
-	fmt.Fprintf(stdout, "\n%s%s; 'kick ID...' re-queues them, 'drop ID...' deletes them\n", deadLetters(len(ds)), note)
+	fmt.Fprintf(stdout, "\n%s%s; 'expset events kick %s ID...' re-queues them, 'expset events drop %s ID...' deletes them\n",
+		deadLetters(len(ds)), note, set.Name(), set.Name())
 	return nil
 }
 
