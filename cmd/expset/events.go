@@ -167,8 +167,8 @@ func (a *app) connectSet(ctx context.Context, name string, perShard bool) (expse
 	return cfg, c, err
 }
 
-// tailLine is one event as "events tail --json" prints it.
-type tailLine struct {
+// eventJSON is what the JSON of an event and of a dead letter start with.
+type eventJSON struct {
 	Shard     int       `json:"shard"`
 	ID        string    `json:"id"`
 	Owner     string    `json:"owner"`
@@ -176,8 +176,18 @@ type tailLine struct {
 	Member    string    `json:"member"`
 	MemberB64 string    `json:"member_base64,omitempty"`
 	Deadline  time.Time `json:"deadline"`
-	Swept     time.Time `json:"swept"` // when the sweeper wrote it: the time in its ID
-	Payload   []byte    `json:"payload,omitempty"`
+}
+
+func newEventJSON(shard int, id string, e expset.Expiry) eventJSON {
+	return eventJSON{Shard: shard, ID: id, Owner: e.Owner, OwnerB64: exact(e.Owner),
+		Member: e.Member, MemberB64: exact(e.Member), Deadline: e.Deadline.UTC()}
+}
+
+// tailLine is one event as "events tail --json" prints it.
+type tailLine struct {
+	eventJSON
+	Swept   time.Time `json:"swept"` // when the sweeper wrote it: the time in its ID
+	Payload []byte    `json:"payload,omitempty"`
 }
 
 // tailEvents prints the set's expiry events as they are written, reading
@@ -235,9 +245,7 @@ func tailEvents(ctx context.Context, set *expset.Set, backlog, asJSON bool, stdo
 		case e := <-lines:
 			swept := idTime(e.ID)
 			if asJSON {
-				if err := enc.Encode(tailLine{Shard: e.Shard, ID: e.ID, Owner: e.Owner, OwnerB64: exact(e.Owner),
-					Member: e.Member, MemberB64: exact(e.Member),
-					Deadline: e.Deadline.UTC(), Swept: swept, Payload: e.Payload}); err != nil {
+				if err := enc.Encode(tailLine{eventJSON: newEventJSON(e.Shard, e.ID, e), Swept: swept, Payload: e.Payload}); err != nil {
 					return err
 				}
 				continue
@@ -258,28 +266,20 @@ func idTime(id string) time.Time {
 
 // deadLine is one dead letter as "events dead --json" prints it.
 type deadLine struct {
-	Shard     int       `json:"shard"`
-	ID        string    `json:"id"`
-	Owner     string    `json:"owner"`
-	OwnerB64  string    `json:"owner_base64,omitempty"` // the exact bytes, when they are not UTF-8
-	Member    string    `json:"member"`
-	MemberB64 string    `json:"member_base64,omitempty"`
-	Deadline  time.Time `json:"deadline"`
-	Attempts  int       `json:"attempts"`
-	Error     string    `json:"error"`
-	ErrorB64  string    `json:"error_base64,omitempty"`
-	Buried    time.Time `json:"buried"`
-	Group     string    `json:"group"`
-	Consumer  string    `json:"consumer"`
-	EventID   string    `json:"event_id"` // its ID in the event stream before it was buried
+	eventJSON
+	Attempts int       `json:"attempts"`
+	Error    string    `json:"error"`
+	ErrorB64 string    `json:"error_base64,omitempty"`
+	Buried   time.Time `json:"buried"`
+	Group    string    `json:"group"`
+	Consumer string    `json:"consumer"`
+	EventID  string    `json:"event_id"` // its ID in the event stream before it was buried
 }
 
 func toDeadLines(ds []expset.DeadLetter) []deadLine {
 	out := make([]deadLine, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, deadLine{Shard: d.Shard, ID: d.ID, Owner: d.Event.Owner, OwnerB64: exact(d.Event.Owner),
-			Member: d.Event.Member, MemberB64: exact(d.Event.Member),
-			Deadline: d.Event.Deadline.UTC(), Attempts: d.Event.Attempt, Error: d.Error, ErrorB64: exact(d.Error), Buried: d.Buried.UTC(),
+		out = append(out, deadLine{eventJSON: newEventJSON(d.Shard, d.ID, d.Event), Attempts: d.Event.Attempt, Error: d.Error, ErrorB64: exact(d.Error), Buried: d.Buried.UTC(),
 			Group: d.Group, Consumer: d.Consumer, EventID: d.Event.ID})
 	}
 	return out
