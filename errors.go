@@ -52,7 +52,9 @@ var (
 
 	// ErrLeaseLost means a sweeper could not refresh a shard's lease (another
 	// sweeper took it, or it lapsed) and stopped sweeping that shard. Run
-	// reports it to WithErrorHandler and carries on with its other shards.
+	// reports it (Hooks.OnError, WithErrorHandler, else log/slog) and carries
+	// on with its other shards, trying the lease again every max idle
+	// interval.
 	ErrLeaseLost = errors.New("expset: sweeper lease lost")
 
 	// ErrUnexpectedReply means Redis answered a script with a reply of the

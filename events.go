@@ -132,8 +132,10 @@ type consumer struct {
 //
 // Consume returns nil when ctx ends, having started no goroutine, and returns
 // an error for an invalid argument (ErrInvalidConsumer, ErrInvalidOption,
-// ErrNoEvents) or the first Redis error, after which it may be called again:
-// nothing is lost. Options: WithVisibilityTimeout, WithMaxAttempts,
+// ErrNoEvents) or a Redis error while creating the groups, after which it may
+// be called again: nothing is lost. A Redis error in a later round is
+// reported (Hooks.OnError, else log/slog) and the round retried after a
+// backoff. Options: WithVisibilityTimeout, WithMaxAttempts,
 // WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
@@ -143,7 +145,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	if err := c.createGroups(ctx); err != nil {
 		return c.end(ctx, err)
 	}
-	return loop(ctx, func() (time.Duration, error) {
+	return s.loop(ctx, "consume", func() (time.Duration, error) {
 		n, err := c.round(ctx)
 		if err != nil {
 			return 0, c.end(ctx, err)

@@ -38,6 +38,8 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	errLog   *errorLog // the default report of errors the loops survive
+	retain   retention // event stream bounds (WithEventRetention)
 }
 
 // Member is a live member and its deadline.
@@ -75,7 +77,13 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks}
+	if cfg.retain.set && !cfg.events {
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
+	}
+	if !cfg.retain.set {
+		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)

@@ -25,6 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
@@ -41,6 +42,7 @@ type shardKeys struct {
 	events  string
 	dead    string
 	lease   string
+	trimmed string
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -52,6 +54,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		lease:   tag + "lease",
+		trimmed: tag + "trimmed",
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 //	expset_shard_events{set,shard}               expiry events in the stream, pending ones included
 //	expset_shard_pending{set,shard}              events delivered and not yet acknowledged
 //	expset_shard_dead_letters{set,shard}         events that failed every attempt
+//	expset_shard_events_trimmed{set,shard}       events retention removed before every group had them, ever
 //	expset_shard_lease_held{set,shard}           1 when a sweeper holds the shard's lease
 type StatsCollector struct {
 	set     *expset.Set
@@ -84,6 +85,8 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(s expset.ShardStats) float64 { return float64(s.Pending) }),
 			gauge("dead_letters", "Expiry events that failed every attempt and wait in the dead-letter stream.",
 				func(s expset.ShardStats) float64 { return float64(s.Dead) }),
+			gauge("events_trimmed", "Expiry events the stream retention removed before every consumer group had them, since the shard began.",
+				func(s expset.ShardStats) float64 { return float64(s.Trimmed) }),
 			gauge("lease_held", "1 when a sweeper holds the shard's lease, else 0.",
 				func(s expset.ShardStats) float64 { return bit(s.Leased) }),
 		},

@@ -87,8 +87,8 @@ func TestStatsCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 		got := gather(t, reg, name)
-		if len(got) != 9*4 {
-			t.Errorf("%d samples, want 9 gauges x 4 shards: %v", len(got), got)
+		if len(got) != 10*4 {
+			t.Errorf("%d samples, want 10 gauges x 4 shards: %v", len(got), got)
 		}
 		due := map[int]float64{}
 		for _, o := range owners {
@@ -104,6 +104,7 @@ func TestStatsCollector(t *testing.T) {
 				"expset_shard_events":              0,
 				"expset_shard_pending":             0,
 				"expset_shard_dead_letters":        0,
+				"expset_shard_events_trimmed":      0,
 				"expset_shard_lease_held":          0,
 				"expset_shard_lag_seconds":         0,
 			}

@@ -22,7 +22,8 @@
 --
 -- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
 -- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
--- (without events), and the index ZADD when the owner was empty: the ZRANGE
+-- (without events), and the index filing when the owner was empty (a ZADD;
+-- without events also a ZRANGE of stale entries and a PEXPIRE): the ZRANGE
 -- of the first limit+1 members gives the live count, whether the member is
 -- there, the earliest and latest deadlines and whether anything expired,
 -- all at once. Each redis.call costs about as much as a short script, so
@@ -94,7 +95,7 @@ if cur then
     -- must stay at or before the earliest deadline. r[2] is the earliest
     -- live deadline (r holds live members, earliest first).
     if index and d < tonumber(r[2]) then
-      call('ZADD', KEYS[2], 'LT', d, owner)
+      file_owner(KEYS[2], owner, d, ttl, now, events)
     end
     keep_ttl(key, ttl, false, events)
     if has(flags, 'P') then
@@ -160,7 +161,7 @@ call('ZADD', key, ds, member)
 -- After an eviction r is stale and the earliest remaining deadline unread:
 -- ZADD LT lowers the index only when d is earlier than it.
 if index and (fresh or evicted or (r[2] and d < tonumber(r[2]))) then
-  call('ZADD', KEYS[2], 'LT', ds, owner)
+  file_owner(KEYS[2], owner, ds, ttl, now, events)
 end
 if not events then
   if fresh then

@@ -50,6 +50,41 @@ end
 
 local DROP_MAX = 1000
 
+-- INDEX_GRACE (ms) is how long an index entry of a set without events may
+-- stay overdue (no sweeper visited it) before writes remove it, and how long
+-- the index key outlives the latest deadline filed in it (indexGrace in Go).
+local INDEX_GRACE = 3600000
+
+-- keep_index makes the due index key of a set without events outlive
+-- now + ttl (ms) by INDEX_GRACE, never shortening it.
+local function keep_index(due, ttl)
+  -- GT leaves a key without TTL alone (a new index): NX gives it one.
+  if call('PEXPIRE', due, ttl + INDEX_GRACE, 'GT') == 0 then
+    call('PEXPIRE', due, ttl + INDEX_GRACE, 'NX')
+  end
+end
+
+-- file_owner files owner in the shard's due index at deadline d (ZADD LT:
+-- the entry stays at or below the owner's earliest deadline). Without events
+-- the index is only the sweeper's shortcut (owner keys expire by their TTL),
+-- so it is kept bounded without a sweeper: first up to two entries overdue by
+-- more than INDEX_GRACE are removed (before the ZADD, so that the owner's
+-- own stale entry gives way to its new one), then the index key is made to
+-- outlive d by INDEX_GRACE (ttl is d - now in ms). With events nothing but
+-- the ZADD is done: the sweeper must see every entry.
+local function file_owner(due, owner, d, ttl, now, events)
+  if events then
+    call('ZADD', due, 'LT', d, owner)
+    return
+  end
+  local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
+  if old[1] then
+    call('ZREM', due, unpack(old))
+  end
+  call('ZADD', due, 'LT', d, owner)
+  keep_index(due, ttl)
+end
+
 -- lib() returns the helpers of the rarer paths (expired members, payloads),
 -- built on first use: defining them up front would cost every run of every
 -- script a closure each.

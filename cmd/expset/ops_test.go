@@ -342,7 +342,7 @@ func TestBinaryStatsServe(t *testing.T) {
 		body = string(b)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
-	for _, name := range []string{"owners", "owners_due", "members_due", "lag_seconds", "events", "pending", "dead_letters", "lease_held"} {
+	for _, name := range []string{"owners", "owners_due", "members_due", "members_due_partial", "lag_seconds", "events", "events_trimmed", "pending", "dead_letters", "lease_held"} {
 		for _, want := range []string{"# HELP expset_shard_" + name + " ", "# TYPE expset_shard_" + name + " gauge\n"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)
@@ -429,6 +429,24 @@ func TestBinarySweepOnce(t *testing.T) {
 	code, _, errs = runBin(t, "sweep", "--redis", url, "--once", "no-such-set")
 	if code != 3 {
 		t.Errorf("unknown set: exit %d, %q; want 3", code, errs)
+	}
+}
+
+// TestBinarySweepRetention: --retain-len bounds the streams the sweep
+// writes, and stats counts what it trimmed.
+func TestBinarySweepRetention(t *testing.T) {
+	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
+	addExpired(t, set, rdb, "a", "b", "c", "d", "e")
+	code, _, errs := runBin(t, "sweep", "--redis", url, "--once", "--retain-len", "2", set.Name())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if tot := totals(t, url, set).Total; tot.Events != 2 || tot.Trimmed != 3 {
+		t.Errorf("after sweep --once --retain-len 2: %+v, want 2 events and 3 trimmed", tot)
+	}
+	code, _, errs = runBin(t, "sweep", "--redis", url, "--once", "--retain-len", "0", set.Name())
+	if code != 2 || !strings.Contains(errs, "WithEventRetention") {
+		t.Errorf("--retain-len 0: exit %d, %q; want exit 2", code, errs)
 	}
 }
 

@@ -46,6 +46,7 @@ type statCounts struct {
 	Events     int64      `json:"events"`
 	Pending    int64      `json:"pending"`
 	Dead       int64      `json:"dead"`
+	Trimmed    int64      `json:"trimmed"` // events retention removed unconsumed, ever
 }
 
 type shardRow struct {
@@ -171,7 +172,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
 			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
-			Events: s.Events, Pending: s.Pending, Dead: s.Dead,
+			Events: s.Events, Pending: s.Pending, Dead: s.Dead, Trimmed: s.Trimmed,
 		}}
 		if !s.OldestDue.IsZero() {
 			d := s.OldestDue.UTC()
@@ -187,6 +188,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Events += row.Events
 		t.Pending += row.Pending
 		t.Dead += row.Dead
+		t.Trimmed += row.Trimmed
 		if row.Leased {
 			t.Leased++
 		}

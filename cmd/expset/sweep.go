@@ -90,7 +90,7 @@ func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
 func (a *app) sweepCmd() *cobra.Command {
 	var o sweepOpts
 	cmd := &cobra.Command{
-		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] NAME",
+		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
 		Short: "run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary",
 		Example: "expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n" +
 			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C",
@@ -110,6 +110,8 @@ func (a *app) sweepCmd() *cobra.Command {
 	f.DurationVar(&o.maxIdle, "max-idle", expset.DefaultMaxIdle, "the longest the sweeper waits before looking at its shards again")
 	f.IntVar(&o.owners, "owners-per-batch", expset.DefaultOwnersPerBatch, "due owners one sweep script takes")
 	f.IntVar(&o.members, "members-per-batch", expset.DefaultMembersPerBatch, "expired members one sweep script removes at most")
+	f.DurationVar(&o.retainAge, "retain-age", expset.DefaultEventMaxAge, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
+	f.IntVar(&o.retainLen, "retain-len", expset.DefaultEventMaxLen, "with expiry events: events a shard's stream keeps at most")
 	return cmd
 }
 
@@ -119,6 +121,8 @@ type sweepOpts struct {
 	every             time.Duration
 	leaseTTL, maxIdle time.Duration
 	owners, members   int
+	retainAge         time.Duration
+	retainLen         int
 }
 
 func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
@@ -133,7 +137,18 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	}
 	defer c.close()
 	var prog sweepProgress
-	set, err := openExisting(ctx, c, name, expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep}))
+	cfg, err := expset.ReadConfiguration(ctx, c.rdb, name)
+	if err != nil {
+		return noSet(err, name, c)
+	}
+	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep})}
+	if cfg.Events {
+		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
+	}
+	set, err := openExisting(ctx, c, name, setOpts...)
+	if errors.Is(err, expset.ErrInvalidOption) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	if err != nil {
 		return err
 	}
