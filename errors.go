@@ -35,8 +35,15 @@ var (
 
 	// ErrConfigMismatch means the set was first opened with another shard
 	// count or other options recorded in Redis; opening it differently would
-	// orphan data or lose expiry events.
+	// orphan data or lose expiry events. The message shows the recorded
+	// options to open it with; OpenExisting reads and uses them.
 	ErrConfigMismatch = errors.New("expset: configuration mismatch")
+
+	// ErrServerVersion means a server is older than expset supports: Redis
+	// before 7.0 or Valkey before 7.2 (docs/compatibility.md says why). Open,
+	// New and OpenExisting fail with it, naming the server and its version,
+	// before any script runs; upgrade the server.
+	ErrServerVersion = errors.New("expset: server version too old")
 
 	// ErrInvalidConsumer means a consumer group or consumer name given to
 	// Consume is empty or longer than MaxConsumerLen.
@@ -56,6 +63,11 @@ var (
 	// on with its other shards, trying the lease again every max idle
 	// interval.
 	ErrLeaseLost = errors.New("expset: sweeper lease lost")
+
+	// ErrNotOpened means a method was called on a Set, Quota or Sweeper
+	// that New, Open, NewQuota or NewSweeper did not make: a zero value or a
+	// nil pointer. Nothing was sent to Redis.
+	ErrNotOpened = errors.New("expset: not opened")
 
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape: a bug, or a key written by something else.

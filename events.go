@@ -31,7 +31,8 @@ const AllShards = -1
 type Expiry struct {
 	Owner    string
 	Member   string
-	Deadline time.Time // the deadline the member had, to the millisecond
+	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
+	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
 	Attempt  int       // 1 on first delivery, 2 on the first redelivery, ...
 	Payload  []byte    // the member's payload (WithPayloads), nil when it had none
 	Shard    int       // the shard whose stream carried it
@@ -158,6 +159,9 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 }
 
 func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	if !s.events {
 		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}
@@ -376,7 +380,8 @@ func (c *consumer) bury(ctx context.Context, shard int, id string, attempts int,
 	return err
 }
 
-// parseExpiry reads an event stream entry (fields o, m, d and maybe p).
+// parseExpiry reads an event stream entry (fields o, m, d and maybe p and
+// r).
 func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	e := Expiry{Shard: shard, ID: m.ID, Attempt: attempt}
 	var ok1, ok2, ok3 bool
@@ -385,7 +390,9 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	e.Member, ok2 = m.Values["m"].(string)
 	d, ok3 = m.Values["d"].(string)
 	ms, err := strconv.ParseInt(d, 10, 64)
-	if !ok1 || !ok2 || !ok3 || err != nil {
+	var ok4 bool
+	e.Reason, ok4 = parseReason(m.Values["r"])
+	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
 		return e, fmt.Errorf("%w: malformed expiry event %s: %v", ErrUnexpectedReply, m.ID, m.Values)
 	}
 	e.Deadline = msTime(ms)

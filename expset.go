@@ -28,6 +28,8 @@ import (
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
 // same options. The zero value is not usable; create one with New or Open.
+// A zero or nil *Set's methods fail with ErrNotOpened (those that return
+// no error give "", 0 or -1) instead of panicking.
 type Set struct {
 	rdb      redis.UniversalClient
 	name     string
@@ -56,11 +58,18 @@ func New(rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
 	return Open(ctx, rdb, name, opts...)
 }
 
-// Open validates the options, then records the set's configuration (shard
-// count, expiry events, payloads) in Redis the first time the name is opened,
-// or checks it against what is recorded. A different configuration fails with
-// ErrConfigMismatch: opening a set with another shard count would orphan its
-// data. Open makes one round trip; the Set it returns makes none until used.
+// Open validates the options, checks the server, then records the set's
+// configuration (shard count, expiry events, payloads) in Redis the first
+// time the name is opened, or checks it against what is recorded. A
+// different configuration fails with ErrConfigMismatch: opening a set with
+// another shard count would orphan its data.
+//
+// The check reads the server's version once (HELLO, or INFO server when HELLO
+// is refused; on a ClusterClient every master, on a Ring every shard) and
+// fails with ErrServerVersion, before any script runs, when a server is older
+// than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
+// extra master); the Set it returns makes none until used and never checks
+// again.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -99,6 +108,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		s.flags += "i"
 	}
 
+	if err := checkServers(ctx, rdb, name); err != nil {
+		return nil, err
+	}
 	want := s.configString()
 	key := metaKey(name)
 	got, err := scriptOpen.Run(ctx, rdb, []string{key}, want).Text()
@@ -106,9 +118,27 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
 	}
 	if got != want {
-		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
+		return nil, mismatch(name, key, got, want)
 	}
 	return s, nil
+}
+
+// mismatch is the ErrConfigMismatch error of Open: what is recorded, what
+// was asked, and how to open the set as recorded.
+func mismatch(name, key, got, want string) error {
+	how := "open it with the options it was first opened with, or with OpenExisting"
+	if cfg, err := parseConfiguration(key, got); err == nil {
+		how = "open it with " + cfg.optionsText() + ", or with OpenExisting, which reads them"
+	}
+	return fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q: %s", ErrConfigMismatch, name, got, key, want, how)
+}
+
+// opened returns ErrNotOpened for a nil or zero Set.
+func (s *Set) opened() error {
+	if s == nil || len(s.shards) == 0 || s.rdb == nil {
+		return fmt.Errorf("%w: zero or nil *Set: create it with New or Open", ErrNotOpened)
+	}
+	return nil
 }
 
 // checkClient rejects a nil client: a nil interface, or a nil *redis.Client,
@@ -141,18 +171,38 @@ func (s *Set) configString() string {
 	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads) + " index=" + b(s.index)
 }
 
-// Name returns the set's name.
-func (s *Set) Name() string { return s.name }
+// Name returns the set's name ("" for a nil Set).
+func (s *Set) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
-// Shards returns the number of shards the owners are spread over.
-func (s *Set) Shards() int { return len(s.shards) }
+// Shards returns the number of shards the owners are spread over (0 for a
+// zero or nil Set).
+func (s *Set) Shards() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.shards)
+}
 
-// ShardOf returns the shard that holds owner (0 to Shards()-1).
-func (s *Set) ShardOf(owner string) int { return shardOf(owner, len(s.shards)) }
+// ShardOf returns the shard that holds owner (0 to Shards()-1; -1 for a
+// zero or nil Set).
+func (s *Set) ShardOf(owner string) int {
+	if s.Shards() == 0 {
+		return -1
+	}
+	return shardOf(owner, len(s.shards))
+}
 
 // OwnerKey returns the Redis key of owner's sorted set, for operators and
-// tools that read it directly.
+// tools that read it directly ("" for a zero or nil Set).
 func (s *Set) OwnerKey(owner string) string {
+	if s.Shards() == 0 {
+		return ""
+	}
 	return s.shards[s.ShardOf(owner)].owner + owner
 }
 
@@ -209,7 +259,17 @@ func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error
 	return c, nil
 }
 
+func (s *Set) checkOwner(owner string) error {
+	if err := s.opened(); err != nil {
+		return err
+	}
+	return validateOwner(owner)
+}
+
 func (s *Set) checkOwnerMember(owner, member string) error {
+	if err := s.opened(); err != nil {
+		return err
+	}
 	if err := validateOwner(owner); err != nil {
 		return err
 	}
@@ -276,10 +336,11 @@ const removeBatch = 1000
 
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
-// with expiry events they produce their event. Each batch of 1000 members is
-// removed atomically; more are removed in several steps.
+// with expiry events they produce their event. Each batch of up to 1000
+// members (fewer when their payloads pass about 1 MiB) is removed
+// atomically; more are removed in several steps.
 func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return 0, err
 	}
 	for _, m := range members {
@@ -291,7 +352,6 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 	total := 0
 	for len(members) > 0 {
 		batch := members[:min(len(members), removeBatch)]
-		members = members[len(batch):]
 		args := make([]any, 0, 3+len(batch))
 		args = append(args, s.now(), owner, s.flags)
 		for _, m := range batch {
@@ -301,11 +361,17 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 		if err != nil {
 			return total, err
 		}
-		n, ok := asInt64(v)
-		if !ok {
+		xs, ok := v.([]any)
+		if !ok || len(xs) != 2 {
+			return total, unexpected("remove.lua", v)
+		}
+		n, ok1 := asInt64(xs[0])
+		taken, ok2 := asInt64(xs[1])
+		if !ok1 || !ok2 || taken < 1 || taken > int64(len(batch)) {
 			return total, unexpected("remove.lua", v)
 		}
 		total += int(n)
+		members = members[taken:]
 	}
 	return total, nil
 }
@@ -366,7 +432,7 @@ func memberDeadline(script string, v any, owner, member string) (time.Time, erro
 
 // Count returns the number of live members of owner.
 func (s *Set) Count(ctx context.Context, owner string) (int, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return 0, err
 	}
 	keys := s.ownerKeys(owner)
@@ -391,7 +457,7 @@ func (s *Set) Members(ctx context.Context, owner string) ([]Member, error) {
 // MembersN returns at most n of owner's live members, earliest deadline
 // first; n <= 0 means all.
 func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return nil, err
 	}
 	keys := s.ownerKeys(owner)

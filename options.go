@@ -172,10 +172,31 @@ type QuotaOption func(*Quota)
 
 // WithEvictOldest makes Acquire, at the limit, evict the member with the
 // earliest deadline instead of denying ("at most 5 sessions per account; a new
-// login ends the oldest"). Decision.Evicted lists what went; evictions are not
-// expiries and produce no expiry events.
+// login ends the oldest"). Decision.Evicted lists what went, also on a retry
+// of the Acquire (see Quota.Acquire and WithEvictionReceiptTTL). An evicted
+// member's payload goes with it. With WithExpiryEvents each evicted member
+// produces one event, like an expiry, with Expiry.Reason ReasonEvicted, its
+// deadline (not reached) and its payload.
 func WithEvictOldest() QuotaOption {
 	return func(q *Quota) { q.evict = true }
+}
+
+// DefaultEvictionReceiptTTL is how long a retry of an Acquire that evicted
+// members still reports them, by default (WithEvictionReceiptTTL).
+const DefaultEvictionReceiptTTL = 5 * time.Minute
+
+// WithEvictionReceiptTTL sets how long, after an Acquire evicted members
+// (WithEvictOldest), a retry of it still reports them in Decision.Evicted
+// (default DefaultEvictionReceiptTTL, 5 minutes; 1ms to 24h). The receipt is
+// a small Redis list in the owner's shard, holding the evicted members,
+// written only by an Acquire that evicts; it expires on its own.
+func WithEvictionReceiptTTL(d time.Duration) QuotaOption {
+	return func(q *Quota) {
+		if err := inRange("WithEvictionReceiptTTL", d, time.Millisecond, 24*time.Hour); err != nil && q.err == nil {
+			q.err = err
+		}
+		q.receiptTTL = d
+	}
 }
 
 // WithRefreshOnReacquire makes Acquire of a member that already holds a slot

@@ -36,6 +36,9 @@ type ShardStats struct {
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	now, err := s.statsNow(ctx)
 	if err != nil {
 		return nil, err

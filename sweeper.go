@@ -46,7 +46,8 @@ const maxBatch = 1000
 // lapse.
 //
 // A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
-// per Sweeper is what it is built for. Create one with NewSweeper.
+// per Sweeper is what it is built for. Create one with NewSweeper: a zero
+// or nil *Sweeper's Run and SweepOnce fail with ErrNotOpened.
 type Sweeper struct {
 	set   *Set
 	locks *redislock.Client
@@ -162,6 +163,8 @@ func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 	switch {
 	case s == nil:
 		w.cfg.ok(fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption))
+	case s.opened() != nil:
+		w.cfg.ok(s.opened())
 	case !s.index:
 		w.cfg.ok(fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name))
 	default:
@@ -348,7 +351,16 @@ func release(ctx context.Context, l *lease) {
 }
 
 func (w *Sweeper) check() error {
-	return w.cfg.err
+	if w == nil {
+		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrNotOpened)
+	}
+	if w.cfg.err != nil {
+		return w.cfg.err
+	}
+	if w.set == nil || w.locks == nil {
+		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrNotOpened)
+	}
+	return nil
 }
 
 // SweepOnce sweeps every shard whose lease it can take, each until nothing is

@@ -15,8 +15,9 @@
 --
 -- The owners were read from the index before this call, so each one's actual
 -- state is checked again here. For each owner, in order, while the budget
--- lasts: its expired members are dropped (each with one expiry event when
--- flag e is set), then the owner is re-filed in the index under its earliest
+-- (members, and bytes moved: see BYTES_MAX in the prelude) lasts: its
+-- expired members are dropped (each with one expiry event when flag e is
+-- set), then the owner is re-filed in the index under its earliest
 -- remaining deadline, or taken out of the index when it has no members left.
 -- An owner with more expired members than the budget allows stays due, at a
 -- score <= now, and is listed again. Owners left over when the budget runs out
@@ -48,17 +49,19 @@ local events, payloads = has(flags, 'e'), has(flags, 'p')
 local n = #ARGV - 6
 
 local expired, late_sum, late_max, owners, stale = 0, 0, 0, 0, 0
+local bytes = BYTES_MAX
 local latest = 0 -- the latest score filed, for the index TTL (no events)
 for i = 1, n do
-  if budget <= 0 then
+  if budget <= 0 or bytes <= 0 then
     break
   end
   local key, pkey, owner = KEYS[3 + i], KEYS[3 + n + i], ARGV[6 + i]
   -- drop's own read of the expired members is the re-check: it finds none
   -- when the entry was stale (or the owner is gone).
-  local removed, _, ls, lm = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true)
+  local removed, _, ls, lm, used = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true, bytes)
   if removed > 0 then
     budget = budget - removed
+    bytes = bytes - used
     expired = expired + removed
     late_sum = late_sum + ls
     if lm > late_max then
