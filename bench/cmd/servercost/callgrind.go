@@ -118,8 +118,9 @@ func (c *counted) zero() error {
 }
 
 // dump writes the counters since the last zero and returns their total of
-// instructions executed.
-func (c *counted) dump() (int64, error) {
+// instructions executed. With keep set, the dump is copied there (for
+// callgrind_annotate).
+func (c *counted) dump(keep string) (int64, error) {
 	old, _ := filepath.Glob(filepath.Join(c.dir, "out."+c.pid()+".*"))
 	for _, f := range old {
 		_ = os.Remove(f)
@@ -133,6 +134,11 @@ func (c *counted) dump() (int64, error) {
 		files, _ := filepath.Glob(filepath.Join(c.dir, "out."+c.pid()+".*"))
 		for _, f := range files {
 			if n, err := totals(f); err == nil {
+				if keep != "" {
+					if b, err := os.ReadFile(f); err == nil {
+						_ = os.WriteFile(keep, b, 0o644)
+					}
+				}
 				return n, nil
 			}
 		}

@@ -28,6 +28,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,9 +51,15 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "measure only the workloads whose name matches this regular expression")
 	levers := fs.Bool("levers", false, "also measure the script variants of bench/testdata/levers")
 	server := fs.String("redis-server", "redis-server", "the redis-server binary")
+	profile := fs.String("profile", "", "copy each workload's callgrind dump into this directory, for callgrind_annotate")
 	testdata := fs.String("testdata", defaultTestdata(), "the directory of the Lua copies (bench/testdata)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			return err
+		}
 	}
 	if *n < 100 || *runs < 1 || *goroutines < 1 {
 		return fmt.Errorf("want -n >= 100, -runs >= 1, -goroutines >= 1")
@@ -98,7 +106,11 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	for r := 0; r < *runs; r++ {
 		for i, w := range ws {
 			start := time.Now()
-			v, err := measure(ctx, srv, e, w)
+			keep := ""
+			if *profile != "" {
+				keep = filepath.Join(*profile, strings.ReplaceAll(w.name, "/", "_")+"."+strconv.Itoa(r+1)+".callgrind")
+			}
+			v, err := measure(ctx, srv, e, w, keep)
 			if err != nil {
 				return err
 			}

@@ -21,8 +21,8 @@ func writeTable(w io.Writer, ws []workload, res [][]float64) {
 		head += fmt.Sprintf(" run %d |", r)
 		sep += "---:|"
 	}
-	head += " runs differ | ratio | ÷ |"
-	sep += "---:|---:|---|"
+	head += " runs differ | ratio | ÷ | ÷ straightforward |"
+	sep += "---:|---:|---|---:|"
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, sep)
 	for i, wl := range ws {
@@ -35,6 +35,11 @@ func writeTable(w io.Writer, ws []workload, res [][]float64) {
 			row += fmt.Sprintf(" %.2fx | %s |", mean[wl.name]/base, wl.vs)
 		} else {
 			row += " | |"
+		}
+		if base, ok := mean["recipe/straightforward/"+wl.state]; ok && wl.state != "" && base > 0 {
+			row += fmt.Sprintf(" %.2fx |", mean[wl.name]/base)
+		} else {
+			row += " |"
 		}
 		fmt.Fprintln(w, row)
 	}

@@ -22,8 +22,12 @@ type workload struct {
 	unit string // what the count is divided by: "call", "member", "request"
 	// vs names the workload whose count this one is divided by in the
 	// tables ("" for none).
-	vs   string
-	what string
+	vs string
+	// state names the owner state ("fresh", "live", "retry", "denied") of
+	// an acquire: the tables also divide by the straightforward script's
+	// count in that state.
+	state string
+	what  string
 	prep func(ctx context.Context, e *env) (job, error)
 }
 
@@ -80,8 +84,9 @@ func (e *env) source(path string) (string, error) {
 
 // measure counts the server instructions of one workload: the keyspace is
 // emptied, the workload seeded, the counters zeroed, the job run and the
-// counters dumped. It returns instructions per unit.
-func measure(ctx context.Context, srv *counted, e *env, w workload) (float64, error) {
+// counters dumped (and the dump copied to keep, unless empty). It returns
+// instructions per unit.
+func measure(ctx context.Context, srv *counted, e *env, w workload, keep string) (float64, error) {
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		return 0, err
 	}
@@ -95,7 +100,7 @@ func measure(ctx context.Context, srv *counted, e *env, w workload) (float64, er
 	if err := run(ctx, e.goroutines, j); err != nil {
 		return 0, fmt.Errorf("%s: %w", w.name, err)
 	}
-	total, err := srv.dump()
+	total, err := srv.dump(keep)
 	if err != nil {
 		return 0, err
 	}
