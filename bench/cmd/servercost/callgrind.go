@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/expset/expset/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -57,7 +58,7 @@ func startCounted(server string) (*counted, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := redistest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -95,15 +96,6 @@ func startCounted(server string) (*counted, error) {
 			return nil, fmt.Errorf("redis-server under callgrind did not answer within 2 minutes; see %s", log.Name())
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (c *counted) pid() string { return strconv.Itoa(c.cmd.Process.Pid) }

@@ -218,7 +218,7 @@ func sweepLevers(e *env) ([]workload, error) {
 	var out []workload
 	for _, v := range []struct {
 		name, file, what string
-		payloadKeys     bool
+		payloadKeys      bool
 	}{
 		{"sweep", "sweep.lua", "copy of lua/prelude.lua + lua/sweep.lua, driven as SweepOnce drives it", true},
 		{"sweep-lean", "sweep-lean.lua", "one read per owner for drop and re-file; index written once per round; string arguments", true},
@@ -263,12 +263,8 @@ func sweepLeverPrep(sc *redis.Script, per int, events, payloadKeys bool) func(ct
 		if err != nil {
 			return job{}, err
 		}
-		members := make([]string, per)
-		for i := range members {
-			members[i] = "order-" + strconv.Itoa(i)
-		}
-		owners := e.owners[:e.n/per]
-		if err := seed(ctx, e.rdb, s, owners, members, time.Now().Add(-time.Second), false, true); err != nil {
+		owners, err := seedExpired(ctx, e, s, per, true)
+		if err != nil {
 			return job{}, err
 		}
 		// One owner per shard names the shard's keys.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/expset/expset"
@@ -195,12 +194,8 @@ func sweepWorkload(name string, per int, opts ...expset.Option) workload {
 			if err != nil {
 				return job{}, err
 			}
-			members := make([]string, per)
-			for i := range members {
-				members[i] = "order-" + strconv.Itoa(i)
-			}
-			owners := e.owners[:e.n/per]
-			if err := seed(ctx, e.rdb, s, owners, members, time.Now().Add(-time.Second), false, cfg.Index); err != nil {
+			owners, err := seedExpired(ctx, e, s, per, cfg.Index)
+			if err != nil {
 				return job{}, err
 			}
 			want := len(owners) * per

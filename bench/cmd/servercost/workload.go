@@ -28,7 +28,7 @@ type workload struct {
 	// count in that state.
 	state string
 	what  string
-	prep func(ctx context.Context, e *env) (job, error)
+	prep  func(ctx context.Context, e *env) (job, error)
 }
 
 // A job is calls calls of do (i from 0 to calls-1), made by e.g goroutines
@@ -176,4 +176,15 @@ func dueKey(s *expset.Set, owner string) string {
 // shardPrefix returns "expset:{name:S}:" for owner's shard S.
 func shardPrefix(s *expset.Set, owner string) string {
 	return strings.TrimSuffix(s.OwnerKey(owner), "o:"+owner)
+}
+
+// seedExpired gives the first n/per owners per members each, expired a
+// second ago, without key TTLs (a sweeper's work), and returns those owners.
+func seedExpired(ctx context.Context, e *env, s *expset.Set, per int, index bool) ([]string, error) {
+	members := make([]string, per)
+	for i := range members {
+		members[i] = "order-" + strconv.Itoa(i)
+	}
+	owners := e.owners[:e.n/per]
+	return owners, seed(ctx, e.rdb, s, owners, members, time.Now().Add(-time.Second), false, index)
 }
