@@ -69,7 +69,7 @@ func startCounted(server string) (*counted, error) {
 	}
 	c.cmd = exec.Command(valgrind, "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "out.%p"),
 		server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--hz", "1", "--dynamic-hz", "no", "--dir", dir)
+		"--hz", "1", "--dynamic-hz", "no", "--activerehashing", "no", "--dir", dir)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	if err := c.cmd.Start(); err != nil {
 		return nil, err
