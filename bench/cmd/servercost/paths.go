@@ -183,8 +183,8 @@ func acquireManyWorkload() workload {
 // sweepWorkload is one Sweeper.SweepOnce over a set whose owners each hold
 // per expired members (deadline 1s ago): instructions per member reclaimed,
 // the lease and index reads included.
-func sweepWorkload(name string, per int, opts ...expset.Option) workload {
-	return workload{name: "sweep/" + name, unit: "member", what: fmt.Sprintf("Sweeper.SweepOnce, %d expired member(s) per owner", per),
+func sweepWorkload(name, set string, per int, opts ...expset.Option) workload {
+	return workload{name: "sweep/" + name, unit: "member", what: fmt.Sprintf("Sweeper.SweepOnce, %s, %d expired per owner", set, per),
 		prep: func(ctx context.Context, e *env) (job, error) {
 			s, err := expset.Open(ctx, e.rdb, setName, opts...)
 			if err != nil {
@@ -220,9 +220,9 @@ func sweepWorkload(name string, per int, opts ...expset.Option) workload {
 // and 10 expired members per owner.
 func sweepWorkloads() []workload {
 	return []workload{
-		sweepWorkload("events", 1, expset.WithExpiryEvents()),
-		sweepWorkload("index", 1, expset.WithSweepIndex()),
-		sweepWorkload("events-10", 10, expset.WithExpiryEvents()),
-		sweepWorkload("index-10", 10, expset.WithSweepIndex()),
+		sweepWorkload("events", "WithExpiryEvents", 1, expset.WithExpiryEvents()),
+		sweepWorkload("index", "WithSweepIndex", 1, expset.WithSweepIndex()),
+		sweepWorkload("events-10", "WithExpiryEvents", 10, expset.WithExpiryEvents()),
+		sweepWorkload("index-10", "WithSweepIndex", 10, expset.WithSweepIndex()),
 	}
 }
