@@ -27,16 +27,20 @@ func leverWorkloads(e *env) ([]workload, error) {
 	return append(acq, sw...), nil
 }
 
-// leverCall sends one acquire variant for owner and member: ok says
-// whether its reply is the one the state wants.
+// leverCall sends one acquire variant for owner and member (key is the
+// owner's sorted set) and returns its reply.
 type leverCall func(ctx context.Context, rdb *redis.Client, key, owner, member string) (any, error)
 
-// A leverState is an acquire state and a check of a variant's reply.
+// A leverState is an acquire state and the status a variant must reply in
+// it.
 type leverState struct {
 	recipeState
 	status int64 // 1 added, 2 held, 0 denied
 }
 
+// acquireLevers are the acquire variants, each in the states it supports,
+// compared with the copy of today's script (or, for events, with the
+// library's own path) in the same state.
 func acquireLevers(e *env) ([]workload, error) {
 	prelude, err := e.source("levers/prelude.lua")
 	if err != nil {

@@ -153,11 +153,11 @@ func serverVersion(ctx context.Context, rdb *redis.Client) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var v string
-	for _, line := range regexp.MustCompile(`(?m)^redis_version:(\S+)`).FindStringSubmatch(info)[1:] {
-		v = line
+	m := regexp.MustCompile(`(?m)^redis_version:(\S+)`).FindStringSubmatch(info)
+	if m == nil {
+		return "", fmt.Errorf("INFO server has no redis_version")
 	}
-	return v, nil
+	return m[1], nil
 }
 
 // defaultTestdata is bench/testdata beside this command's source, or

@@ -31,8 +31,8 @@ type workload struct {
 	prep  func(ctx context.Context, e *env) (job, error)
 }
 
-// A job is calls calls of do (i from 0 to calls-1), made by e.g goroutines
-// at once; the instructions counted are divided by units.
+// A job is calls calls of do (i from 0 to calls-1), made by env.goroutines
+// goroutines at once; the instructions counted are divided by units.
 type job struct {
 	calls int
 	units int
