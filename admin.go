@@ -74,6 +74,8 @@ func parseConfiguration(key, v string) (Configuration, error) {
 // indexes, event and dead-letter streams, leases and recorded configuration.
 // It is meant for tests, demos and retiring a set, not for a set in use: a
 // write racing with Drop may survive it. It returns how many keys it deleted.
+// It deletes only the set's own keys, whatever its neighbours' names: the
+// set "a:1", whose keys the patterns of "a" partly match, is left whole.
 func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, error) {
 	cfg, err := ReadConfiguration(ctx, rdb, name)
 	if errors.Is(err, ErrNotFound) {
@@ -89,7 +91,11 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, err
 		if err != nil {
 			return deleted, err
 		}
+		sk := newShardKeys(name, shard)
 		for _, k := range keys {
+			if !sk.owns(k) {
+				continue
+			}
 			n, err := rdb.Unlink(ctx, k).Result()
 			if err != nil {
 				return deleted, fmt.Errorf("expset: drop %s: %w", k, err)
@@ -133,6 +139,22 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 		return err
 	})
 	return out, err
+}
+
+// optionsText renders Options as Go source: "WithShards(16),
+// WithExpiryEvents()".
+func (c Configuration) optionsText() string {
+	out := "WithShards(" + strconv.Itoa(c.Shards) + ")"
+	if c.Events {
+		out += ", WithExpiryEvents()"
+	}
+	if c.Payloads {
+		out += ", WithPayloads()"
+	}
+	if c.Index && !c.Events {
+		out += ", WithSweepIndex()"
+	}
+	return out
 }
 
 // Options returns the options that open a set with this configuration, for

@@ -3,6 +3,9 @@ package expset
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,4 +44,87 @@ func TestReadConfigurationAndDrop(t *testing.T) {
 			t.Fatalf("second Drop deleted %d", n)
 		}
 	})
+}
+
+// TestDropTouchesOnlyItsOwnSet drops sets whose names extend one another
+// ("a", "a:1", "a:1:2"): the key pattern of "a"'s shard 1,
+// expset:{a:1}:*, also matches "a:1"'s recorded configuration, and Drop
+// must leave it, and every other key of the neighbours, alone.
+func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		base := uniqueName(t, b.rdb) // its cleanup covers base:1 and base:1:2 too
+		names := []string{base, base + ":1", base + ":1:2"}
+		for _, n := range names {
+			s := must[*Set](t)(New(b.rdb, n, WithExpiryEvents(), WithPayloads()))
+			for _, o := range []string{"a", "b", "c", "d", "e", "f"} {
+				must[time.Time](t)(s.Add(ctx, o, "m", time.Hour, WithPayload([]byte("p"))))
+			}
+		}
+		for i, n := range names {
+			var before []map[string]string
+			for _, other := range names[i+1:] {
+				before = append(before, ownKeys(t, b, other))
+			}
+			if got := must[int](t)(Drop(ctx, b.rdb, n)); got == 0 {
+				t.Fatalf("Drop(%q) deleted nothing", n)
+			}
+			if keys := ownKeys(t, b, n); len(keys) != 0 {
+				t.Fatalf("keys of %q left after its Drop: %v", n, keys)
+			}
+			for j, other := range names[i+1:] {
+				if after := ownKeys(t, b, other); !reflect.DeepEqual(after, before[j]) {
+					t.Fatalf("Drop(%q) changed %q:\nbefore %v\nafter  %v", n, other, before[j], after)
+				}
+				if _, err := ReadConfiguration(ctx, b.rdb, other); err != nil {
+					t.Fatalf("after Drop(%q), the configuration of %q: %v", n, other, err)
+				}
+				if _, err := New(b.rdb, other, WithShards(8)); !errors.Is(err, ErrConfigMismatch) {
+					t.Fatalf("after Drop(%q), New(%q, WithShards(8)): %v, want ErrConfigMismatch", n, other, err)
+				}
+			}
+		}
+	})
+}
+
+// ownKeys snapshots the keys of the set called name and no other: the shard
+// keys expset:{name:S}:... for the shard numbers S it records, and its meta
+// key.
+func ownKeys(t *testing.T, b backend, name string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	prefix := keyPrefix + "{" + name + ":"
+	for k, v := range snapshot(t, b.rdb, name) {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if k == metaKey(name) {
+			out[k] = v
+			continue
+		}
+		if strings.HasSuffix(k, "}:meta") {
+			continue // the meta key of "name:S"
+		}
+		shard, _, _ := strings.Cut(rest, "}")
+		if _, err := strconv.Atoi(shard); ok && err == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestShardKeysOwned checks that Drop's filter knows every key of a shard
+// (each field of shardKeys, found by reflection so that a key added later
+// is covered) and not the meta key of the set named "name:S".
+func TestShardKeysOwned(t *testing.T) {
+	sk := newShardKeys("a", 1)
+	v := reflect.ValueOf(sk)
+	for i := range v.NumField() {
+		if k := v.Field(i).String(); !sk.owns(k) || !sk.owns(k+"owner") && strings.HasSuffix(k, ":") {
+			t.Errorf("shardKeys.%s (%s) is not owned", v.Type().Field(i).Name, k)
+		}
+	}
+	for _, k := range []string{metaKey("a:1"), "expset:{a:1}:other", "expset:{a:10}:due", "expset:{a:1:2}:due"} {
+		if sk.owns(k) {
+			t.Errorf("%s is owned by shard 1 of a", k)
+		}
+	}
 }

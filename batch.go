@@ -81,6 +81,9 @@ func (e *BatchError) Unwrap() []error {
 // did not run: the script is loaded (on every master of a cluster) and they
 // are sent once more.
 func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decision, error) {
+	if err := q.opened(); err != nil {
+		return nil, err
+	}
 	if len(reqs) == 0 {
 		return nil, nil
 	}

@@ -27,6 +27,9 @@ type DeadLetter struct {
 // shard, or of every shard with AllShards, oldest first within a shard and
 // in shard order.
 func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	lo, hi, err := s.shardRange(shard)
 	if err != nil {
 		return nil, err
@@ -124,6 +127,9 @@ func (s *Set) DeleteDeadLetters(ctx context.Context, letters ...DeadLetter) (int
 // eachDeadShard groups letters by shard and calls fn with at most maxBatch
 // IDs at a time, adding up what it returns.
 func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(context.Context, *shardKeys, []any) (int64, error)) (int, error) {
+	if err := s.opened(); err != nil {
+		return 0, err
+	}
 	byShard := map[int][]any{}
 	var order []int
 	for _, d := range letters {

@@ -35,7 +35,8 @@ var (
 
 	// ErrConfigMismatch means the set was first opened with another shard
 	// count or other options recorded in Redis; opening it differently would
-	// orphan data or lose expiry events.
+	// orphan data or lose expiry events. The message shows the recorded
+	// options to open it with; OpenExisting reads and uses them.
 	ErrConfigMismatch = errors.New("expset: configuration mismatch")
 
 	// ErrInvalidConsumer means a consumer group or consumer name given to
@@ -52,8 +53,15 @@ var (
 
 	// ErrLeaseLost means a sweeper could not refresh a shard's lease (another
 	// sweeper took it, or it lapsed) and stopped sweeping that shard. Run
-	// reports it to WithErrorHandler and carries on with its other shards.
+	// reports it (Hooks.OnError, WithErrorHandler, else log/slog) and carries
+	// on with its other shards, trying the lease again every max idle
+	// interval.
 	ErrLeaseLost = errors.New("expset: sweeper lease lost")
+
+	// ErrNotOpened means a method was called on a Set, Quota or Sweeper
+	// that New, Open, NewQuota or NewSweeper did not make: a zero value or a
+	// nil pointer. Nothing was sent to Redis.
+	ErrNotOpened = errors.New("expset: not opened")
 
 	// ErrUnexpectedReply means Redis answered a script with a reply of the
 	// wrong shape: a bug, or a key written by something else.

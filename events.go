@@ -31,7 +31,8 @@ const AllShards = -1
 type Expiry struct {
 	Owner    string
 	Member   string
-	Deadline time.Time // the deadline the member had, to the millisecond
+	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
+	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
 	Attempt  int       // 1 on first delivery, 2 on the first redelivery, ...
 	Payload  []byte    // the member's payload (WithPayloads), nil when it had none
 	Shard    int       // the shard whose stream carried it
@@ -132,8 +133,10 @@ type consumer struct {
 //
 // Consume returns nil when ctx ends, having started no goroutine, and returns
 // an error for an invalid argument (ErrInvalidConsumer, ErrInvalidOption,
-// ErrNoEvents) or the first Redis error, after which it may be called again:
-// nothing is lost. Options: WithVisibilityTimeout, WithMaxAttempts,
+// ErrNoEvents) or a Redis error while creating the groups, after which it may
+// be called again: nothing is lost. A Redis error in a later round is
+// reported (Hooks.OnError, else log/slog) and the round retried after a
+// backoff. Options: WithVisibilityTimeout, WithMaxAttempts,
 // WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
@@ -143,7 +146,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	if err := c.createGroups(ctx); err != nil {
 		return c.end(ctx, err)
 	}
-	return loop(ctx, func() (time.Duration, error) {
+	return s.loop(ctx, "consume", func() (time.Duration, error) {
 		n, err := c.round(ctx)
 		if err != nil {
 			return 0, c.end(ctx, err)
@@ -156,6 +159,9 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 }
 
 func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	if !s.events {
 		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}
@@ -374,7 +380,8 @@ func (c *consumer) bury(ctx context.Context, shard int, id string, attempts int,
 	return err
 }
 
-// parseExpiry reads an event stream entry (fields o, m, d and maybe p).
+// parseExpiry reads an event stream entry (fields o, m, d and maybe p and
+// r).
 func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	e := Expiry{Shard: shard, ID: m.ID, Attempt: attempt}
 	var ok1, ok2, ok3 bool
@@ -383,7 +390,9 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	e.Member, ok2 = m.Values["m"].(string)
 	d, ok3 = m.Values["d"].(string)
 	ms, err := strconv.ParseInt(d, 10, 64)
-	if !ok1 || !ok2 || !ok3 || err != nil {
+	var ok4 bool
+	e.Reason, ok4 = parseReason(m.Values["r"])
+	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
 		return e, fmt.Errorf("%w: malformed expiry event %s: %v", ErrUnexpectedReply, m.ID, m.Values)
 	}
 	e.Deadline = msTime(ms)

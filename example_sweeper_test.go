@@ -2,7 +2,9 @@ package expset_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -57,4 +59,51 @@ func ExampleSweeper() {
 	// swept 1 member(s) of 1 owner(s), at most 5m0s late
 	// cancel order-1 of alice, due 12:15PM, attempt 1, payload {"total":42}
 	// alice still holds 1
+}
+
+// Sweeper.Run in a service: started once per instance in its own goroutine,
+// stopped by cancelling its context at shutdown. Run returns nil then, and
+// an error only for misuse, at once (here a set that keeps no due index).
+// Every Redis error it survives (a restart, a failover, a broken shard) is
+// retried with backoff and reported: to Hooks.OnError when set, as here,
+// otherwise to log/slog at warning level.
+func ExampleSweeper_Run() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithHooks(expset.Hooks{
+		OnError: func(e expset.ErrorInfo) {
+			log.Printf("expset %s: %s shard %d: %v (retry in %v)", e.Set, e.Op, e.Shard, e.Err, e.Retry)
+		},
+	}))
+	if err != nil {
+		panic(err)
+	}
+	ctx, shutdown := context.WithCancel(context.Background())
+	swept := make(chan error, 1)
+	go func() { swept <- expset.NewSweeper(orders).Run(ctx) }()
+
+	_, _ = orders.Add(ctx, "alice", "order-1", 10*time.Millisecond)
+	consumeCtx, stop := context.WithCancel(ctx)
+	_ = orders.Consume(consumeCtx, "billing", "worker-1", func(_ context.Context, e expset.Expiry) error {
+		fmt.Println("expired:", e.Owner, e.Member)
+		stop()
+		return nil
+	})
+
+	shutdown()
+	fmt.Println("sweeper stopped:", <-swept)
+
+	plain, _ := expset.New(rdb, "sessions")
+	err = expset.NewSweeper(plain).Run(context.Background())
+	fmt.Println("misuse returns at once:", errors.Is(err, expset.ErrNoIndex))
+	// Output:
+	// expired: alice order-1
+	// sweeper stopped: <nil>
+	// misuse returns at once: true
 }

@@ -28,6 +28,8 @@ import (
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
 // same options. The zero value is not usable; create one with New or Open.
+// A zero or nil *Set's methods fail with ErrNotOpened (those that return
+// no error give "", 0 or -1) instead of panicking.
 type Set struct {
 	rdb      redis.UniversalClient
 	name     string
@@ -38,6 +40,8 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	errLog   *errorLog // the default report of errors the loops survive
+	retain   retention // event stream bounds (WithEventRetention)
 }
 
 // Member is a live member and its deadline.
@@ -75,7 +79,13 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks}
+	if cfg.retain.set && !cfg.events {
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
+	}
+	if !cfg.retain.set {
+		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
+	}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -98,9 +108,27 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
 	}
 	if got != want {
-		return nil, fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q", ErrConfigMismatch, name, got, key, want)
+		return nil, mismatch(name, key, got, want)
 	}
 	return s, nil
+}
+
+// mismatch is the ErrConfigMismatch error of Open: what is recorded, what
+// was asked, and how to open the set as recorded.
+func mismatch(name, key, got, want string) error {
+	how := "open it with the options it was first opened with, or with OpenExisting"
+	if cfg, err := parseConfiguration(key, got); err == nil {
+		how = "open it with " + cfg.optionsText() + ", or with OpenExisting, which reads them"
+	}
+	return fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q: %s", ErrConfigMismatch, name, got, key, want, how)
+}
+
+// opened returns ErrNotOpened for a nil or zero Set.
+func (s *Set) opened() error {
+	if s == nil || len(s.shards) == 0 || s.rdb == nil {
+		return fmt.Errorf("%w: zero or nil *Set: create it with New or Open", ErrNotOpened)
+	}
+	return nil
 }
 
 // checkClient rejects a nil client: a nil interface, or a nil *redis.Client,
@@ -133,18 +161,38 @@ func (s *Set) configString() string {
 	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads) + " index=" + b(s.index)
 }
 
-// Name returns the set's name.
-func (s *Set) Name() string { return s.name }
+// Name returns the set's name ("" for a nil Set).
+func (s *Set) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
-// Shards returns the number of shards the owners are spread over.
-func (s *Set) Shards() int { return len(s.shards) }
+// Shards returns the number of shards the owners are spread over (0 for a
+// zero or nil Set).
+func (s *Set) Shards() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.shards)
+}
 
-// ShardOf returns the shard that holds owner (0 to Shards()-1).
-func (s *Set) ShardOf(owner string) int { return shardOf(owner, len(s.shards)) }
+// ShardOf returns the shard that holds owner (0 to Shards()-1; -1 for a
+// zero or nil Set).
+func (s *Set) ShardOf(owner string) int {
+	if s.Shards() == 0 {
+		return -1
+	}
+	return shardOf(owner, len(s.shards))
+}
 
 // OwnerKey returns the Redis key of owner's sorted set, for operators and
-// tools that read it directly.
+// tools that read it directly ("" for a zero or nil Set).
 func (s *Set) OwnerKey(owner string) string {
+	if s.Shards() == 0 {
+		return ""
+	}
 	return s.shards[s.ShardOf(owner)].owner + owner
 }
 
@@ -201,7 +249,17 @@ func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error
 	return c, nil
 }
 
+func (s *Set) checkOwner(owner string) error {
+	if err := s.opened(); err != nil {
+		return err
+	}
+	return validateOwner(owner)
+}
+
 func (s *Set) checkOwnerMember(owner, member string) error {
+	if err := s.opened(); err != nil {
+		return err
+	}
 	if err := validateOwner(owner); err != nil {
 		return err
 	}
@@ -268,10 +326,11 @@ const removeBatch = 1000
 
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
-// with expiry events they produce their event. Each batch of 1000 members is
-// removed atomically; more are removed in several steps.
+// with expiry events they produce their event. Each batch of up to 1000
+// members (fewer when their payloads pass about 1 MiB) is removed
+// atomically; more are removed in several steps.
 func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return 0, err
 	}
 	for _, m := range members {
@@ -283,7 +342,6 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 	total := 0
 	for len(members) > 0 {
 		batch := members[:min(len(members), removeBatch)]
-		members = members[len(batch):]
 		args := make([]any, 0, 3+len(batch))
 		args = append(args, s.now(), owner, s.flags)
 		for _, m := range batch {
@@ -293,11 +351,17 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 		if err != nil {
 			return total, err
 		}
-		n, ok := asInt64(v)
-		if !ok {
+		xs, ok := v.([]any)
+		if !ok || len(xs) != 2 {
+			return total, unexpected("remove.lua", v)
+		}
+		n, ok1 := asInt64(xs[0])
+		taken, ok2 := asInt64(xs[1])
+		if !ok1 || !ok2 || taken < 1 || taken > int64(len(batch)) {
 			return total, unexpected("remove.lua", v)
 		}
 		total += int(n)
+		members = members[taken:]
 	}
 	return total, nil
 }
@@ -358,7 +422,7 @@ func memberDeadline(script string, v any, owner, member string) (time.Time, erro
 
 // Count returns the number of live members of owner.
 func (s *Set) Count(ctx context.Context, owner string) (int, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return 0, err
 	}
 	keys := s.ownerKeys(owner)
@@ -383,7 +447,7 @@ func (s *Set) Members(ctx context.Context, owner string) ([]Member, error) {
 // MembersN returns at most n of owner's live members, earliest deadline
 // first; n <= 0 means all.
 func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, error) {
-	if err := validateOwner(owner); err != nil {
+	if err := s.checkOwner(owner); err != nil {
 		return nil, err
 	}
 	keys := s.ownerKeys(owner)

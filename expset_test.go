@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -298,6 +299,17 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 			if !errors.Is(err, ErrConfigMismatch) {
 				t.Fatalf("reopen with other options: %v, want ErrConfigMismatch", err)
 			}
+			// The message says how to open the set as recorded.
+			if msg := err.Error(); !strings.Contains(msg, "open it with WithShards(8), or with OpenExisting") {
+				t.Fatalf("mismatch message %q does not say how to open the set", msg)
+			}
+		}
+		// What it says works.
+		must[*Set](t)(OpenExisting(context.Background(), b.rdb, name))
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(3), WithExpiryEvents(), WithPayloads()))
+		_, err := New(b.rdb, s.Name())
+		if want := "open it with WithShards(3), WithExpiryEvents(), WithPayloads(), or with OpenExisting"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("mismatch message %v, want it to say %q", err, want)
 		}
 	})
 }

@@ -454,3 +454,75 @@ func TestFailoverKeepsQuota(t *testing.T) {
 		t.Fatalf("acquire after a release on the new master: %+v", d)
 	}
 }
+
+// dialSignal is a go-redis hook that reports each new connection a client
+// dials on a channel (dropping what nobody waits for).
+type dialSignal chan struct{}
+
+func (d dialSignal) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select {
+		case d <- struct{}{}:
+		default:
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (d dialSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d dialSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestStalledServerReportsEvictions checks that an eviction is reported
+// however the reply of the Acquire that made it is lost. The server is
+// paused (SIGSTOP) while an Acquire that must evict is sent; the client's
+// read times out and go-redis retries on a new connection, and the server
+// is resumed as that retry dials, so the first EVALSHA (already in the
+// server's socket buffer) runs first and evicts, and the retry finds the
+// member held. The Decision go-redis's retry returns, and that of an
+// application's own retry after it, must both name the evicted member.
+func TestStalledServerReportsEvictions(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	clk := newFakeClock()
+	probe := srv.Client(t)
+	name := uniqueName(t, probe)
+	dialed := make(dialSignal, 1)
+	retrying := srv.Client(t, func(o *redis.Options) {
+		o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 250*time.Millisecond, 250*time.Millisecond, 5
+	})
+	retrying.AddHook(dialed)
+	q := must[*Quota](t)(NewQuota(must[*Set](t)(New(retrying, name, WithClock(clk.Now))), 2, WithEvictOldest()))
+	for _, m := range []string{"session-1", "session-2"} {
+		must[Decision](t)(q.Acquire(ctx, "acct", m, time.Hour))
+		clk.Advance(time.Second)
+	}
+	<-dialed // the pool's first connection
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan error, 1)
+	go func() {
+		<-dialed // go-redis dials again after the read timed out
+		resumed <- srv.Resume()
+	}()
+	t.Cleanup(func() { _ = srv.Resume() })
+	d, err := q.Acquire(ctx, "acct", "session-3", time.Hour)
+	if err := <-resumed; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("Acquire across the stall: %v (go-redis's retries should have carried it)", err)
+	}
+	t.Logf("go-redis's retry saw the first attempt's admission: Existing %v", d.Existing)
+	if !d.Allowed || d.Count != 2 || !reflect.DeepEqual(d.Evicted, []string{"session-1"}) {
+		t.Fatalf("Acquire across the stall: %+v; want session-1 reported evicted", d)
+	}
+	d = must[Decision](t)(q.Acquire(ctx, "acct", "session-3", time.Hour))
+	if !d.Allowed || !d.Existing || d.Count != 2 || !reflect.DeepEqual(d.Evicted, []string{"session-1"}) {
+		t.Fatalf("the application's retry: %+v; want Existing with session-1 reported evicted", d)
+	}
+	if ok := must[bool](t)(q.Set().Contains(ctx, "acct", "session-1")); ok {
+		t.Fatal("session-1 still live")
+	}
+}

@@ -211,6 +211,11 @@ var modelSeeds = [][]byte{
 	// Per-call limits over and under the quota's, with an owner over its limit.
 	encodeOps(acq(0, 0, 4, 0, 3), acq(0, 1, 4, 0, 3), acq(0, 2, 4, 0, 3), acq(0, 3, 4, 0, 0),
 		acq(0, 1, 4, 0, 1), acq(0, 4, 4, 1, 1), adv(3), add(0, 2, 0), acq(0, 2, 2, 2, 2)),
+	// A retry of an Acquire that evicted reports the evictions; a release and
+	// a new admission at another deadline does not; neither does the plain
+	// quota.
+	encodeOps(acq(0, 1, 4, 1, 0), acq(0, 2, 4, 1, 0), adv(0), acq(0, 3, 4, 1, 0), acq(0, 3, 4, 1, 0),
+		acq(0, 3, 4, 0, 0), rel(0, 3), adv(0), acq(0, 3, 4, 1, 0), acq(0, 3, 3, 1, 0)),
 	// Add moves a deadline earlier and the keys expire with their members.
 	encodeOps(add(1, 0, 4), add(1, 0, 0), adv(0), read(1, 0), add(2, 4, 1), acq(2, 4, 4, 2, 0),
 		adv(3), acq(2, 4, 0, 0, 0), adv(4), adv(4)),

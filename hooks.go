@@ -19,10 +19,18 @@ type Hooks struct {
 	OnCall func(CallInfo)
 	// OnAcquire follows every Acquire that Redis answered.
 	OnAcquire func(AcquireInfo)
-	// OnSweep follows every batch a Sweeper sweeps.
+	// OnSweep follows every batch a Sweeper sweeps, and every other sweep
+	// call whose event retention trimmed the stream (Batch false).
 	OnSweep func(SweepInfo)
 	// OnEvent follows every expiry event a consumer's handler was given.
 	OnEvent func(EventInfo)
+	// OnError receives every error a background loop (Sweeper.Run,
+	// Set.Consume) survives and will retry. When nil, those errors go to
+	// log/slog's default logger at warning level, at most one line per op
+	// and shard every 10 seconds, each with the count of errors not logged
+	// since ("suppressed"). Errors that end a loop (misuse) are returned by
+	// it instead, and errors after its ctx ended are not reported.
+	OnError func(ErrorInfo)
 }
 
 // CallInfo describes one script round trip.
@@ -45,9 +53,11 @@ type AcquireInfo struct {
 type SweepInfo struct {
 	Set      string
 	Shard    int
+	Batch    bool          // the call was given due owners (false: it only trimmed)
 	Owners   int           // owners visited
 	Expired  int           // members removed
 	Lateness time.Duration // the largest now - deadline among the members removed (0 when none)
+	Trimmed  int           // events retention removed unconsumed from the stream (WithEventRetention)
 }
 
 // EventInfo describes one delivery of an expiry event to a handler.

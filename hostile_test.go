@@ -430,6 +430,158 @@ func hostileCases() []hostileCase {
 		_, err := NewQuota(nil, 3)
 		return "", err
 	})
+	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(0))
+		return "", err
+	})
+	row("NewQuota", "WithEvictionReceiptTTL(25h)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(25*time.Hour))
+		return "", err
+	})
+
+	// Drop next to sets whose names extend its own: their keys partly match
+	// its patterns (expset:{n:1}:* is also the pattern of n:1's meta key).
+	row("Drop", "a set whose neighbours `name:1` and `name:1:2` exist", nil, "2 keys; name:1 and name:1:2 kept", func(e *hostileEnv) (string, error) {
+		base := e.named("nb")
+		for _, n := range []string{base, base + ":1", base + ":1:2"} {
+			s, err := New(e.rdb, n)
+			if err != nil {
+				return "", err
+			}
+			if _, err := s.Add(e.ctx, "b", "m", time.Minute); err != nil { // owner "b" is in shard 1 of 16
+				return "", err
+			}
+		}
+		n, err := Drop(e.ctx, e.rdb, base)
+		if err != nil {
+			return "", err
+		}
+		out := strconv.Itoa(n) + " keys"
+		for _, other := range []string{base + ":1", base + ":1:2"} {
+			c, err := ReadConfiguration(e.ctx, e.rdb, other)
+			if err != nil {
+				return out + "; " + err.Error(), nil
+			}
+			s, err := Open(e.ctx, e.rdb, other, c.Options()...)
+			if err != nil {
+				return "", err
+			}
+			if ok, err := s.Contains(e.ctx, "b", "m"); err != nil || !ok {
+				return out + "; a member of " + other + " lost", err
+			}
+		}
+		return out + "; name:1 and name:1:2 kept", nil
+	})
+
+	// Codec.After: its count is bounded, whatever the caller passes.
+	for _, n := range []struct {
+		desc  string
+		count int64
+	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count MaxAfterCount+1", MaxAfterCount + 1}} {
+		count := n.count
+		row("Codec.After", n.desc, ErrInvalidCount, "", func(e *hostileEnv) (string, error) {
+			c, err := NewCodec(Twitter)
+			if err != nil {
+				return "", err
+			}
+			_, err = c.After(e.ctx, e.rdb, e.s.OwnerKey("codec"), -1, count)
+			return "", err
+		})
+	}
+	row("Codec.After", "count MaxAfterCount, over 2 IDs", nil, "[1 2]", func(e *hostileEnv) (string, error) {
+		c, err := NewCodec(Twitter)
+		if err != nil {
+			return "", err
+		}
+		key := e.s.OwnerKey("codec")
+		for _, id := range []int64{1, 2} {
+			sc, err := c.Score(id)
+			if err != nil {
+				return "", err
+			}
+			if err := e.rdb.ZAdd(e.ctx, key, redis.Z{Score: sc, Member: c.Member(id)}).Err(); err != nil {
+				return "", err
+			}
+		}
+		ids, err := c.After(e.ctx, e.rdb, key, -1, MaxAfterCount)
+		return fmt.Sprint(ids), err
+	})
+
+	// Zero values and nil pointers: every call that can reach Redis fails
+	// with ErrNotOpened instead of panicking; the accessors give zeros.
+	setCalls := []struct {
+		call string
+		run  func(e *hostileEnv, s *Set) error
+	}{
+		{"Set.Add", func(e *hostileEnv, s *Set) error { _, err := s.Add(e.ctx, "o", "m", time.Minute); return err }},
+		{"Set.Remove", func(e *hostileEnv, s *Set) error { _, err := s.Remove(e.ctx, "o", "m"); return err }},
+		{"Set.Contains", func(e *hostileEnv, s *Set) error { _, err := s.Contains(e.ctx, "o", "m"); return err }},
+		{"Set.Deadline", func(e *hostileEnv, s *Set) error { _, err := s.Deadline(e.ctx, "o", "m"); return err }},
+		{"Set.Extend", func(e *hostileEnv, s *Set) error { _, err := s.Extend(e.ctx, "o", "m", time.Minute); return err }},
+		{"Set.Count", func(e *hostileEnv, s *Set) error { _, err := s.Count(e.ctx, "o"); return err }},
+		{"Set.Members", func(e *hostileEnv, s *Set) error { _, err := s.Members(e.ctx, "o"); return err }},
+		{"Set.Payload", func(e *hostileEnv, s *Set) error { _, err := s.Payload(e.ctx, "o", "m"); return err }},
+		{"Set.Stats", func(e *hostileEnv, s *Set) error { _, err := s.Stats(e.ctx); return err }},
+		{"Set.ReadEvents", func(e *hostileEnv, s *Set) error { _, _, err := s.ReadEvents(e.ctx, 0, "0", 1, 0); return err }},
+		{"Set.DeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.DeadLetters(e.ctx, AllShards, 0); return err }},
+		{"Set.Kick", func(e *hostileEnv, s *Set) error { _, err := s.Kick(e.ctx); return err }},
+		{"Set.DeleteDeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.DeleteDeadLetters(e.ctx); return err }},
+		{"Set.Consume", func(e *hostileEnv, s *Set) error {
+			return s.Consume(e.ctx, "g", "c", func(context.Context, Expiry) error { return nil })
+		}},
+		{"NewQuota", func(e *hostileEnv, s *Set) error { _, err := NewQuota(s, 3); return err }},
+		{"Sweeper.SweepOnce", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s).SweepOnce(e.ctx); return err }},
+	}
+	for _, z := range []struct {
+		desc string
+		s    *Set
+	}{{"zero Set", &Set{}}, {"nil *Set", nil}} {
+		for _, c := range setCalls {
+			run, s, want := c.run, z.s, error(ErrNotOpened)
+			if s == nil && (c.call == "NewQuota" || c.call == "Sweeper.SweepOnce") {
+				want = ErrInvalidOption // a nil Set given to a constructor
+			}
+			row(c.call, z.desc, want, "", func(e *hostileEnv) (string, error) { return "", run(e, s) })
+		}
+		s := z.s
+		row("Set.Name, Shards, ShardOf, OwnerKey, EventsKey", z.desc, nil, `"", 0, -1, "", ""`, func(e *hostileEnv) (string, error) {
+			return fmt.Sprintf("%q, %d, %d, %q, %q", s.Name(), s.Shards(), s.ShardOf("o"), s.OwnerKey("o"), s.EventsKey(0)), nil
+		})
+	}
+	quotaCalls := []struct {
+		call string
+		run  func(e *hostileEnv, q *Quota) error
+	}{
+		{"Quota.Acquire", func(e *hostileEnv, q *Quota) error { _, err := q.Acquire(e.ctx, "o", "m", time.Minute); return err }},
+		{"Quota.AcquireMany", func(e *hostileEnv, q *Quota) error { _, err := q.AcquireMany(e.ctx, nil); return err }},
+		{"Quota.Release", func(e *hostileEnv, q *Quota) error { _, err := q.Release(e.ctx, "o", "m"); return err }},
+	}
+	for _, z := range []struct {
+		desc string
+		q    *Quota
+	}{{"zero Quota", &Quota{}}, {"nil *Quota", nil}} {
+		for _, c := range quotaCalls {
+			run, q := c.run, z.q
+			row(c.call, z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
+		}
+		q := z.q
+		row("Quota.Limit, Set", z.desc, nil, "0, <nil>", func(e *hostileEnv) (string, error) {
+			return fmt.Sprintf("%d, %v", q.Limit(), q.Set()), nil
+		})
+	}
+	for _, z := range []struct {
+		desc string
+		w    *Sweeper
+	}{{"zero Sweeper", &Sweeper{}}, {"nil *Sweeper", nil}} {
+		w := z.w
+		row("Sweeper.SweepOnce", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+			_, err := w.SweepOnce(e.ctx)
+			return "", err
+		})
+		row("Sweeper.Run", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+			return "", w.Run(e.ctx)
+		})
+	}
 	nilClients := []struct {
 		desc string
 		c    redis.UniversalClient
@@ -635,9 +787,11 @@ rejected name). An accepted call gives the result shown; times are offsets from
 the test's clock, which does not move. Owners and members are byte strings:
 any bytes from 1 to 1024 of them work, each owner in its own key.
 
-Not in the table, because they are the caller's bug, as in the standard
-library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics), a
-nil or zero ` + "`*Set`" + ` or ` + "`*Quota`" + ` (use New, Open and NewQuota).
+Not in the table, because it is the caller's bug, as in the standard
+library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics).
+A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` is in it: every call that
+would reach Redis fails with ` + "`ErrNotOpened`" + ` (create them with New, Open,
+NewQuota and NewSweeper), and the accessors return zeros.
 ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` take any string and
 touch no Redis.
 
@@ -663,6 +817,7 @@ func sentinelName(err error) string {
 		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
 		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
 		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
+		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount,
 	} {
 		if e == err {
 			return name

@@ -22,6 +22,10 @@ var (
 	// past the Codec's Horizon, where no exact score is left for it.
 	ErrInvalidID = errors.New("expset: invalid snowflake id")
 
+	// ErrInvalidCount means a count given to Codec.After is above
+	// MaxAfterCount.
+	ErrInvalidCount = errors.New("expset: invalid count")
+
 	// ErrMalformedMember means a sorted-set member is not an ID as Member
 	// writes it: exactly 19 decimal digits, at most math.MaxInt64.
 	ErrMalformedMember = errors.New("expset: malformed snowflake member")
@@ -464,6 +468,10 @@ func memberError(s string) error {
 // same double.
 func formatScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
+// MaxAfterCount is the largest count Codec.After accepts: a page of at most
+// about a million IDs (8 MiB of them). Read more with several calls.
+const MaxAfterCount = 1 << 20
+
 // After returns up to count IDs that follow id in the sorted set at key, in
 // the set's order: ID order when c is Ordered. It is the cursor of a
 // paginated read: pass the last ID of one page to get the next; a negative id
@@ -473,12 +481,17 @@ func formatScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) 
 // Member. After reads with ZRANGE key <Score(id)> +inf BYSCORE LIMIT, skipping
 // the IDs up to id that share its score; it takes one round trip unless more
 // than count of those precede the first ID after id, and then doubles its
-// reads. A count under 1 returns nil. It fails with ErrInvalidID when id is
-// past the Horizon, with ErrMalformedMember when a member was not written by
-// Member, and with the error of Redis.
+// reads. A count under 1 returns nil. It fails with ErrInvalidCount when
+// count is above MaxAfterCount, with ErrInvalidID when id is past the
+// Horizon, with ErrMalformedMember when a member was not written by Member,
+// and with the error of Redis. What it allocates grows with the IDs Redis
+// returns, not with count.
 func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key string, id int64, count int64) ([]int64, error) {
 	if count < 1 {
 		return nil, nil
+	}
+	if count > MaxAfterCount {
+		return nil, fmt.Errorf("%w: After(%d, count %d): want at most MaxAfterCount (%d); read further pages with the last ID returned", ErrInvalidCount, id, count, MaxAfterCount)
 	}
 	from, skipScore := "-inf", -1.0
 	if id >= 0 {
@@ -507,7 +520,7 @@ func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key strin
 				continue
 			}
 			if out == nil {
-				out = make([]int64, 0, count)
+				out = make([]int64, 0, min(count, int64(len(zs))))
 			}
 			out = append(out, v)
 			if int64(len(out)) == count {

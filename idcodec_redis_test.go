@@ -415,3 +415,89 @@ func TestCodecRedisPrune(t *testing.T) {
 		})
 	})
 }
+
+// TestCodecAfterCount checks that After rejects a count above MaxAfterCount
+// with ErrInvalidCount, without a round trip, and that a count up to it
+// allocates by what Redis returns: a count of MaxAfterCount over three IDs.
+func TestCodecAfterCount(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		rdb := b.rdb
+		c := mustCodec(t, Twitter)
+		key := "expset-test:idcodec:{" + uuid.NewString() + "}"
+		t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
+		for _, id := range []int64{1, 2, 3} {
+			if err := rdb.ZAdd(ctx, key, redis.Z{Score: must[float64](t)(c.Score(id)), Member: c.Member(id)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range []int64{math.MaxInt64, 1 << 40, MaxAfterCount + 1} {
+			cz := &countingZSet{SortedSetCmdable: rdb}
+			ids, err := c.After(ctx, cz, key, -1, n)
+			if !errors.Is(err, ErrInvalidCount) || ids != nil || cz.calls != 0 {
+				t.Errorf("After(count %d) = %v, %v after %d reads; want ErrInvalidCount and no read", n, ids, err, cz.calls)
+			}
+		}
+		for _, n := range []int64{MaxAfterCount, 3, 2} {
+			ids, err := c.After(ctx, rdb, key, -1, n)
+			if want := []int64{1, 2, 3}[:min(n, 3)]; err != nil || !slices.Equal(ids, want) || int64(cap(ids)) > 3 {
+				t.Errorf("After(count %d) = %v (cap %d), %v; want %v", n, ids, cap(ids), err, want)
+			}
+		}
+		for _, n := range []int64{0, -1, math.MinInt64} {
+			if ids, err := c.After(ctx, rdb, key, -1, n); ids != nil || err != nil {
+				t.Errorf("After(count %d) = %v, %v; want nil, nil", n, ids, err)
+			}
+		}
+	})
+}
+
+// FuzzCodecAfter calls After with any cursor and any count, extreme ones
+// included, on a small set in miniredis: it never panics, rejects a count
+// above MaxAfterCount with ErrInvalidCount, returns at most count IDs, each
+// after the cursor, and otherwise fails only with ErrInvalidID (a cursor
+// past the horizon).
+func FuzzCodecAfter(f *testing.F) {
+	for _, s := range [][2]int64{
+		{-1, math.MaxInt64}, {-1, 1 << 40}, {5, -1}, {5, math.MinInt64}, {0, MaxAfterCount},
+		{0, MaxAfterCount + 1}, {math.MaxInt64, 2}, {3, 1},
+	} {
+		f.Add(s[0], s[1])
+	}
+	mr := miniredis.RunT(f)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	f.Cleanup(func() { _ = rdb.Close() })
+	c := mustCodec(f, Twitter)
+	ids := []int64{0, 1, 2, 3, 1 << 22, 1<<22 + 1, 1 << 40}
+	zs := make([]redis.Z, len(ids))
+	for i, id := range ids {
+		s, err := c.Score(id)
+		if err != nil {
+			f.Fatal(err)
+		}
+		zs[i] = redis.Z{Score: s, Member: c.Member(id)}
+	}
+	if err := rdb.ZAdd(context.Background(), "k", zs...).Err(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, count int64) {
+		got, err := c.After(context.Background(), rdb, "k", id, count)
+		switch {
+		case count > MaxAfterCount:
+			if !errors.Is(err, ErrInvalidCount) {
+				t.Fatalf("After(%d, count %d): %v, want ErrInvalidCount", id, count, err)
+			}
+		case err != nil:
+			if !errors.Is(err, ErrInvalidID) {
+				t.Fatalf("After(%d, count %d): %v", id, count, err)
+			}
+		case int64(len(got)) > max(count, 0):
+			t.Fatalf("After(%d, count %d) returned %d IDs", id, count, len(got))
+		}
+		for _, g := range got {
+			if g <= id {
+				t.Fatalf("After(%d, count %d) returned %d", id, count, g)
+			}
+		}
+	})
+}

@@ -25,7 +25,11 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
+//	expset:{orders:S}:r:<n>:<owner><member>
+//	                            list    an eviction receipt (WithEvictOldest):
+//	                                    n is len(owner) in decimal
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
 // keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
@@ -37,10 +41,12 @@ const keyPrefix = "expset:"
 type shardKeys struct {
 	owner   string // prefix of owner keys: expset:{name:S}:o:
 	payload string // prefix of payload keys: expset:{name:S}:p:
+	receipt string // prefix of eviction receipts: expset:{name:S}:r:
 	due     string
 	events  string
 	dead    string
 	lease   string
+	trimmed string
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -48,11 +54,24 @@ func newShardKeys(name string, shard int) shardKeys {
 	return shardKeys{
 		owner:   tag + "o:",
 		payload: tag + "p:",
+		receipt: tag + "r:",
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		lease:   tag + "lease",
+		trimmed: tag + "trimmed",
 	}
+}
+
+// owns reports whether key is one of the shard's keys. The pattern
+// expset:{name:S}:* that finds them also matches the meta key of the set
+// called "name:S", which is not. A key added to shardKeys belongs here too.
+func (k *shardKeys) owns(key string) bool {
+	switch key {
+	case k.due, k.events, k.dead, k.lease, k.trimmed:
+		return true
+	}
+	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt)
 }
 
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }

@@ -20,16 +20,27 @@ import (
 //     by member byte order) and adds. Below the limit it adds.
 //   - Extend of a live member makes its deadline max(deadline, now+ttl); an
 //     absent or expired member is not found.
+//   - With WithEvictOldest, an Acquire that evicted leaves a receipt for
+//     DefaultEvictionReceiptTTL: an Acquire of the same member while it
+//     holds the deadline that admission gave it reports the same evictions
+//     (a refresh moves the receipt to the new deadline).
 //   - Remove counts only the live members it removed.
 //   - Members lists the live members, earliest deadline first, ties by
 //     member byte order.
 type quotaModel struct {
-	now    int64                       // Unix ms
-	owners map[string]map[string]int64 // owner -> member -> deadline (Unix ms), expired ones included
+	now      int64                       // Unix ms
+	owners   map[string]map[string]int64 // owner -> member -> deadline (Unix ms), expired ones included
+	receipts map[[2]string]modelReceipt  // {owner, member} -> the evictions of its admission
+}
+
+// modelReceipt is what an admission that evicted left for its retries.
+type modelReceipt struct {
+	deadline, expires int64 // Unix ms
+	evicted           []string
 }
 
 func newQuotaModel(now time.Time) *quotaModel {
-	return &quotaModel{now: now.UnixMilli(), owners: map[string]map[string]int64{}}
+	return &quotaModel{now: now.UnixMilli(), owners: map[string]map[string]int64{}, receipts: map[[2]string]modelReceipt{}}
 }
 
 func (m *quotaModel) advance(d time.Duration) { m.now += d.Milliseconds() }
@@ -85,11 +96,21 @@ func (m *quotaModel) acquire(owner, member string, ttl time.Duration, limit int,
 	live := m.live(owner)
 	count := len(live)
 	if d, ok := m.deadline(owner, member); ok {
+		rc, held := m.receipts[[2]string{owner, member}]
+		held = held && evict && rc.deadline == d && m.now < rc.expires
 		if refresh {
 			d = m.now + ttl.Milliseconds()
 			m.put(owner, member, d)
+			if held {
+				rc.deadline = d
+				m.receipts[[2]string{owner, member}] = rc
+			}
 		}
-		return Decision{Allowed: true, Existing: true, Count: count, Limit: limit, Deadline: msTime(d)}
+		dec := Decision{Allowed: true, Existing: true, Count: count, Limit: limit, Deadline: msTime(d)}
+		if held {
+			dec.Evicted = rc.evicted
+		}
+		return dec
 	}
 	dec := Decision{Allowed: true, Limit: limit}
 	if count >= limit {
@@ -106,6 +127,9 @@ func (m *quotaModel) acquire(owner, member string, ttl time.Duration, limit int,
 	d := m.now + ttl.Milliseconds()
 	m.put(owner, member, d)
 	dec.Count, dec.Deadline = count+1, msTime(d)
+	if dec.Evicted != nil {
+		m.receipts[[2]string{owner, member}] = modelReceipt{d, m.now + DefaultEvictionReceiptTTL.Milliseconds(), dec.Evicted}
+	}
 	return dec
 }
 

@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -12,12 +13,15 @@ import (
 // recognises a retry of a member already held, and admits or denies, so no
 // number of concurrent callers can over-admit. A Quota is safe for
 // simultaneous use by multiple goroutines; several quotas with different
-// limits may share one Set.
+// limits may share one Set. The zero value is not usable: a zero or nil
+// *Quota's calls fail with ErrNotOpened; create one with NewQuota.
 type Quota struct {
-	set     *Set
-	limit   int
-	evict   bool
-	refresh bool
+	set        *Set
+	limit      int
+	evict      bool
+	refresh    bool
+	receiptTTL time.Duration
+	err        error // the first invalid option
 }
 
 // Decision is the outcome of Acquire. With a limit of 3 and two live members
@@ -31,32 +35,57 @@ type Decision struct {
 	Limit      int           // the limit this call applied
 	Deadline   time.Time     // the member's deadline when Allowed
 	RetryAfter time.Duration // when denied: time until enough live members expire to make room (the earliest one, at the limit)
-	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first
+	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first (see Acquire for a retry)
 }
 
 // NewQuota returns a quota of limit live members per owner of s (1 to
-// MaxLimit). Options: WithEvictOldest, WithRefreshOnReacquire.
+// MaxLimit). Options: WithEvictOldest, WithEvictionReceiptTTL,
+// WithRefreshOnReacquire.
 func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
 	}
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	if limit < 1 || limit > MaxLimit {
 		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
 	}
-	q := &Quota{set: s, limit: limit}
+	q := &Quota{set: s, limit: limit, receiptTTL: DefaultEvictionReceiptTTL}
 	for _, o := range opts {
 		if o != nil {
 			o(q)
 		}
 	}
+	if q.err != nil {
+		return nil, q.err
+	}
 	return q, nil
 }
 
-// Limit returns the quota's default limit.
-func (q *Quota) Limit() int { return q.limit }
+// Limit returns the quota's default limit (0 for a nil Quota).
+func (q *Quota) Limit() int {
+	if q == nil {
+		return 0
+	}
+	return q.limit
+}
 
-// Set returns the set the quota guards.
-func (q *Quota) Set() *Set { return q.set }
+// Set returns the set the quota guards (nil for a nil Quota).
+func (q *Quota) Set() *Set {
+	if q == nil {
+		return nil
+	}
+	return q.set
+}
+
+// opened returns ErrNotOpened for a nil or zero Quota.
+func (q *Quota) opened() error {
+	if q == nil || q.set == nil || q.limit < 1 {
+		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrNotOpened)
+	}
+	return q.set.opened()
+}
 
 // Acquire gives member a slot among owner's live members, with the deadline
 // now+ttl, if fewer than the limit are live. A member that already holds a
@@ -65,6 +94,25 @@ func (q *Quota) Set() *Set { return q.set }
 // whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload.
+//
+// With WithEvictOldest, a retry reports what the first run evicted: when
+// the Acquire that admitted member evicted others, a later Acquire of the
+// same member, while it holds the slot that admission gave it and within
+// WithEvictionReceiptTTL (default 5 minutes) of it, returns Allowed,
+// Existing and Evicted = the members the admission evicted. This covers a
+// retry by go-redis after a read timeout and one by the application. After
+// the receipt has lapsed, or for an admission that evicted nothing, a retry
+// reports Evicted empty. A receipt is matched by the member's deadline: a
+// member released and admitted again at the very same deadline within the
+// window is reported with the evictions of its earlier admission. With
+// expiry events every evicted member also gets one event (Reason
+// ReasonEvicted), whatever happens to the reply.
+//
+// One call moves at most 1000 members and about 1 MiB of payloads (see
+// docs/design.md): when more members must be evicted than that (a limit
+// lowered far below the live count), Acquire evicts as many as it may,
+// reports them in Evicted, and denies with RetryAfter 0; calling it again
+// continues.
 func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
@@ -96,6 +144,9 @@ type acquireCall struct {
 
 // prepare validates one Acquire and builds its script call; it sends nothing.
 func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
+	if err := q.opened(); err != nil {
+		return acquireCall{}, err
+	}
 	s := q.set
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return acquireCall{}, err
@@ -124,7 +175,17 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	return acquireCall{keys: s.ownerKeys(owner), args: args, limit: limit}, nil
+	keys := s.ownerKeys(owner)
+	if q.evict {
+		if !c.hasPayload {
+			args = append(args, "")
+		}
+		args = append(args, q.receiptTTL.Milliseconds())
+		sk := &s.shards[s.ShardOf(owner)]
+		keys = []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner,
+			sk.receipt + strconv.Itoa(len(owner)) + ":" + owner + member}
+	}
+	return acquireCall{keys: keys, args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {
@@ -141,7 +202,7 @@ func parseDecision(v any, limit int) (Decision, error) {
 	d := Decision{Count: int(n[1]), Limit: limit}
 	switch n[0] {
 	case 0:
-		d.RetryAfter = time.Duration(n[3]) * time.Millisecond
+		d.RetryAfter = time.Duration(n[3]) * time.Millisecond // 0 after a partial eviction
 	case 1, 2:
 		d.Allowed, d.Existing = true, n[0] == 2
 		d.Deadline = msTime(n[2])
@@ -161,6 +222,9 @@ func parseDecision(v any, limit int) (Decision, error) {
 // Release gives up member's slot and reports whether it held one (an expired
 // member held none).
 func (q *Quota) Release(ctx context.Context, owner, member string) (bool, error) {
+	if err := q.opened(); err != nil {
+		return false, err
+	}
 	if err := q.set.checkOwnerMember(owner, member); err != nil {
 		return false, err
 	}

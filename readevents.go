@@ -12,7 +12,7 @@ import (
 // EventsKey returns the Redis key of shard's expiry event stream, for
 // operators and tools that name it; "" when shard is not 0 to Shards()-1.
 func (s *Set) EventsKey(shard int) string {
-	if shard < 0 || shard >= len(s.shards) {
+	if shard < 0 || shard >= s.Shards() {
 		return ""
 	}
 	return s.shards[shard].events
@@ -21,7 +21,7 @@ func (s *Set) EventsKey(shard int) string {
 // DeadLettersKey returns the Redis key of shard's dead-letter stream; "" when
 // shard is not 0 to Shards()-1.
 func (s *Set) DeadLettersKey(shard int) string {
-	if shard < 0 || shard >= len(s.shards) {
+	if shard < 0 || shard >= s.Shards() {
 		return ""
 	}
 	return s.shards[shard].dead
@@ -42,6 +42,9 @@ func (s *Set) DeadLettersKey(shard int) string {
 // miss an event handled in between. A reader blocked in ReadEvents when an
 // event is written gets it before any other command runs.
 func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int, block time.Duration) ([]Expiry, string, error) {
+	if err := s.opened(); err != nil {
+		return nil, after, err
+	}
 	if !s.events {
 		return nil, after, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}

@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -28,12 +29,16 @@ type ShardStats struct {
 	Events     int64     // expiry events in the stream: not yet handled, or pending
 	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
 	Dead       int64     // dead letters
+	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a sweeper holds the shard's lease
 }
 
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
 	now, err := s.statsNow(ctx)
 	if err != nil {
 		return nil, err
@@ -42,6 +47,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	type shardCmds struct {
 		owners, ownersDue, events, dead, leased *redis.IntCmd
 		due                                     *redis.StringSliceCmd
+		trimmed                                 *redis.StringCmd
 	}
 	cmds := make([]shardCmds, len(s.shards))
 	pipe := s.rdb.Pipeline()
@@ -53,10 +59,19 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			events:    pipe.XLen(ctx, sk.events),
 			dead:      pipe.XLen(ctx, sk.dead),
 			leased:    pipe.Exists(ctx, sk.lease),
+			trimmed:   pipe.Get(ctx, sk.trimmed),
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+	// A missing counter answers redis.Nil, which Exec may report instead of
+	// another command's error: check each command.
+	_, _ = pipe.Exec(ctx)
+	for i := range cmds {
+		c := &cmds[i]
+		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.leased, c.trimmed} {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+			}
+		}
 	}
 
 	// Second round: members due of the due owners, and the groups' pending
@@ -88,6 +103,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			OwnersDue: cmds[i].ownersDue.Val(),
 			Events:    cmds[i].events.Val(),
 			Dead:      cmds[i].dead.Val(),
+			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
 		}
 		st.Partial = st.OwnersDue > StatsOwnerScan
@@ -110,6 +126,16 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		out[i] = st
 	}
 	return out, nil
+}
+
+// counter reads a counter's GET: 0 when it does not exist (or holds
+// something other than an integer).
+func counter(c *redis.StringCmd) int64 {
+	n, err := c.Int64()
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // statsNow returns now in ms: the set's clock, or the server's TIME.

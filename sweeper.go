@@ -19,6 +19,11 @@ const (
 	DefaultConcurrency     = 4                // WithConcurrency
 )
 
+// indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
+// long a due index entry may stay overdue before writes remove it, and how
+// long the index key outlives the latest deadline filed in it.
+const indexGrace = time.Hour
+
 // maxBatch bounds both batch options: a script's keys and unpack calls stay
 // far inside what Redis and miniredis accept.
 const maxBatch = 1000
@@ -41,7 +46,8 @@ const maxBatch = 1000
 // lapse.
 //
 // A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
-// per Sweeper is what it is built for. Create one with NewSweeper.
+// per Sweeper is what it is built for. Create one with NewSweeper: a zero
+// or nil *Sweeper's Run and SweepOnce fail with ErrNotOpened.
 type Sweeper struct {
 	set   *Set
 	locks *redislock.Client
@@ -123,15 +129,16 @@ func WithConcurrency(n int) SweeperOption {
 }
 
 // WithErrorHandler makes Run report the errors it survives to f: Redis
-// errors (the shard is tried again after the max idle interval) and lost
-// leases (errors matching ErrLeaseLost). Default: none. f is called from
-// Run's goroutine and should return quickly.
+// errors (the shard is tried again after a backoff) and lost leases (errors
+// matching ErrLeaseLost). Default: none. With f set, those errors are not
+// logged (see Hooks.OnError, which receives them too, with their op and
+// shard). f is called from Run's goroutine and should return quickly.
 func WithErrorHandler(f func(error)) SweeperOption {
 	return func(c *sweeperConfig) { c.onError = f }
 }
 
-// WithSweepHandler makes Run report each shard sweep that removed members or
-// corrected the index to f, for metrics and logs. Default: none. f is called
+// WithSweepHandler makes Run report each shard sweep that removed members,
+// corrected the index or trimmed events (WithEventRetention) to f, for metrics and logs. Default: none. f is called
 // from Run's goroutine and should return quickly.
 func WithSweepHandler(f func(SweepStats)) SweeperOption {
 	return func(c *sweeperConfig) { c.onSweep = f }
@@ -156,6 +163,8 @@ func NewSweeper(s *Set, opts ...SweeperOption) *Sweeper {
 	switch {
 	case s == nil:
 		w.cfg.ok(fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption))
+	case s.opened() != nil:
+		w.cfg.ok(s.opened())
 	case !s.index:
 		w.cfg.ok(fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name))
 	default:
@@ -171,6 +180,7 @@ type SweepStats struct {
 	Owners       int           // owner visits that removed at least one expired member
 	Expired      int           // expired members removed (with events on, events written)
 	Stale        int           // index entries corrected without removing anything: early, or of a gone owner
+	Trimmed      int           // events the retention removed unconsumed (WithEventRetention)
 	Batches      int           // sweep scripts that were given owners
 	Shards       int           // shards swept (their lease taken and nothing left due)
 	Skipped      int           // shards left alone: another sweeper holds the lease, or it was lost
@@ -184,6 +194,7 @@ func (s *SweepStats) add(o SweepStats) {
 	s.Owners += o.Owners
 	s.Expired += o.Expired
 	s.Stale += o.Stale
+	s.Trimmed += o.Trimmed
 	s.Batches += o.Batches
 	s.Shards += o.Shards
 	s.Skipped += o.Skipped
@@ -203,10 +214,10 @@ type sweepReply struct {
 
 func parseSweep(v any) (sweepReply, error) {
 	xs, ok := v.([]any)
-	if !ok || len(xs) < 7 {
+	if !ok || len(xs) < 8 {
 		return sweepReply{}, unexpected("sweep.lua", v)
 	}
-	var n [7]int64
+	var n [8]int64
 	for i := range n {
 		if n[i], ok = asInt64(xs[i]); !ok {
 			return sweepReply{}, unexpected("sweep.lua", v)
@@ -219,8 +230,9 @@ func parseSweep(v any) (sweepReply, error) {
 		MaxLateness: time.Duration(n[3]) * time.Millisecond,
 		Owners:      int(n[4]),
 		Stale:       int(n[5]),
+		Trimmed:     int(n[7]),
 	}
-	for _, e := range xs[7:] {
+	for _, e := range xs[8:] {
 		o, ok := asString(e)
 		if !ok {
 			return sweepReply{}, unexpected("sweep.lua", v)
@@ -233,10 +245,11 @@ func parseSweep(v any) (sweepReply, error) {
 // sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
 // due).
 func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
-	keys := make([]string, 2, 2+2*len(owners))
-	keys[0], keys[1] = sk.due, sk.events
-	args := make([]any, 4, 4+len(owners))
-	args[0], args[1], args[2], args[3] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners
+	keys := make([]string, 3, 3+2*len(owners))
+	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
+	ret := w.set.retain
+	args := make([]any, 6, 6+len(owners))
+	args[0], args[1], args[2], args[3], args[4], args[5] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen
 	for _, o := range owners {
 		keys = append(keys, sk.owner+o)
 		args = append(args, o)
@@ -249,12 +262,15 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		return sweepReply{}, err
 	}
 	r, err := parseSweep(v)
-	if err == nil && len(owners) > 0 {
+	if err != nil {
+		return r, err
+	}
+	if len(owners) > 0 {
 		r.stats.Batches = 1
-		if h := w.set.hooks.OnSweep; h != nil {
-			h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Owners: r.stats.Owners,
-				Expired: r.stats.Expired, Lateness: r.stats.MaxLateness})
-		}
+	}
+	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
+		h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Batch: len(owners) > 0, Owners: r.stats.Owners,
+			Expired: r.stats.Expired, Lateness: r.stats.MaxLateness, Trimmed: r.stats.Trimmed})
 	}
 	return r, err
 }
@@ -289,11 +305,16 @@ type lease struct {
 	refreshed time.Time
 }
 
+// errRefresh marks a lease refresh that failed on a Redis error: the lease
+// may still be ours (see shardState.token).
+var errRefresh = errors.New("expset: lease refresh failed")
+
 // obtain tries once to take shard i's lease: (nil, nil) when another
-// sweeper holds it.
-func (w *Sweeper) obtain(ctx context.Context, i int) (*lease, error) {
+// sweeper holds it. A non-empty token re-takes a lease this sweeper held
+// with that token, if it is still held with it.
+func (w *Sweeper) obtain(ctx context.Context, i int, token string) (*lease, error) {
 	// A fresh strategy per Obtain: redislock's strategies keep state.
-	l, err := w.locks.Obtain(ctx, w.set.shards[i].lease, w.cfg.leaseTTL, &redislock.Options{RetryStrategy: redislock.NoRetry()})
+	l, err := w.locks.Obtain(ctx, w.set.shards[i].lease, w.cfg.leaseTTL, &redislock.Options{RetryStrategy: redislock.NoRetry(), Token: token})
 	if errors.Is(err, redislock.ErrNotObtained) {
 		return nil, nil
 	}
@@ -304,13 +325,18 @@ func (w *Sweeper) obtain(ctx context.Context, i int) (*lease, error) {
 }
 
 // keep refreshes l when a third of its TTL has passed since it was last
-// confirmed; a lease that cannot be refreshed is lost (ErrLeaseLost).
+// confirmed. A lease another sweeper holds now, or that lapsed, is lost
+// (ErrLeaseLost); a refresh that failed on a Redis error matches errRefresh.
 func (w *Sweeper) keep(ctx context.Context, l *lease) error {
 	if time.Since(l.refreshed) < w.cfg.leaseTTL/3 {
 		return nil
 	}
-	if err := l.lock.Refresh(ctx, w.cfg.leaseTTL, nil); err != nil {
+	err := l.lock.Refresh(ctx, w.cfg.leaseTTL, nil)
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained):
 		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.lock.Key(), err)
+	case err != nil:
+		return fmt.Errorf("%w: %s: %w", errRefresh, l.lock.Key(), err)
 	}
 	l.refreshed = time.Now()
 	return nil
@@ -325,7 +351,16 @@ func release(ctx context.Context, l *lease) {
 }
 
 func (w *Sweeper) check() error {
-	return w.cfg.err
+	if w == nil {
+		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrNotOpened)
+	}
+	if w.cfg.err != nil {
+		return w.cfg.err
+	}
+	if w.set == nil || w.locks == nil {
+		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrNotOpened)
+	}
+	return nil
 }
 
 // SweepOnce sweeps every shard whose lease it can take, each until nothing is
@@ -382,7 +417,7 @@ feed:
 // shard another sweeper holds, or whose lease is lost on the way, counts as
 // skipped.
 func (w *Sweeper) sweepOnceShard(ctx context.Context, i int) (SweepStats, error) {
-	l, err := w.obtain(ctx, i)
+	l, err := w.obtain(ctx, i, "")
 	if err != nil {
 		return SweepStats{}, err
 	}
@@ -401,7 +436,9 @@ func (w *Sweeper) sweepOnceShard(ctx context.Context, i int) (SweepStats, error)
 // shardState is what Run knows of one shard.
 type shardState struct {
 	lease *lease    // nil when not held
+	token string    // the token of a lease dropped on a Redis error, to re-take it with
 	next  time.Time // when to sweep it (held) or try its lease (not held)
+	retry backoff   // the delay after consecutive failures
 }
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
@@ -410,9 +447,21 @@ type shardState struct {
 // WithMaxIdle), refreshes its leases about every third of their TTL, and
 // drops a shard at once when its lease is lost. Every max idle interval it
 // tries again to take the shards it does not hold, so the shards of a
-// sweeper that died are taken over once its leases lapse. Redis errors do
-// not end Run: they go to WithErrorHandler and the shard is tried again
-// later. Run returns an error only for invalid options.
+// sweeper that died are taken over once its leases lapse.
+//
+// Errors do not end Run, and none is silent. A Redis error (connection
+// refused, a timeout, LOADING during a restart, a failover, a key of the
+// wrong type in one shard) is confined to the shard it happened on: it is
+// reported and that shard is tried again after a backoff that starts at
+// 100ms and doubles with each consecutive failure up to 5s (with jitter),
+// while the other shards are swept as usual; the shard resumes as soon as a
+// try succeeds. A lease whose refresh failed on a Redis error is re-taken
+// with its token when Redis answers again, so a restarted Redis (with its
+// data) hands each shard back to the sweeper that held it. Each error goes
+// to Hooks.OnError and to WithErrorHandler; when neither is set, to
+// log/slog's default logger at warning level, rate-limited (see
+// Hooks.OnError). Run returns an error only for invalid options or a set
+// that keeps no due index.
 func (w *Sweeper) Run(ctx context.Context) error {
 	if err := w.check(); err != nil {
 		return err
@@ -425,7 +474,7 @@ func (w *Sweeper) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	return loop(ctx, func() (time.Duration, error) {
+	return w.set.loop(ctx, "sweep", func() (time.Duration, error) {
 		return max(time.Until(w.round(ctx, shards)), time.Millisecond), nil
 	})
 }
@@ -458,12 +507,12 @@ func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 }
 
 // keepAll refreshes the held leases that are due for it, dropping those
-// lost, except shard skip's (the caller handles that one).
+// that fail, except shard skip's (the caller handles that one).
 func (w *Sweeper) keepAll(ctx context.Context, shards []shardState, skip int) {
 	for j := range shards {
 		if sh := &shards[j]; j != skip && sh.lease != nil {
 			if err := w.keep(ctx, sh.lease); err != nil {
-				w.lost(ctx, sh, err)
+				w.drop(ctx, j, sh, err)
 			}
 		}
 	}
@@ -474,14 +523,16 @@ func (w *Sweeper) keepAll(ctx context.Context, shards []shardState, skip int) {
 // too: a long sweep of one shard must not let the others lapse.
 func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 	sh := &shards[i]
-	retry := time.Now().Add(w.cfg.maxIdle)
 	if sh.lease == nil {
-		l, err := w.obtain(ctx, i)
+		l, err := w.obtain(ctx, i, sh.token)
 		if err != nil {
-			w.report(ctx, err)
+			w.failed(ctx, i, sh, "lease", err)
+			return
 		}
+		sh.token = ""
 		if l == nil {
-			sh.next = retry
+			sh.retry.ok()
+			sh.next = time.Now().Add(w.cfg.maxIdle)
 			return
 		}
 		sh.lease = l
@@ -490,18 +541,19 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		w.keepAll(ctx, shards, i)
 		return w.keep(ctx, sh.lease)
 	})
-	if (st.Expired > 0 || st.Stale > 0) && w.cfg.onSweep != nil {
+	if (st.Expired > 0 || st.Stale > 0 || st.Trimmed > 0) && w.cfg.onSweep != nil {
 		w.cfg.onSweep(st)
 	}
 	switch {
-	case errors.Is(err, ErrLeaseLost):
-		w.lost(ctx, sh, err)
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, errRefresh):
+		w.drop(ctx, i, sh, err)
 		return
 	case err != nil:
-		w.report(ctx, err)
-		sh.next = retry
+		w.failed(ctx, i, sh, "sweep", err)
 		return
 	}
+	sh.retry.ok()
+	retry := time.Now().Add(w.cfg.maxIdle)
 	sh.next = retry
 	if r.earliest >= 0 {
 		// The index's clock (server TIME or WithClock) may differ from this
@@ -512,17 +564,42 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 	}
 }
 
-// lost drops a lease that could not be refreshed; the shard is tried again
-// after the max idle interval.
-func (w *Sweeper) lost(ctx context.Context, sh *shardState, err error) {
-	w.report(ctx, err)
+// drop gives up shard i's lease after a failed refresh. A lease lost to
+// another sweeper (or lapsed) is tried again after the max idle interval;
+// one whose refresh failed on a Redis error is re-taken with its token
+// after a backoff.
+func (w *Sweeper) drop(ctx context.Context, i int, sh *shardState, err error) {
+	l := sh.lease
 	sh.lease = nil
+	if errors.Is(err, errRefresh) {
+		sh.token = l.lock.Token()
+		w.failed(ctx, i, sh, "lease", err)
+		return
+	}
 	sh.next = time.Now().Add(w.cfg.maxIdle)
+	w.report(ctx, "lease", i, err, w.cfg.maxIdle)
 }
 
-func (w *Sweeper) report(ctx context.Context, err error) {
-	if ctx.Err() != nil || w.cfg.onError == nil {
+// failed reports err, which shard i's op failed with, and backs the shard
+// off.
+func (w *Sweeper) failed(ctx context.Context, i int, sh *shardState, op string, err error) {
+	wait := sh.retry.fail()
+	sh.next = time.Now().Add(wait)
+	w.report(ctx, op, i, err, wait)
+}
+
+// report sends an error Run survived to WithErrorHandler and Hooks.OnError,
+// or, when neither is set, to the set's default log.
+func (w *Sweeper) report(ctx context.Context, op string, shard int, err error, retry time.Duration) {
+	if ctx.Err() != nil {
+		return
+	}
+	if w.cfg.onError == nil {
+		w.set.reportError(ctx, op, shard, err, retry)
 		return
 	}
 	w.cfg.onError(err)
+	if h := w.set.hooks.OnError; h != nil {
+		h(ErrorInfo{Set: w.set.name, Op: op, Shard: shard, Err: err, Retry: retry})
+	}
 }

@@ -444,14 +444,7 @@ func TestLeaseStolen(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
 		ctx := context.Background()
-		// One owner per shard.
-		owner := [2]string{}
-		for i := 0; owner[0] == "" || owner[1] == ""; i++ {
-			o := "o" + strconv.Itoa(i)
-			if owner[s.ShardOf(o)] == "" {
-				owner[s.ShardOf(o)] = o
-			}
-		}
+		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
 		w := NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond), WithErrorHandler(func(err error) {

@@ -4,25 +4,41 @@
 -- KEYS[2]  shard due index       expset:{name:S}:due   (flag i; else undeclared)
 -- KEYS[3]  shard event stream    expset:{name:S}:ev         (flag e or p only)
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>  (flag e or p only)
---          (a set with no flags, see prelude, declares KEYS[1] only)
+-- KEYS[5]  eviction receipt      expset:{name:S}:r:<len(owner)>:<owner><member>
+--                                (flag v only)
+--          (a set with no flags, see prelude, declares KEYS[1] only, or
+--          with flag v KEYS[1..5])
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
 -- ARGV[4]  owner
 -- ARGV[5]  flags (see prelude: e, p, P, v, r)
 -- ARGV[6]  limit (>= 1)
--- ARGV[7]  payload, when flags has P
+-- ARGV[7]  payload, when flags has P ("" otherwise, when flag v)
+-- ARGV[8]  with flag v: how long the receipt lasts, in ms (>= 1)
 --
 -- Reply: {status, count, deadline, retry, evicted...}
 --   status    1 added, 2 already held (a retry: no second slot), 0 denied
 --   count     live members after the call
 --   deadline  the member's deadline in ms (0 when denied)
 --   retry     when denied, ms until enough live members expire to make room
---   evicted   with flag v, the members evicted to make room (earliest first)
+--             (0 after a partial eviction: call again)
+--   evicted   with flag v, the members evicted to make room (earliest
+--             first); for an already held member, those its admission
+--             evicted, while its receipt lasts
+--
+-- Eviction (flag v): the evicted members go with their payloads; with
+-- events each gets one stream entry with r=evicted. The admission that
+-- evicted writes a receipt, a list {deadline, expires, evicted...} that
+-- lives ARGV[8] ms, so that a retry of it (the member held at that very
+-- deadline, before expires) reports the same members. Only an eviction
+-- writes it. When more members must go than one call may move (DROP_MAX,
+-- BYTES_MAX), the call evicts what it may and denies with retry 0.
 --
 -- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
 -- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
--- (without events), and the index ZADD when the owner was empty: the ZRANGE
+-- (without events), and the index filing when the owner was empty (a ZADD;
+-- without events also a ZRANGE of stale entries and a PEXPIRE): the ZRANGE
 -- of the first limit+1 members gives the live count, whether the member is
 -- there, the earliest and latest deadlines and whether anything expired,
 -- all at once. Each redis.call costs about as much as a short script, so
@@ -45,10 +61,11 @@ if want > 32 then
 end
 local r = call('ZRANGE', key, '0', wantarg, 'WITHSCORES')
 local more = false
+local used = 0 -- bytes moved (see BYTES_MAX)
 local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
   if more then
     lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
     lo = '(' .. string.format('%d', now)
@@ -87,6 +104,13 @@ end
 local ttl = tonumber(ARGV[2])
 if cur then
   local d = tonumber(cur)
+  local receipt
+  if flagged and has(flags, 'v') then
+    receipt = call('LRANGE', KEYS[5], 0, -1)
+    if not (receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
+      receipt = nil
+    end
+  end
   if flagged and has(flags, 'r') then
     d = now + ttl
     call('ZADD', key, d, member)
@@ -94,7 +118,7 @@ if cur then
     -- must stay at or before the earliest deadline. r[2] is the earliest
     -- live deadline (r holds live members, earliest first).
     if index and d < tonumber(r[2]) then
-      call('ZADD', KEYS[2], 'LT', d, owner)
+      file_owner(KEYS[2], owner, d, ttl, now, events)
     end
     keep_ttl(key, ttl, false, events)
     if has(flags, 'P') then
@@ -102,8 +126,17 @@ if cur then
     elseif payloads then
       lib().stretch_payload(KEYS[4], ttl, events)
     end
+    if receipt then
+      call('LSET', KEYS[5], 0, string.format('%d', d))
+    end
   end
-  return {2, count, d, 0}
+  local reply = {2, count, d, 0}
+  if receipt then
+    for i = 3, #receipt do
+      reply[i + 2] = receipt[i]
+    end
+  end
+  return reply
 end
 
 local evicted
@@ -118,38 +151,38 @@ if count >= limit then
     end
     return {0, count, 0, tonumber(s) - now}
   end
-  -- Evict the k earliest live members, in batches that unpack safely.
-  evicted = {1, 0, 0, 0}
-  while k > 0 do
-    local b = k
-    if b > DROP_MAX then
-      b = DROP_MAX
-    end
-    local ids = {}
-    if b <= n then
-      for i = 1, b do
-        ids[i] = r[2 * i - 1]
-      end
-    else
-      lo = lo or '(' .. string.format('%d', now)
-      local x = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, b)
-      for i = 1, #x do
-        ids[i] = x[i]
-      end
-    end
-    call('ZREM', key, unpack(ids))
-    if payloads then
-      call('HDEL', KEYS[4], unpack(ids))
-    end
-    for i = 1, #ids do
-      evicted[#evicted + 1] = ids[i]
-    end
-    count = count - #ids
-    k = k - #ids
-    n = 0 -- r is stale now; later batches read afresh
-    r = {}
-    nr = 0
+  -- Evict the k earliest live members, or as many of them as one call
+  -- may move.
+  local b = k
+  if b > DROP_MAX then
+    b = DROP_MAX
   end
+  local ids, eds = {}, {}
+  if b <= n then
+    for i = 1, b do
+      ids[i], eds[i] = r[2 * i - 1], r[2 * i]
+    end
+  else
+    lo = lo or '(' .. string.format('%d', now)
+    local x = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, b, 'WITHSCORES')
+    for i = 1, #x / 2 do
+      ids[i], eds[i] = x[2 * i - 1], x[2 * i]
+    end
+  end
+  if events or payloads then
+    b = lib().fit(KEYS[4], owner, ids, b, events, payloads, BYTES_MAX - used)
+  end
+  lib().evict(key, KEYS[4], KEYS[3], owner, ids, eds, b, events, payloads)
+  count = count - b
+  evicted = {1, 0, 0, 0}
+  for i = 1, b do
+    evicted[4 + i] = ids[i]
+  end
+  if b < k then
+    evicted[1], evicted[2] = 0, count
+    return evicted
+  end
+  n, r, nr = 0, {}, 0 -- r is stale now
 end
 
 local d = now + ttl
@@ -160,7 +193,7 @@ call('ZADD', key, ds, member)
 -- After an eviction r is stale and the earliest remaining deadline unread:
 -- ZADD LT lowers the index only when d is earlier than it.
 if index and (fresh or evicted or (r[2] and d < tonumber(r[2]))) then
-  call('ZADD', KEYS[2], 'LT', ds, owner)
+  file_owner(KEYS[2], owner, ds, ttl, now, events)
 end
 if not events then
   if fresh then
@@ -180,6 +213,9 @@ if flagged and has(flags, 'P') then
 end
 if evicted then
   evicted[2], evicted[3] = count + 1, d
+  call('DEL', KEYS[5])
+  call('RPUSH', KEYS[5], ds, string.format('%d', now + tonumber(ARGV[8])), unpack(evicted, 5))
+  call('PEXPIRE', KEYS[5], ARGV[8])
   return evicted
 end
 return {1, count + 1, d, 0}

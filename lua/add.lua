@@ -34,7 +34,7 @@ local empty = first[1] == nil
 
 call('ZADD', key, d, member)
 if index and (empty or d < tonumber(first[2])) then
-  call('ZADD', KEYS[2], 'LT', d, owner)
+  file_owner(KEYS[2], owner, d, ttl, now, events)
 end
 keep_ttl(key, ttl, empty, events)
 if has(flags, 'P') then

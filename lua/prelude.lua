@@ -48,7 +48,55 @@ local function keep_ttl(key, ttl, fresh, events)
   end
 end
 
+-- DROP_MAX bounds the members one call removes or evicts; BYTES_MAX bounds
+-- the bytes it moves: payloads read, deleted or copied into the stream, and
+-- the members and owners of the stream entries it writes. A call may exceed
+-- BYTES_MAX by one member (a payload is at most 1 MiB), so no script holds
+-- the server for long whatever the data (docs/design.md has the numbers).
 local DROP_MAX = 1000
+local BYTES_MAX = 1048576
+-- ENTRY_COST is what one stream entry costs beyond its member, owner and
+-- payload, counted against BYTES_MAX.
+local ENTRY_COST = 64
+-- DEL_WEIGHT: a payload only deleted (no event carries it) costs about a
+-- hundredth of one copied into an event (measured: 37 us against 6 ms per
+-- MiB), so it counts 1/DEL_WEIGHT of its length.
+local DEL_WEIGHT = 32
+
+-- INDEX_GRACE (ms) is how long an index entry of a set without events may
+-- stay overdue (no sweeper visited it) before writes remove it, and how long
+-- the index key outlives the latest deadline filed in it (indexGrace in Go).
+local INDEX_GRACE = 3600000
+
+-- keep_index makes the due index key of a set without events outlive
+-- now + ttl (ms) by INDEX_GRACE, never shortening it.
+local function keep_index(due, ttl)
+  -- GT leaves a key without TTL alone (a new index): NX gives it one.
+  if call('PEXPIRE', due, ttl + INDEX_GRACE, 'GT') == 0 then
+    call('PEXPIRE', due, ttl + INDEX_GRACE, 'NX')
+  end
+end
+
+-- file_owner files owner in the shard's due index at deadline d (ZADD LT:
+-- the entry stays at or below the owner's earliest deadline). Without events
+-- the index is only the sweeper's shortcut (owner keys expire by their TTL),
+-- so it is kept bounded without a sweeper: first up to two entries overdue by
+-- more than INDEX_GRACE are removed (before the ZADD, so that the owner's
+-- own stale entry gives way to its new one), then the index key is made to
+-- outlive d by INDEX_GRACE (ttl is d - now in ms). With events nothing but
+-- the ZADD is done: the sweeper must see every entry.
+local function file_owner(due, owner, d, ttl, now, events)
+  if events then
+    call('ZADD', due, 'LT', d, owner)
+    return
+  end
+  local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
+  if old[1] then
+    call('ZREM', due, unpack(old))
+  end
+  call('ZADD', due, 'LT', d, owner)
+  keep_index(due, ttl)
+end
 
 -- lib() returns the helpers of the rarer paths (expired members, payloads),
 -- built on first use: defining them up front would cost every run of every
@@ -60,48 +108,123 @@ local function lib()
   end
   local L = {}
 
+  -- L.fit returns how many of ids[1..n], taken in order, fit in budget
+  -- bytes, and the bytes they take: each costs its own length, plus
+  -- ENTRY_COST and the owner's length with events, plus with payloads its
+  -- payload's length (HSTRLEN): all of it when events copy it, else
+  -- 1/DEL_WEIGHT of it. The first always fits: every call makes progress.
+  function L.fit(pkey, owner, ids, n, events, payloads, budget)
+    local fixed = 0
+    if events then
+      fixed = ENTRY_COST + #owner
+    end
+    local used = 0
+    for i = 1, n do
+      local c = fixed + #ids[i]
+      if payloads then
+        local p = call('HSTRLEN', pkey, ids[i])
+        if events then
+          c = c + p
+        else
+          c = c + p / DEL_WEIGHT
+        end
+      end
+      if i > 1 and used + c > budget then
+        return i - 1, used
+      end
+      used = used + c
+    end
+    return n, used
+  end
+
   -- L.drop removes expired members of key (deadline <= now), earliest
-  -- first. Without events, payloads or bounded it removes all of them in one
-  -- call. Otherwise it removes at most max, appending one entry per member to
-  -- stream (fields o, m, d and, with a payload, p) and deleting their
-  -- payloads from pkey. It returns how many it removed, whether expired
-  -- members may remain, and (bounded path only, else 0, 0) the sum and the
-  -- maximum of now - deadline over the members it removed, in ms.
-  function L.drop(key, pkey, stream, owner, now, events, payloads, max, bounded)
+  -- first: at most max of them, and (with events or payloads) no more than
+  -- fit in budget bytes (default BYTES_MAX). With events it appends one
+  -- entry per member to stream (fields o, m, d and, with a payload, p);
+  -- with payloads it deletes their payloads from pkey. It returns how many
+  -- it removed, whether expired members may remain, (bounded path only,
+  -- else 0, 0) the sum and the maximum of now - deadline over the members
+  -- it removed, in ms, and the bytes it moved. Members left behind stay
+  -- expired (invisible to reads) for the sweeper or the next call.
+  function L.drop(key, pkey, stream, owner, now, events, payloads, max, bounded, budget)
     if not events and not payloads and not bounded then
-      return call('ZREMRANGEBYSCORE', key, '-inf', now), false, 0, 0
+      local c = call('ZCOUNT', key, '-inf', now)
+      if c <= max then
+        return call('ZREMRANGEBYSCORE', key, '-inf', now), false, 0, 0, 0
+      end
+      call('ZREMRANGEBYRANK', key, 0, max - 1)
+      return max, true, 0, 0, 0
     end
     local ex = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, max, 'WITHSCORES')
-    local n = #ex / 2
-    if n == 0 then
-      return 0, false, 0, 0
+    local got = #ex / 2
+    if got == 0 then
+      return 0, false, 0, 0, 0
     end
     local ids = {}
+    for i = 1, got do
+      ids[i] = ex[2 * i - 1]
+    end
+    local n, used = got, 0
+    if events or payloads then
+      n, used = L.fit(pkey, owner, ids, got, events, payloads, budget or BYTES_MAX)
+      for i = n + 1, got do
+        ids[i] = nil
+      end
+    end
     local late_sum, late_max = 0, 0
     for i = 1, n do
-      ids[i] = ex[2 * i - 1]
       local late = now - tonumber(ex[2 * i])
       late_sum = late_sum + late
       if late > late_max then
         late_max = late
       end
     end
+    local ds = {}
+    for i = 1, n do
+      ds[i] = ex[2 * i]
+    end
+    L.emit(pkey, stream, owner, ids, ds, n, events, payloads)
+    call('ZREMRANGEBYRANK', key, 0, n - 1)
+    return n, n < got or got == max, late_sum, late_max, used
+  end
+
+  -- L.emit deletes the payloads (from pkey, with payloads) of ids[1..n],
+  -- members leaving key with deadlines ds[1..n], and with events appends
+  -- one entry per member to stream: fields o, m, d, then r when reason is
+  -- given ("evicted"; an expiry has none), then p when it had a payload.
+  function L.emit(pkey, stream, owner, ids, ds, n, events, payloads, reason)
     local pl = {}
     if payloads then
-      pl = call('HMGET', pkey, unpack(ids))
-      call('HDEL', pkey, unpack(ids))
+      if events then
+        pl = call('HMGET', pkey, unpack(ids, 1, n))
+      end
+      call('HDEL', pkey, unpack(ids, 1, n))
     end
-    if events then
-      for i = 1, n do
-        if pl[i] then
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i], 'p', pl[i])
+    if not events then
+      return
+    end
+    for i = 1, n do
+      local p = pl[i]
+      if reason then
+        if p then
+          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', reason, 'p', p)
         else
-          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ex[2 * i])
+          call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', reason)
         end
+      elseif p then
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'p', p)
+      else
+        call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i])
       end
     end
-    call('ZREMRANGEBYRANK', key, 0, n - 1)
-    return n, n == max, late_sum, late_max
+  end
+
+  -- L.evict removes ids[1..n] of key (live members, earliest first, with
+  -- their deadlines ds[1..n]) with their payloads and, with events, one
+  -- entry each with r=evicted (see L.emit).
+  function L.evict(key, pkey, stream, owner, ids, ds, n, events, payloads)
+    L.emit(pkey, stream, owner, ids, ds, n, events, payloads, 'evicted')
+    call('ZREM', key, unpack(ids, 1, n))
   end
 
   -- L.drop_member removes member of key if it has expired (deadline <=
@@ -114,18 +237,7 @@ local function lib()
     if not d or tonumber(d) > now then
       return
     end
-    local p = false
-    if payloads then
-      p = call('HGET', pkey, member)
-      call('HDEL', pkey, member)
-    end
-    if events then
-      if p then
-        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d, 'p', p)
-      else
-        call('XADD', stream, '*', 'o', owner, 'm', member, 'd', d)
-      end
-    end
+    L.emit(pkey, stream, owner, {member}, {d}, 1, events, payloads)
     call('ZREM', key, member)
   end
 

@@ -12,26 +12,36 @@
 --
 -- Only live members count as removed: expired ones are dropped first, with
 -- their expiry events, because they expired before anyone removed them. When
--- the owner ends up empty its index entry goes too.
--- Reply: the number of live members removed (integer).
+-- the owner ends up empty its index entry goes too. With payloads, the call
+-- takes the members in order while their payloads fit in what is left of
+-- BYTES_MAX (at least one): the caller sends the rest again.
+-- Reply: {removed, taken}: the number of live members removed, and how many
+-- of ARGV[4..] the call took (all of them, unless payloads filled it).
 local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
 local now = now_ms(ARGV[1])
 local events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
 
 local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 if first[1] == nil then
-  return 0
+  return {0, #ARGV - 3}
 end
-local more = false
+local more, used = false, 0
 if tonumber(first[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
 end
 
 local ids = {}
 for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]
 end
+if payloads then
+  local n = lib().fit(KEYS[4], owner, ids, #ids, false, true, BYTES_MAX - used)
+  for i = #ids, n + 1, -1 do
+    ids[i] = nil
+  end
+end
+local taken = #ids
 if more then
   -- Expired members beyond what one call drops stay for the sweeper and
   -- their events; remove only the live ones.
@@ -44,7 +54,7 @@ if more then
   end
   ids = keep
   if #ids == 0 then
-    return 0
+    return {0, taken}
   end
 end
 
@@ -57,4 +67,4 @@ if removed > 0 then
     call('ZREM', KEYS[2], owner)
   end
 end
-return removed
+return {removed, taken}

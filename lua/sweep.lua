@@ -1,25 +1,35 @@
 -- sweep.lua: one bounded sweep round of one shard (Sweeper).
 --
--- KEYS[1]        shard due index      expset:{name:S}:due
--- KEYS[2]        shard event stream   expset:{name:S}:ev
--- KEYS[3..2+n]   owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[5..]
--- KEYS[3+n..2+2n] owner payload hashes expset:{name:S}:p:<owner>, same order
--- ARGV[1]        now in ms, or "" for the server's TIME
--- ARGV[2]        flags (see prelude: e, p)
--- ARGV[3]        member budget: the most members this call removes (1..1000)
--- ARGV[4]        batch: the most due owners to list in the reply (1..1000)
--- ARGV[5..4+n]   owners read from the due index by the previous call (n may be 0)
+-- KEYS[1]         shard due index      expset:{name:S}:due
+-- KEYS[2]         shard event stream   expset:{name:S}:ev
+-- KEYS[3]         retention counter    expset:{name:S}:trimmed
+-- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[7..]
+-- KEYS[4+n..3+2n] owner payload hashes expset:{name:S}:p:<owner>, same order
+-- ARGV[1]         now in ms, or "" for the server's TIME
+-- ARGV[2]         flags (see prelude: e, p)
+-- ARGV[3]         member budget: the most members this call removes (1..1000)
+-- ARGV[4]         batch: the most due owners to list in the reply (1..1000)
+-- ARGV[5]         retention max age in ms (flag e): older events are trimmed
+-- ARGV[6]         retention max length (flag e): the stream keeps at most this many
+-- ARGV[7..6+n]    owners read from the due index by the previous call (n may be 0)
 --
 -- The owners were read from the index before this call, so each one's actual
 -- state is checked again here. For each owner, in order, while the budget
--- lasts: its expired members are dropped (each with one expiry event when
--- flag e is set), then the owner is re-filed in the index under its earliest
+-- (members, and bytes moved: see BYTES_MAX in the prelude) lasts: its
+-- expired members are dropped (each with one expiry event when flag e is
+-- set), then the owner is re-filed in the index under its earliest
 -- remaining deadline, or taken out of the index when it has no members left.
 -- An owner with more expired members than the budget allows stays due, at a
 -- score <= now, and is listed again. Owners left over when the budget runs out
--- are untouched and stay due.
+-- are untouched and stay due. Without events, the index key is then made to
+-- outlive the latest score filed by INDEX_GRACE (see file_owner).
 --
--- Reply: {now, expired, late_sum, late_max, owners, stale, earliest, due...}
+-- With flag e, the stream is then trimmed to the retention, exactly: entries
+-- whose ID (server time) is older than the max age, then the oldest past the
+-- max length. What was trimmed is added to the retention counter, created on
+-- first use and never expiring.
+--
+-- Reply: {now, expired, late_sum, late_max, owners, stale, earliest, trimmed, due...}
 --   now       the "now" the call used, in ms
 --   expired   members removed
 --   late_sum  sum of now - deadline over the members removed, in ms
@@ -28,6 +38,7 @@
 --   stale     index entries corrected without removing anything (stale early,
 --             or the owner no longer exists)
 --   earliest  the lowest score in the index after the call, -1 when empty
+--   trimmed   events retention removed from the stream in this call
 --   due...    up to batch owners whose score is <= now, lowest score first:
 --             the owners to pass to the next call (none: the shard is swept)
 local due, stream, flags = KEYS[1], KEYS[2], ARGV[2]
@@ -35,19 +46,22 @@ local now = now_ms(ARGV[1])
 local budget = tonumber(ARGV[3])
 local batch = tonumber(ARGV[4])
 local events, payloads = has(flags, 'e'), has(flags, 'p')
-local n = #ARGV - 4
+local n = #ARGV - 6
 
 local expired, late_sum, late_max, owners, stale = 0, 0, 0, 0, 0
+local bytes = BYTES_MAX
+local latest = 0 -- the latest score filed, for the index TTL (no events)
 for i = 1, n do
-  if budget <= 0 then
+  if budget <= 0 or bytes <= 0 then
     break
   end
-  local key, pkey, owner = KEYS[2 + i], KEYS[2 + n + i], ARGV[4 + i]
+  local key, pkey, owner = KEYS[3 + i], KEYS[3 + n + i], ARGV[6 + i]
   -- drop's own read of the expired members is the re-check: it finds none
   -- when the entry was stale (or the owner is gone).
-  local removed, _, ls, lm = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true)
+  local removed, _, ls, lm, used = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true, bytes)
   if removed > 0 then
     budget = budget - removed
+    bytes = bytes - used
     expired = expired + removed
     late_sum = late_sum + ls
     if lm > late_max then
@@ -57,6 +71,9 @@ for i = 1, n do
   local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[1] then
     call('ZADD', due, first[2], owner)
+    if tonumber(first[2]) > latest then
+      latest = tonumber(first[2])
+    end
   else
     call('ZREM', due, owner)
   end
@@ -67,12 +84,39 @@ for i = 1, n do
   end
 end
 
+-- Without events the index key outlives the latest score filed in it by
+-- INDEX_GRACE (see file_owner); an owner re-filed here must not be lost with it.
+if not events and latest > 0 then
+  local ttl = latest - now
+  if ttl < 0 then
+    ttl = 0
+  end
+  keep_index(due, ttl)
+end
+
 local head = call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local earliest = -1
 if head[2] then
   earliest = tonumber(head[2])
 end
-local reply = {now, expired, late_sum, late_max, owners, stale, earliest}
+local trimmed = 0
+if events then
+  -- Stream IDs carry the server's clock, which now may not be (WithClock).
+  local server = now
+  if ARGV[1] ~= '' then
+    server = now_ms('')
+  end
+  local minid = server - tonumber(ARGV[5])
+  if minid > 0 then
+    trimmed = call('XTRIM', stream, 'MINID', minid)
+  end
+  trimmed = trimmed + call('XTRIM', stream, 'MAXLEN', ARGV[6])
+  if trimmed > 0 then
+    call('INCRBY', KEYS[3], trimmed)
+  end
+end
+
+local reply = {now, expired, late_sum, late_max, owners, stale, earliest, trimmed}
 local next = call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
 for i = 1, #next do
   reply[#reply + 1] = next[i]

@@ -30,6 +30,12 @@ import (
 //	expset_swept_members_total{set}              expired members removed by sweeps
 //	expset_sweep_lateness_seconds{set}           per batch, how late its latest removal was
 //	expset_event_attempts_total{set,result}      handler calls: ok, error, dead_lettered
+//	expset_events_trimmed_total{set}             events retention removed unconsumed
+//	expset_loop_errors_total{set,op}             errors Sweeper.Run and Consume survived
+//
+// With these hooks installed, the errors the loops survive are counted here
+// instead of being logged (see expset.Hooks.OnError); to log them as well,
+// wrap Hooks().OnError.
 type Collector struct {
 	calls    *prometheus.CounterVec
 	callTime *prometheus.HistogramVec
@@ -40,6 +46,8 @@ type Collector struct {
 	swept    *prometheus.CounterVec
 	lateness *prometheus.HistogramVec
 	events   *prometheus.CounterVec
+	trimmed  *prometheus.CounterVec
+	errors   *prometheus.CounterVec
 	all      []prometheus.Collector
 }
 
@@ -85,8 +93,12 @@ func NewCollector(opts ...Option) *Collector {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"set"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "event_attempts_total",
 			Help: "Expiry events given to handlers, by result: ok, error, dead_lettered."}, []string{"set", "result"}),
+		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "events_trimmed_total",
+			Help: "Expiry events the stream retention removed before every consumer group had them (WithEventRetention)."}, []string{"set"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loop_errors_total",
+			Help: "Errors the background loops (Sweeper.Run, Consume) survived and retried, by operation."}, []string{"set", "op"}),
 	}
-	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events}
+	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events, c.trimmed, c.errors}
 	return c
 }
 
@@ -116,6 +128,12 @@ func (c *Collector) Hooks() expset.Hooks {
 			}
 		},
 		OnSweep: func(si expset.SweepInfo) {
+			if si.Trimmed > 0 {
+				c.trimmed.WithLabelValues(si.Set).Add(float64(si.Trimmed))
+			}
+			if !si.Batch {
+				return
+			}
 			c.batches.WithLabelValues(si.Set).Inc()
 			c.owners.WithLabelValues(si.Set).Add(float64(si.Owners))
 			c.swept.WithLabelValues(si.Set).Add(float64(si.Expired))
@@ -132,6 +150,9 @@ func (c *Collector) Hooks() expset.Hooks {
 				result = "error"
 			}
 			c.events.WithLabelValues(ei.Set, result).Inc()
+		},
+		OnError: func(ei expset.ErrorInfo) {
+			c.errors.WithLabelValues(ei.Set, ei.Op).Inc()
 		},
 	}
 }

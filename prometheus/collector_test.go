@@ -45,7 +45,9 @@ func TestScrape(t *testing.T) {
 	must(q2.Acquire(ctx, "u", "b", time.Minute)) // denied
 	must(q.Acquire(ctx, "u", "c", time.Minute))  // admitted, evicts a
 	must(set.Count(ctx, "u"))
-	c.Hooks().OnSweep(expset.SweepInfo{Set: "orders", Owners: 3, Expired: 5, Lateness: 20 * time.Millisecond})
+	c.Hooks().OnSweep(expset.SweepInfo{Set: "orders", Batch: true, Owners: 3, Expired: 5, Lateness: 20 * time.Millisecond, Trimmed: 2})
+	c.Hooks().OnSweep(expset.SweepInfo{Set: "orders", Trimmed: 4}) // a call that only trimmed: no batch
+	c.Hooks().OnError(expset.ErrorInfo{Set: "orders", Op: "sweep", Shard: 1, Err: io.EOF, Retry: time.Second})
 	c.Hooks().OnEvent(expset.EventInfo{Set: "orders", Attempt: 1})
 	c.Hooks().OnEvent(expset.EventInfo{Set: "orders", Attempt: 5, Err: io.EOF, DeadLettered: true})
 
@@ -72,6 +74,8 @@ func TestScrape(t *testing.T) {
 		`expset_sweep_lateness_seconds_count{set="orders"} 1`,
 		`expset_event_attempts_total{result="ok",set="orders"} 1`,
 		`expset_event_attempts_total{result="dead_lettered",set="orders"} 1`,
+		`expset_events_trimmed_total{set="orders"} 6`,
+		`expset_loop_errors_total{op="sweep",set="orders"} 1`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q", want)

@@ -38,6 +38,8 @@ var shardGauges = []struct {
 		func(s expset.ShardStats) float64 { return float64(s.Pending) }},
 	{"expset_shard_dead_letters", "Expiry events that failed every attempt and wait in the dead-letter stream.",
 		func(s expset.ShardStats) float64 { return float64(s.Dead) }},
+	{"expset_shard_events_trimmed", "Expiry events the stream retention removed before every consumer group had them, since the shard began.",
+		func(s expset.ShardStats) float64 { return float64(s.Trimmed) }},
 	{"expset_shard_lease_held", "1 when a sweeper holds the shard's lease, else 0.",
 		func(s expset.ShardStats) float64 {
 			if s.Leased {

@@ -433,6 +433,24 @@ func TestBinarySweepOnce(t *testing.T) {
 	}
 }
 
+// TestBinarySweepRetention: --retain-len bounds the streams the sweep
+// writes, and stats counts what it trimmed.
+func TestBinarySweepRetention(t *testing.T) {
+	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
+	addExpired(t, set, rdb, "a", "b", "c", "d", "e")
+	code, _, errs := runBin(t, "sweep", "--redis", url, "--once", "--retain-len", "2", set.Name())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if tot := totals(t, url, set).Total; tot.Events != 2 || tot.Trimmed != 3 {
+		t.Errorf("after sweep --once --retain-len 2: %+v, want 2 events and 3 trimmed", tot)
+	}
+	code, _, errs = runBin(t, "sweep", "--redis", url, "--once", "--retain-len", "0", set.Name())
+	if code != 2 || !strings.Contains(errs, "WithEventRetention") {
+		t.Errorf("--retain-len 0: exit %d, %q; want exit 2", code, errs)
+	}
+}
+
 func TestBinarySweepRun(t *testing.T) {
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	addExpired(t, set, rdb, "a", "b", "c")

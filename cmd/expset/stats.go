@@ -35,6 +35,7 @@ type statCounts struct {
 	Events     int64      `json:"events"`
 	Pending    int64      `json:"pending"`
 	Dead       int64      `json:"dead"`
+	Trimmed    int64      `json:"trimmed"` // events retention removed unconsumed, ever
 }
 
 type shardRow struct {
@@ -160,7 +161,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
 			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
-			Events: s.Events, Pending: s.Pending, Dead: s.Dead,
+			Events: s.Events, Pending: s.Pending, Dead: s.Dead, Trimmed: s.Trimmed,
 		}}
 		if !s.OldestDue.IsZero() {
 			d := s.OldestDue.UTC()
@@ -176,6 +177,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Events += row.Events
 		t.Pending += row.Pending
 		t.Dead += row.Dead
+		t.Trimmed += row.Trimmed
 		if row.Leased {
 			t.Leased++
 		}

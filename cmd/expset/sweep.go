@@ -87,7 +87,7 @@ func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
 }
 
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sweep", "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] NAME",
+	fs := newFlags("sweep", "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
 		"expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n"+
 			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C", stderr)
 	url := fs.String("redis", "", redisFlagHelp)
@@ -98,6 +98,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxIdle := fs.Duration("max-idle", expset.DefaultMaxIdle, "the longest the sweeper waits before looking at its shards again")
 	owners := fs.Int("owners-per-batch", expset.DefaultOwnersPerBatch, "due owners one sweep script takes")
 	members := fs.Int("members-per-batch", expset.DefaultMembersPerBatch, "expired members one sweep script removes at most")
+	retainAge := fs.Duration("retain-age", expset.DefaultEventMaxAge, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
+	retainLen := fs.Int("retain-len", expset.DefaultEventMaxLen, "with expiry events: events a shard's stream keeps at most")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -117,7 +119,18 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer c.close()
 	var prog sweepProgress
-	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0), expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep}))
+	cfg, err := expset.ReadConfiguration(ctx, c.rdb, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep})}
+	if cfg.Events {
+		setOpts = append(setOpts, expset.WithEventRetention(*retainAge, *retainLen))
+	}
+	set, err := expset.OpenExisting(ctx, c.rdb, fs.Arg(0), setOpts...)
+	if errors.Is(err, expset.ErrInvalidOption) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,214 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/expset/expset/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A system test of the background loops: a redis-server with AOF
+// (appendfsync always) is SIGKILLed and restarted on the same port while
+// the loops run and members keep expiring.
+
+// restartRun is one run of restartUnderLoad: a dedicated server, a set on
+// it whose loop errors are recorded, and what the writer was told.
+type restartRun struct {
+	srv *redistest.Server
+	rdb *redis.Client
+	set *Set
+
+	mu     sync.Mutex
+	errs   []ErrorInfo     // every error a loop reported (Hooks.OnError)
+	acked  map[string]bool // owner/member of every Add that returned nil
+	unsure map[string]bool // owner/member of every Add that failed: it may have landed
+
+	// beforeKill and beforeStop, when set, run in load just before the
+	// SIGKILL and just before the loops are stopped.
+	beforeKill, beforeStop func()
+}
+
+// newRestartRun starts a redis-server with AOF and opens a set of 4 shards
+// with expiry events on it, recording what its loops report.
+func newRestartRun(t *testing.T) *restartRun {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("kills and restarts a redis-server; skipped with -short")
+	}
+	r := &restartRun{acked: map[string]bool{}, unsure: map[string]bool{}}
+	r.srv = redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	// No go-redis retries: each call fails at once while the server is
+	// down, so the loops meet the outage many times over (with retries a
+	// call can spend most of it dialling).
+	r.rdb = r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	r.set = must[*Set](t)(New(r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
+		WithHooks(Hooks{OnError: func(e ErrorInfo) {
+			r.mu.Lock()
+			r.errs = append(r.errs, e)
+			r.mu.Unlock()
+		}})))
+	return r
+}
+
+// reported returns the errors the loops reported so far.
+func (r *restartRun) reported() []ErrorInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ErrorInfo(nil), r.errs...)
+}
+
+// load runs loops (Sweeper.Run, Set.Consume, ...) in the background while a
+// writer adds members expiring 30ms later: for a while, then across a
+// SIGKILL of the server, 2s down (longer than go-redis retries a
+// command) and a restart, then for a while again.
+// It returns once every acknowledged member is no longer due (swept), and
+// every loop has run past the restart, and stops the loops, checking each
+// returned nil.
+func (r *restartRun) load(t *testing.T, loops ...func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	var stops []func()
+	for i, run := range loops {
+		stops = append(stops, background(t, "loop "+strconv.Itoa(i), run))
+	}
+	writeCtx, stopWriting := context.WithCancel(ctx)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; writeCtx.Err() == nil; i++ {
+			owner, member := "o"+strconv.Itoa(i%50), "m"+strconv.Itoa(i)
+			_, err := r.set.Add(writeCtx, owner, member, 30*time.Millisecond)
+			r.mu.Lock()
+			if err == nil {
+				r.acked[owner+"/"+member] = true
+			} else {
+				r.unsure[owner+"/"+member] = true
+			}
+			r.mu.Unlock()
+			if err != nil {
+				time.Sleep(10 * time.Millisecond) // the server is down
+			} else {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if r.beforeKill != nil {
+		r.beforeKill()
+	}
+	r.srv.Kill()
+	time.Sleep(2 * time.Second)
+	if err := r.srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	waitHealed(t, "the client reconnects after the restart", faultWait, func() error { return r.rdb.Ping(ctx).Err() })
+	time.Sleep(500 * time.Millisecond)
+	stopWriting()
+	<-written
+	waitHealed(t, "every member swept", faultWait, func() error {
+		stats, err := r.set.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		for _, st := range stats {
+			if st.Owners != 0 {
+				return errors.New("shard " + strconv.Itoa(st.Shard) + " still indexes owners")
+			}
+		}
+		return nil
+	})
+	if r.beforeStop != nil {
+		r.beforeStop()
+	}
+	for _, stop := range stops {
+		stop()
+	}
+}
+
+// leases returns the value of every shard's lease key ("" when none).
+func (r *restartRun) leases() []string {
+	out := make([]string, len(r.set.shards))
+	for i, sk := range r.set.shards {
+		out[i] = r.rdb.Get(context.Background(), sk.lease).Val()
+	}
+	return out
+}
+
+// streamEvents counts the events in the set's streams by owner/member.
+func (r *restartRun) streamEvents(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, sk := range r.set.shards {
+		for _, m := range must[[]redis.XMessage](t)(r.rdb.XRange(context.Background(), sk.events, "-", "+").Result()) {
+			o, _ := m.Values["o"].(string)
+			mem, _ := m.Values["m"].(string)
+			out[o+"/"+mem]++
+		}
+	}
+	return out
+}
+
+// checkExactlyOnce fails t unless seen (events by owner/member) holds every
+// acknowledged Add exactly once, every failed Add at most once, and nothing
+// else.
+func (r *restartRun) checkExactlyOnce(t *testing.T, seen map[string]int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.acked) < 100 {
+		t.Fatalf("only %d acknowledged writes: the run proves little", len(r.acked))
+	}
+	for k := range r.acked {
+		if seen[k] != 1 {
+			t.Errorf("acknowledged %s: %d events, want 1", k, seen[k])
+		}
+	}
+	for k, n := range seen {
+		if !r.acked[k] && (!r.unsure[k] || n > 1) {
+			t.Errorf("%s: %d events, acknowledged %v, failed %v", k, n, r.acked[k], r.unsure[k])
+		}
+	}
+	t.Logf("%d acknowledged, %d failed writes; %d events", len(r.acked), len(r.unsure), len(seen))
+}
+
+// TestSweeperRunSurvivesRestart: Sweeper.Run keeps going across a SIGKILL
+// and restart of redis-server (AOF, appendfsync always): it does not return,
+// the errors of the outage reach Hooks.OnError, and every acknowledged
+// member gets its expiry event exactly once (none lost, none doubled). The
+// leases (6s, longer than the outage, refreshed every 2s, so refreshes fail
+// during it) are taken back with their own tokens when Redis answers again,
+// not left to lapse and taken anew.
+func TestSweeperRunSurvivesRestart(t *testing.T) {
+	noLeaks(t)
+	r := newRestartRun(t)
+	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
+	var held []string
+	r.beforeKill = func() {
+		waitFor(t, "every lease held", func() bool { return !slices.Contains(r.leases(), "") })
+		held = r.leases()
+	}
+	r.beforeStop = func() {
+		waitFor(t, "every lease taken back", func() bool { return !slices.Contains(r.leases(), "") })
+		if got := r.leases(); !slices.Equal(got, held) {
+			t.Errorf("leases after the restart %q, want the same tokens as before %q", got, held)
+		}
+	}
+	r.load(t, w.Run)
+	r.checkExactlyOnce(t, r.streamEvents(t))
+	errs := r.reported()
+	if len(errs) == 0 {
+		t.Fatal("no error reported across the outage")
+	}
+	for _, e := range errs {
+		if e.Set != r.set.Name() || (e.Op != "sweep" && e.Op != "lease") || e.Shard < 0 || e.Shard > 3 || e.Err == nil || e.Retry <= 0 {
+			t.Errorf("report %+v", e)
+		}
+	}
+	t.Logf("%d errors reported, first %v", len(errs), errs[0].Err)
+}

@@ -1,0 +1,114 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// trimmedTotal sums ShardStats.Trimmed over the shards of s.
+func trimmedTotal(t *testing.T, s *Set) int64 {
+	t.Helper()
+	var n int64
+	for _, st := range must[[]ShardStats](t)(s.Stats(context.Background())) {
+		n += st.Trimmed
+	}
+	return n
+}
+
+// TestEventRetentionMaxLen: with no consumer at all, a sweep that writes 12
+// events to a stream retained at 5 leaves the 5 latest, and the 7 trimmed
+// are counted in SweepStats, Stats and SweepInfo; later sweeps add to the
+// count.
+func TestEventRetentionMaxLen(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		var hooked int
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
+			WithHooks(Hooks{OnSweep: func(si SweepInfo) { hooked += si.Trimmed }}))
+		ctx := context.Background()
+		for i := range 12 {
+			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))
+		}
+		clk.Advance(time.Second)
+		st := must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		if st.Expired != 12 || st.Trimmed != 7 || hooked != 7 {
+			t.Fatalf("sweep: %+v, hooks saw %d trimmed; want 12 expired, 7 trimmed", st, hooked)
+		}
+		var owners []string
+		for _, m := range b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Val() {
+			owners = append(owners, m.Values["o"].(string))
+		}
+		if got, want := strings.Join(owners, ","), "o7,o8,o9,o10,o11"; got != want {
+			t.Fatalf("kept %v, want the latest %v", owners, want)
+		}
+		if n := trimmedTotal(t, s); n != 7 {
+			t.Fatalf("Stats: %d trimmed, want 7", n)
+		}
+		must[time.Time](t)(s.Add(ctx, "late", "m", time.Millisecond))
+		clk.Advance(time.Second)
+		st = must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].events).Val() != 5 {
+			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].events).Val())
+		}
+	})
+}
+
+// TestEventRetentionMaxAge: an event older than the max age (by its stream
+// ID, the server's clock) is trimmed by Sweeper.Run with nothing new written
+// and no consumer, on every shard, and counted; younger ones stay.
+func TestEventRetentionMaxAge(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, _ := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithEventRetention(time.Hour, 1000))
+		ctx := context.Background()
+		server := must[time.Time](t)(b.rdb.Time(ctx).Result())
+		for i, sk := range s.shards {
+			for _, age := range []time.Duration{3 * time.Hour, 2 * time.Hour, time.Minute} {
+				id := strconv.FormatInt(server.Add(-age).UnixMilli(), 10) + "-" + strconv.Itoa(i)
+				if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: sk.events, ID: id, Values: []any{"o", "x", "m", "m", "d", "1"}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond)))
+		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
+		stop()
+		for i, sk := range s.shards {
+			if n := b.rdb.XLen(ctx, sk.events).Val(); n != 1 {
+				t.Errorf("shard %d keeps %d events, want the minute-old one", i, n)
+			}
+		}
+	})
+}
+
+// TestEventRetentionOptions: out-of-range bounds, or retention on a set
+// without events, fail Open with ErrInvalidOption, writing nothing.
+func TestEventRetentionOptions(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer rdb.Close()
+	for _, c := range []struct {
+		opts []Option
+	}{
+		{[]Option{WithExpiryEvents(), WithEventRetention(999*time.Millisecond, 10)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(MaxTTL+time.Millisecond, 10)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, 0)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, MaxEventMaxLen+1)}},
+		{[]Option{WithEventRetention(time.Hour, 10)}},
+	} {
+		if _, err := New(rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("New with %d options: %v, want ErrInvalidOption", len(c.opts), err)
+		}
+	}
+	if keys := setKeys(t, rdb, "retention"); len(keys) != 0 {
+		t.Fatalf("rejected Open wrote %v", keys)
+	}
+	if _, err := New(rdb, "retention", WithExpiryEvents(), WithEventRetention(time.Second, 1)); err != nil {
+		t.Fatalf("smallest bounds: %v", err)
+	}
+}

@@ -1,0 +1,258 @@
+package expset
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// syncBuffer is a bytes.Buffer safe for simultaneous use: a slog handler's
+// output written by Run's goroutine and read by the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// captureSlog makes slog.Default() write text lines to the returned buffer
+// until t ends.
+func captureSlog(t *testing.T) *syncBuffer {
+	t.Helper()
+	buf := &syncBuffer{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return buf
+}
+
+// oneOwnerPerShard returns an owner of each shard of s.
+func oneOwnerPerShard(s *Set) []string {
+	owners := make([]string, s.Shards())
+	for i, left := 0, s.Shards(); left > 0; i++ {
+		o := "o" + strconv.Itoa(i)
+		if sh := s.ShardOf(o); owners[sh] == "" {
+			owners[sh] = o
+			left--
+		}
+	}
+	return owners
+}
+
+// TestRunReportsAWrongTypeShard: Sweeper.Run run the plain way (no error
+// handler, no hooks) on a set whose shard 0 stream is a string (WRONGTYPE on
+// every sweep of it) logs the error at warning level through log/slog,
+// naming the op and shard, sweeps the other shards meanwhile, and sweeps
+// shard 0, once, when the key is fixed.
+func TestRunReportsAWrongTypeShard(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		logs := captureSlog(t)
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
+		ctx := context.Background()
+		owners := oneOwnerPerShard(s)
+		for _, o := range owners {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond)))
+		clk.Advance(2 * time.Second)
+		waitFor(t, "shards 1 to 3 swept", func() bool {
+			for i := 1; i < 4; i++ {
+				if b.rdb.XLen(ctx, s.shards[i].events).Val() != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		waitFor(t, "the error logged", func() bool {
+			out := logs.String()
+			return strings.Contains(out, "WRONGTYPE") && strings.Contains(out, "shard=0") &&
+				strings.Contains(out, "level=WARN") && strings.Contains(out, "op=sweep")
+		})
+		if first := strings.SplitN(logs.String(), "\n", 2)[0]; !strings.Contains(first, s.shards[0].due) {
+			t.Errorf("logged line does not name the key: %q", first)
+		}
+		if err := b.rdb.Del(ctx, s.shards[0].events).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "shard 0 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 })
+		stop()
+		for i, sk := range s.shards {
+			if n := b.rdb.XLen(ctx, sk.events).Val(); n != 1 {
+				t.Errorf("shard %d: %d events, want 1", i, n)
+			}
+		}
+	})
+}
+
+// TestRunReportsEveryErrorToTheHook: with Hooks.OnError set, every failed
+// sweep of the broken shard reaches it (op "sweep", the shard, the Redis
+// error, a retry delay that grows while the shard keeps failing), nothing
+// is logged, the other shards are swept, and the shard resumes when healed.
+func TestRunReportsEveryErrorToTheHook(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		logs := captureSlog(t)
+		var mu sync.Mutex
+		var got []ErrorInfo
+		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		}}))
+		reported := func() []ErrorInfo {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]ErrorInfo(nil), got...)
+		}
+		ctx := context.Background()
+		owners := oneOwnerPerShard(s)
+		for _, o := range owners {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		if err := b.rdb.HSet(ctx, s.shards[2].events, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond)))
+		clk.Advance(2 * time.Second)
+		waitFor(t, "three errors reported", func() bool { return len(reported()) >= 3 })
+		waitFor(t, "shards 0 and 1 swept", func() bool {
+			return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 && b.rdb.XLen(ctx, s.shards[1].events).Val() == 1
+		})
+		errs := reported()
+		for i, e := range errs {
+			if e.Set != s.Name() || e.Op != "sweep" || e.Shard != 2 || !strings.Contains(e.Err.Error(), "WRONGTYPE") {
+				t.Fatalf("report %d: %+v", i, e)
+			}
+		}
+		// Retry of the n-th consecutive failure is at least half of
+		// retryMin*2^(n-1); the first three are 50ms+, 100ms+, 200ms+.
+		for i, lo := range []time.Duration{retryMin / 2, retryMin, 2 * retryMin} {
+			if errs[i].Retry < lo || errs[i].Retry > retryMax {
+				t.Fatalf("report %d: retry %v, want %v to %v", i, errs[i].Retry, lo, retryMax)
+			}
+		}
+		if err := b.rdb.Del(ctx, s.shards[2].events).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "shard 2 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[2].events).Val() == 1 })
+		stop()
+		if out := logs.String(); out != "" {
+			t.Fatalf("logged with a hook set: %s", out)
+		}
+	})
+}
+
+// TestRunReportsToTheErrorHandler: WithErrorHandler receives each error Run
+// survives, and then nothing is logged by default.
+func TestRunReportsToTheErrorHandler(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		logs := captureSlog(t)
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		ctx := context.Background()
+		for _, o := range oneOwnerPerShard(s) {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		if err := b.rdb.Set(ctx, s.shards[1].events, "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var errs []error
+		stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithErrorHandler(func(err error) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		})))
+		clk.Advance(2 * time.Second)
+		waitFor(t, "an error handled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(errs) > 0
+		})
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(errs[0].Error(), "WRONGTYPE") || errors.Is(errs[0], ErrLeaseLost) {
+			t.Fatalf("handled %v", errs[0])
+		}
+		if out := logs.String(); out != "" {
+			t.Fatalf("logged with an error handler set: %s", out)
+		}
+	})
+}
+
+// TestRunRetakesItsLeasesAfterAnOutage: while every command fails (LOADING,
+// on miniredis, whose key TTLs stand still, so the leases never lapse) the
+// lease refreshes fail and are reported as op "lease"; when Redis answers
+// again Run takes each lease back with its own token, at once, and sweeps.
+// Without the token it would wait for leases that never lapse here.
+func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var mu sync.Mutex
+	var got []ErrorInfo
+	s, clk := newTestSet(t, backend{name: "miniredis", rdb: rdb, mr: mr}, WithShards(2), WithExpiryEvents(),
+		WithHooks(Hooks{OnError: func(e ErrorInfo) {
+			mu.Lock()
+			got = append(got, e)
+			mu.Unlock()
+		}}))
+	ctx := context.Background()
+	leases := func() []string {
+		return []string{rdb.Get(ctx, s.shards[0].lease).Val(), rdb.Get(ctx, s.shards[1].lease).Val()}
+	}
+	stop := runSweeper(t, NewSweeper(s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
+	waitFor(t, "both leases", func() bool { l := leases(); return l[0] != "" && l[1] != "" })
+	held := leases()
+
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	waitFor(t, "both refreshes failed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		failed := map[int]bool{}
+		for _, e := range got {
+			if e.Op == "lease" && errors.Is(e.Err, errRefresh) && strings.Contains(e.Err.Error(), "LOADING") {
+				failed[e.Shard] = true
+			}
+		}
+		return failed[0] && failed[1]
+	})
+	mr.SetError("")
+	for _, o := range oneOwnerPerShard(s) {
+		must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+	}
+	clk.Advance(2 * time.Second)
+	waitFor(t, "both shards swept after the outage", func() bool {
+		return rdb.XLen(ctx, s.shards[0].events).Val() == 1 && rdb.XLen(ctx, s.shards[1].events).Val() == 1
+	})
+	if l := leases(); !slices.Equal(l, held) {
+		t.Fatalf("leases %q after the outage, want the same tokens %q", l, held)
+	}
+	stop()
+}
