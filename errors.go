@@ -39,6 +39,12 @@ var (
 	// options to open it with; OpenExisting reads and uses them.
 	ErrConfigMismatch = errors.New("expset: configuration mismatch")
 
+	// ErrServerVersion means a server is older than expset supports: Redis
+	// before 7.0 or Valkey before 7.2 (docs/compatibility.md says why). Open,
+	// New and OpenExisting fail with it, naming the server and its version,
+	// before any script runs; upgrade the server.
+	ErrServerVersion = errors.New("expset: server version too old")
+
 	// ErrInvalidConsumer means a consumer group or consumer name given to
 	// Consume is empty or longer than MaxConsumerLen.
 	ErrInvalidConsumer = errors.New("expset: invalid consumer group or consumer")

@@ -58,11 +58,18 @@ func New(rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
 	return Open(ctx, rdb, name, opts...)
 }
 
-// Open validates the options, then records the set's configuration (shard
-// count, expiry events, payloads) in Redis the first time the name is opened,
-// or checks it against what is recorded. A different configuration fails with
-// ErrConfigMismatch: opening a set with another shard count would orphan its
-// data. Open makes one round trip; the Set it returns makes none until used.
+// Open validates the options, checks the server, then records the set's
+// configuration (shard count, expiry events, payloads) in Redis the first
+// time the name is opened, or checks it against what is recorded. A
+// different configuration fails with ErrConfigMismatch: opening a set with
+// another shard count would orphan its data.
+//
+// The check reads the server's version once (HELLO, or INFO server when HELLO
+// is refused; on a ClusterClient every master, on a Ring every shard) and
+// fails with ErrServerVersion, before any script runs, when a server is older
+// than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
+// extra master); the Set it returns makes none until used and never checks
+// again.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -101,6 +108,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		s.flags += "i"
 	}
 
+	if err := checkServers(ctx, rdb, name); err != nil {
+		return nil, err
+	}
 	want := s.configString()
 	key := metaKey(name)
 	got, err := scriptOpen.Run(ctx, rdb, []string{key}, want).Text()

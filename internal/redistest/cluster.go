@@ -49,6 +49,10 @@ type ClusterOptions struct {
 	// ExtraArgs are extra redis-server arguments for every node, e.g.
 	// "--maxmemory", "64mb". They come last, so they override the defaults.
 	ExtraArgs []string
+	// Binaries are the server binaries of the nodes in start order (masters
+	// first, then replicas), for clusters of mixed versions; a missing or
+	// empty entry means Binary.
+	Binaries []string
 }
 
 // Cluster is a Redis Cluster of redis-server processes started by
@@ -153,12 +157,9 @@ func startCluster(opts ClusterOptions) (c *Cluster, err error) {
 	if opts.Masters < 3 || opts.ReplicasPerMaster < 0 {
 		return nil, fmt.Errorf("cluster of %d masters with %d replicas each: need at least 3 masters", opts.Masters, opts.ReplicasPerMaster)
 	}
-	cli, err := lookPath("redis-cli")
-	if err == nil {
-		_, err = Binary()
-	}
+	cli, err := CLI()
 	if err != nil {
-		return nil, unavailableError{fmt.Errorf("Redis Cluster tests need redis-server and redis-cli: %w", err)}
+		return nil, unavailableError{fmt.Errorf("Redis Cluster tests need a server and its CLI: %w", err)}
 	}
 	root, err := os.MkdirTemp("", "expset-cluster-*")
 	if err != nil {
@@ -187,7 +188,11 @@ func startCluster(opts ClusterOptions) (c *Cluster, err error) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s, err := start(dir, freeClusterPort, args)
+		bin := ""
+		if i < len(opts.Binaries) {
+			bin = opts.Binaries[i]
+		}
+		s, err := start(dir, bin, freeClusterPort, args)
 		if err != nil {
 			return nil, err
 		}

@@ -254,10 +254,16 @@ func TestStartClusterErrors(t *testing.T) {
 	if err := os.Symlink(server, filepath.Join(dir, "redis-server")); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("PATH", dir) // redis-server but no redis-cli
-	_, err = startCluster(ClusterOptions{})
-	var u unavailableError
-	if !errors.As(err, &u) || !strings.Contains(err.Error(), "redis-cli is not on PATH") {
-		t.Fatalf("without redis-cli: got %v, want an unavailable error naming redis-cli", err)
+	for _, env := range []struct{ bin, path, want string }{
+		{"", dir, "neither redis-cli nor valkey-cli is on PATH"},
+		{dir, "", "neither redis-cli nor valkey-cli beside EXPSET_REDIS_BIN=" + dir},
+	} {
+		t.Setenv("EXPSET_REDIS_BIN", env.bin)
+		t.Setenv("PATH", env.path) // a server but no CLI
+		_, err = startCluster(ClusterOptions{})
+		var u unavailableError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), env.want) {
+			t.Fatalf("without a CLI: got %v, want an unavailable error saying %q", err, env.want)
+		}
 	}
 }

@@ -6,6 +6,13 @@
 // touches port 6379 or a server the tests did not start.
 //
 // Environment:
+//   - EXPSET_REDIS_BIN: the server the tests start (see Binary): a directory
+//     holding redis-server or valkey-server (and redis-cli or valkey-cli, for
+//     clusters), or the path of the server binary itself, with the CLI beside
+//     it. Unset, redis-server (else valkey-server) and its CLI are taken from
+//     PATH. `.ci/servers redis-7.4.1` prints such a directory.
+//   - EXPSET_OLD_REDIS_BIN: the same for a server older than expset supports,
+//     which StartOld starts for the tests of the refusal; unset, they skip.
 //   - REDIS_ADDR: use this server instead of starting one (tests must then keep
 //     to their own keys; nothing here flushes it).
 //   - EXPSET_REQUIRE_REDIS=1: fail, instead of skip, when no real Redis can be had.
@@ -40,7 +47,7 @@ func Unavailable(tb testing.TB, why string) {
 	if Required() {
 		tb.Fatalf("real Redis required (EXPSET_REQUIRE_REDIS=1) but unavailable: %s", why)
 	}
-	tb.Skipf("skipping real-Redis test: %s (install redis-server or set REDIS_ADDR)", why)
+	tb.Skipf("skipping real-Redis test: %s (install redis-server, or set EXPSET_REDIS_BIN or REDIS_ADDR)", why)
 }
 
 // Server is a redis-server process started by this package.
@@ -49,6 +56,7 @@ type Server struct {
 	Dir  string
 	Port int
 
+	bin  string // the server binary
 	args []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -76,7 +84,7 @@ func Addr(tb testing.TB) string {
 			sharedErr = err
 			return
 		}
-		shared, sharedErr = start(dir, FreePort, nil)
+		shared, sharedErr = start(dir, "", FreePort, nil)
 	})
 	if sharedErr != nil {
 		Unavailable(tb, sharedErr.Error())
@@ -105,15 +113,91 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Binary reports the path of redis-server, or an error saying it is missing.
-func Binary() (string, error) { return lookPath("redis-server") }
+// Binary returns the path of the server binary the tests start: from
+// EXPSET_REDIS_BIN when set, else redis-server or valkey-server on PATH. It
+// returns an error saying what is missing.
+func Binary() (string, error) {
+	server, _, err := binaries("EXPSET_REDIS_BIN")
+	return server, err
+}
 
-func lookPath(name string) (string, error) {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("%s is not on PATH", name)
+// CLI returns the path of the CLI that goes with Binary (redis-cli or
+// valkey-cli), which creates clusters.
+func CLI() (string, error) {
+	_, cli, err := binaries("EXPSET_REDIS_BIN")
+	if err == nil && cli == "" {
+		err = errors.New("neither redis-cli nor valkey-cli " + where("EXPSET_REDIS_BIN"))
 	}
-	return p, nil
+	return cli, err
+}
+
+// OldBinary returns the path of the server binary in EXPSET_OLD_REDIS_BIN,
+// or an error saying how to get one.
+func OldBinary() (string, error) {
+	if os.Getenv("EXPSET_OLD_REDIS_BIN") == "" {
+		return "", errors.New("EXPSET_OLD_REDIS_BIN is not set; set it to a server older than 7.0, " +
+			"e.g. EXPSET_OLD_REDIS_BIN=$(.ci/servers redis-6.2.16)")
+	}
+	server, _, err := binaries("EXPSET_OLD_REDIS_BIN")
+	return server, err
+}
+
+// binaries finds the server and CLI binaries named by the environment
+// variable env (a directory, or the server's path with the CLI beside it), or
+// on PATH when env is unset. The server is redis-server or valkey-server, the
+// CLI redis-cli or valkey-cli ("" when there is none); Valkey 8 builds only
+// the valkey-* names.
+func binaries(env string) (server, cli string, err error) {
+	v := os.Getenv(env)
+	if v == "" {
+		for _, name := range []string{"redis-server", "valkey-server"} {
+			if server, err = exec.LookPath(name); err == nil {
+				break
+			}
+		}
+		if server == "" {
+			return "", "", errors.New("neither redis-server nor valkey-server is on PATH (or set " + env + ")")
+		}
+		for _, name := range []string{"redis-cli", "valkey-cli"} {
+			if cli, err = exec.LookPath(name); err == nil {
+				return server, cli, nil
+			}
+		}
+		return server, "", nil
+	}
+	dir := v
+	if st, err := os.Stat(v); err != nil {
+		return "", "", fmt.Errorf("%s=%s: %w", env, v, err)
+	} else if !st.IsDir() {
+		server, dir = v, filepath.Dir(v)
+	}
+	if server == "" {
+		server = executable(dir, "redis-server", "valkey-server")
+		if server == "" {
+			return "", "", fmt.Errorf("%s=%s holds neither redis-server nor valkey-server", env, v)
+		}
+	}
+	return server, executable(dir, "redis-cli", "valkey-cli"), nil
+}
+
+// executable returns the first of names that is an executable file in dir,
+// or "".
+func executable(dir string, names ...string) string {
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// where says where binaries named by env are looked for, for error messages.
+func where(env string) string {
+	if v := os.Getenv(env); v != "" {
+		return "beside " + env + "=" + v
+	}
+	return "is on PATH"
 }
 
 // Start starts a dedicated redis-server for tb in its own temporary directory,
@@ -121,7 +205,7 @@ func lookPath(name string) (string, error) {
 // ends. It skips or fails tb like Addr when redis-server is missing.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s, err := start(tb.TempDir(), FreePort, func(int) []string { return args })
+	s, err := start(tb.TempDir(), "", FreePort, func(int) []string { return args })
 	if err != nil {
 		Unavailable(tb, err.Error())
 	}
@@ -129,12 +213,36 @@ func Start(tb testing.TB, args ...string) *Server {
 	return s
 }
 
-// start launches a redis-server in dir on a port from pick, with the extra
-// arguments args returns for that port (args may be nil), trying a fresh port
-// when the launch fails (e.g. because another process took the port).
-func start(dir string, pick func() (int, error), args func(port int) []string) (*Server, error) {
-	if _, err := Binary(); err != nil {
-		return nil, err
+// StartOld is Start for the server in EXPSET_OLD_REDIS_BIN (see OldBinary):
+// one older than expset supports. It skips tb when the variable is unset,
+// saying how to set it, and otherwise fails tb when the server does not start.
+func StartOld(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	bin, err := OldBinary()
+	if os.Getenv("EXPSET_OLD_REDIS_BIN") == "" {
+		tb.Skipf("skipping a test on an old server: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := start(tb.TempDir(), bin, FreePort, func(int) []string { return args })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// start launches the server binary bin (Binary when "") in dir on a port
+// from pick, with the extra arguments args returns for that port (args may be
+// nil), trying a fresh port when the launch fails (e.g. because another
+// process took the port).
+func start(dir, bin string, pick func() (int, error), args func(port int) []string) (*Server, error) {
+	if bin == "" {
+		var err error
+		if bin, err = Binary(); err != nil {
+			return nil, err
+		}
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -142,7 +250,7 @@ func start(dir string, pick func() (int, error), args func(port int) []string) (
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		s := &Server{Dir: dir, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin}
 		if args != nil {
 			s.args = args(port)
 		}
@@ -152,7 +260,7 @@ func start(dir string, pick func() (int, error), args func(port int) []string) (
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("redis-server did not start: %w", lastErr)
+	return nil, fmt.Errorf("%s did not start: %w", bin, lastErr)
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -166,10 +274,6 @@ func FreePort() (int, error) {
 }
 
 func (s *Server) launch() error {
-	bin, err := Binary()
-	if err != nil {
-		return err
-	}
 	argv := []string{
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--dir", s.Dir, "--save", "", "--appendonly", "no",
@@ -177,7 +281,7 @@ func (s *Server) launch() error {
 		"--logfile", "",
 	}
 	argv = append(argv, s.args...)
-	cmd := exec.Command(bin, argv...)
+	cmd := exec.Command(s.bin, argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(filepath.Join(s.Dir, fmt.Sprintf("redis-%d.log", s.Port)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
