@@ -64,6 +64,16 @@ var (
 	// interval.
 	ErrLeaseLost = errors.New("expset: sweeper lease lost")
 
+	// ErrHandlerLeaseLost is the context.Cause of a Consume handler's
+	// context when its lease on the event was lost: another consumer took
+	// the event (this one lost Redis for longer than the visibility
+	// timeout), or it was acknowledged elsewhere.
+	ErrHandlerLeaseLost = errors.New("expset: handler lease on the event lost")
+
+	// ErrHandlerTimeout is the context.Cause of a Consume handler's context
+	// when the call ran for WithMaxHandlingTime.
+	ErrHandlerTimeout = errors.New("expset: handler call ran past the maximum handling time")
+
 	// ErrNotOpened means a method was called on a Set, Quota or Sweeper
 	// that New, Open, NewQuota or NewSweeper did not make: a zero value or a
 	// nil pointer. Nothing was sent to Redis.

@@ -2,10 +2,8 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,6 +15,7 @@ const (
 	DefaultMaxAttempts       = 5                      // WithMaxAttempts
 	DefaultReadBatch         = 10                     // WithReadBatch
 	DefaultPollInterval      = 100 * time.Millisecond // WithPollInterval
+	DefaultMaxHandlingTime   = time.Minute            // WithMaxHandlingTime
 	MaxConsumerLen           = 256                    // bytes in a consumer group or consumer name
 )
 
@@ -24,16 +23,17 @@ const (
 const AllShards = -1
 
 // Expiry is one expiry event: member of owner reached its deadline and was
-// removed. It is delivered at least once: a handler should be idempotent, for
-// instance by keying its work on Owner, Member and Deadline. ID alone is not
-// such a key: the shards' streams are separate, so two shards' events can
-// carry the same ID, and a kicked dead letter comes back with a new one.
+// removed. Each consumer group receives it at least once: a handler should
+// be idempotent, for instance by keying its work on Owner, Member and
+// Deadline. ID alone is not such a key: the shards' streams are separate, so
+// two shards' events can carry the same ID, and a kicked dead letter comes
+// back with a new one.
 type Expiry struct {
 	Owner    string
 	Member   string
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
 	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
-	Attempt  int       // 1 on first delivery, 2 on the first redelivery, ...
+	Attempt  int       // the handler call this is for the event in its group: 1 for the first, 2 for the second, ...
 	Payload  []byte    // the member's payload (WithPayloads), nil when it had none
 	Shard    int       // the shard whose stream carried it
 	ID       string    // the entry's ID in the shard's event stream (unique with Shard)
@@ -48,14 +48,16 @@ type consumeConfig struct {
 	maxAttempts int
 	batch       int
 	poll        time.Duration
+	maxHandling time.Duration
 }
 
-// WithVisibilityTimeout sets how long an event delivered to a handler stays
-// invisible to other consumers (default DefaultVisibilityTimeout, 30s; 1ms to
-// 24h). An event whose handler failed, or whose consumer died, is delivered
-// again once this long has passed since its delivery. The handler's context
-// ends after it: a handler still running then may see the event handled
-// twice.
+// WithVisibilityTimeout sets how long an event stays with a consumer that
+// shows no sign of life (default DefaultVisibilityTimeout, 30s; 1ms to 24h).
+// While a handler call runs, its consumer renews its lease on the event every
+// third of this, so no other consumer takes it however long the call lasts
+// (see WithMaxHandlingTime). An event whose consumer died, or lost Redis,
+// goes to another consumer once this long has passed since the last renewal;
+// an event whose handler failed comes again this long after the failure.
 func WithVisibilityTimeout(d time.Duration) ConsumeOption {
 	return func(c *consumeConfig) {
 		if c.ok(inRange("WithVisibilityTimeout", d, time.Millisecond, 24*time.Hour)) {
@@ -64,9 +66,10 @@ func WithVisibilityTimeout(d time.Duration) ConsumeOption {
 	}
 }
 
-// WithMaxAttempts sets how many deliveries an event gets before it moves to
-// the dead-letter stream (default DefaultMaxAttempts, 5; 1 to 1000). With 1,
-// the first failure buries it.
+// WithMaxAttempts sets how many handler calls an event gets in a group
+// before it moves to the dead-letter stream (default DefaultMaxAttempts, 5;
+// 1 to 1000). With 1, the first failure buries it. Reading an event, holding
+// it in a batch, skipping it and shutting down count no attempt.
 func WithMaxAttempts(n int) ConsumeOption {
 	return func(c *consumeConfig) {
 		if c.ok(inRange("WithMaxAttempts", n, 1, 1000)) {
@@ -77,8 +80,9 @@ func WithMaxAttempts(n int) ConsumeOption {
 
 // WithReadBatch sets how many events one read takes from each shard's
 // stream (default DefaultReadBatch, 10; 1 to 1000). Events read wait their
-// turn for the handler, and their visibility timeout runs meanwhile: keep
-// batch times shards times the handler's time well under it.
+// turn for the handler; one that waited past the visibility timeout may be
+// taken by another consumer meanwhile, and is then skipped here (no attempt
+// is counted).
 func WithReadBatch(n int) ConsumeOption {
 	return func(c *consumeConfig) {
 		if c.ok(inRange("WithReadBatch", n, 1, maxBatch)) {
@@ -99,62 +103,69 @@ func WithPollInterval(d time.Duration) ConsumeOption {
 	}
 }
 
-// consumer is the state of one Consume call.
-type consumer struct {
-	set            *Set
-	group, name    string
-	handle         func(context.Context, Expiry) error
-	cfg            consumeConfig
-	cursor         []string    // per shard: where the next claim starts
-	nextClaim      []time.Time // per shard: when to look for events to claim
-	claimEvery     time.Duration
-	visibilityArgs int64 // visibility in ms
+// WithMaxHandlingTime bounds one handler call (default
+// DefaultMaxHandlingTime, 1m; 1ms to 24h): the handler's context ends then,
+// with context.Cause ErrHandlerTimeout. A call that returns an error after
+// it counts as a failed attempt. The lease on the event is renewed until the
+// call returns, whenever that is: a handler that ignores its context keeps
+// the event (and its Consume) for as long as it runs.
+func WithMaxHandlingTime(d time.Duration) ConsumeOption {
+	return func(c *consumeConfig) {
+		if c.ok(inRange("WithMaxHandlingTime", d, time.Millisecond, 24*time.Hour)) {
+			c.maxHandling = d
+		}
+	}
 }
 
 // Consume delivers the set's expiry events to handle until ctx ends, as
-// consumer of the consumer group group (created on each shard's stream when
-// missing). Several consumers, in any processes, may share a group: each
-// event goes to one of them. Use one group per set: an event is deleted from
-// its stream once handled, so a second group would miss it.
+// consumer consumerName of the consumer group group. Every group receives
+// every event (fan-out: "billing" and "email" each see all of them); within a
+// group, each event goes to one of its consumers, in any processes. A group
+// is created on each shard's stream when missing, starting at the oldest
+// event still retained; declare groups with WithConsumerGroups so that
+// events are kept for a group before its first Consume runs. An event leaves
+// its stream once every group has handled or dead-lettered it.
 //
-// handle runs in Consume's goroutine, one event at a time, with a context
-// that ends with ctx or after the visibility timeout. When it returns nil the
-// event is acknowledged and deleted in one step. When it fails, or the
-// process dies before it returns, the event stays pending and is delivered
-// again, with Attempt one higher, once the visibility timeout has passed
-// since its delivery. An event whose attempt WithMaxAttempts fails, or that
-// is still unacknowledged after that many deliveries, moves to the shard's
-// dead-letter stream with its last error (see DeadLetters, Kick).
+// handle runs in Consume's goroutine, one event at a time. Each call is one
+// attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
+// while it runs, the event's lease is renewed every third of the visibility
+// timeout, so no other consumer takes it, and the handler's context ends
+// when ctx ends, when the lease is lost (context.Cause ErrHandlerLeaseLost),
+// or after WithMaxHandlingTime (ErrHandlerTimeout). When handle returns nil
+// the event is acknowledged (with the next event's start, in one round
+// trip). When it fails, the event is delivered again, to any consumer of the
+// group, once the visibility timeout has passed; when the call that fails is
+// attempt WithMaxAttempts, the event moves to the shard's dead-letter stream
+// with the error (see DeadLetters, Kick). An event whose last attempt never
+// returned (the consumer died, or lost Redis for longer than the visibility
+// timeout) is dead-lettered by the consumer that finds it. Nothing else is:
+// an event that no handler call failed on is never dead-lettered, except an
+// entry that cannot be read as an event at all, which is dead-lettered at
+// once with attempt 0.
 //
 // Each shard's stream is read on its own (on Redis Cluster the shards live on
 // different nodes): one pipelined, non-blocking read of every shard, then a
 // wait of WithPollInterval when all were empty. Events of one shard arrive in
 // the order they expired, except redeliveries.
 //
-// Consume returns nil when ctx ends, having started no goroutine, and returns
-// an error for an invalid argument (ErrInvalidConsumer, ErrInvalidOption,
-// ErrNoEvents) or a Redis error while creating the groups, after which it may
-// be called again: nothing is lost. A Redis error in a later round is
-// reported (Hooks.OnError, else log/slog) and the round retried after a
-// backoff. Options: WithVisibilityTimeout, WithMaxAttempts,
-// WithReadBatch, WithPollInterval.
+// Consume keeps going through Redis failures: a failing shard is retried
+// with capped exponential backoff while the others carry on, and every error
+// goes to Hooks.OnError (by default, log/slog). A deleted stream (Drop, DEL,
+// a restart without persistence) is made again with the group. When ctx
+// ends, events read and not yet handed to handle go back for prompt
+// redelivery with no attempt counted, handled events are acknowledged, and
+// the consumer leaves its group when it holds nothing; Consume then returns
+// nil. It returns an error only for misuse, at once: ErrInvalidConsumer,
+// ErrInvalidOption, ErrNoEvents. Options: WithVisibilityTimeout,
+// WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
 		return err
 	}
-	if err := c.createGroups(ctx); err != nil {
-		return c.end(ctx, err)
-	}
+	defer c.stop(ctx)
 	return s.loop(ctx, "consume", func() (time.Duration, error) {
-		n, err := c.round(ctx)
-		if err != nil {
-			return 0, c.end(ctx, err)
-		}
-		if n > 0 {
-			return 0, nil
-		}
-		return c.cfg.poll, nil
+		return c.round(ctx), nil
 	})
 }
 
@@ -166,8 +177,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
 	}
 	for _, n := range []string{group, name} {
-		if n == "" || len(n) > MaxConsumerLen {
-			return nil, fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, MaxConsumerLen)
+		if err := validateConsumerName(n); err != nil {
+			return nil, err
 		}
 	}
 	if handle == nil {
@@ -178,6 +189,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		maxAttempts: DefaultMaxAttempts,
 		batch:       DefaultReadBatch,
 		poll:        DefaultPollInterval,
+		maxHandling: DefaultMaxHandlingTime,
 	}
 	applyOptions(&cfg, opts)
 	if cfg.err != nil {
@@ -185,199 +197,24 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 	}
 	c := &consumer{
 		set: s, group: group, name: name, handle: handle, cfg: cfg,
-		cursor:         make([]string, len(s.shards)),
-		nextClaim:      make([]time.Time, len(s.shards)),
-		claimEvery:     min(max(cfg.visibility/4, cfg.poll), 5*time.Second),
-		visibilityArgs: max(cfg.visibility.Milliseconds(), 1),
+		shards:     make([]consumerShard, len(s.shards)),
+		acks:       make([][]string, len(s.shards)),
+		claimEvery: min(max(cfg.visibility/4, cfg.poll), 5*time.Second),
+		pruneIdle:  2*cfg.visibility + 10*cfg.poll,
+		visMs:      max(cfg.visibility.Milliseconds(), 1),
+		beat:       max(cfg.visibility/3, time.Millisecond),
 	}
-	for i := range c.cursor {
-		c.cursor[i] = "0-0"
+	for i := range c.shards {
+		c.shards[i].cursor = "0-0"
 	}
 	return c, nil
 }
 
-// end maps an error that ended Consume: nil once ctx has ended.
-func (c *consumer) end(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
-func (c *consumer) createGroups(ctx context.Context) error {
-	for _, sk := range c.set.shards {
-		err := c.set.rdb.XGroupCreateMkStream(ctx, sk.events, c.group, "0").Err()
-		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return fmt.Errorf("expset: create group %q on %s: %w", c.group, sk.events, err)
-		}
+func validateConsumerName(n string) error {
+	if n == "" || len(n) > MaxConsumerLen {
+		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, MaxConsumerLen)
 	}
 	return nil
-}
-
-// round claims what is due for redelivery, then reads and handles new
-// events of every shard; it returns how many events it handled.
-func (c *consumer) round(ctx context.Context) (int, error) {
-	handled := 0
-	for i := range c.set.shards {
-		if time.Now().Before(c.nextClaim[i]) {
-			continue
-		}
-		n, err := c.claim(ctx, i)
-		handled += n
-		if err != nil {
-			return handled, err
-		}
-	}
-
-	pipe := c.set.rdb.Pipeline()
-	cmds := make([]*redis.XStreamSliceCmd, len(c.set.shards))
-	for i, sk := range c.set.shards {
-		cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: c.group, Consumer: c.name, Streams: []string{sk.events, ">"},
-			Count: int64(c.cfg.batch), Block: -1,
-		})
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	read := time.Now()
-	for i, cmd := range cmds {
-		res, err := cmd.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
-			// The stream was deleted under us: make it and the group again.
-			if err := c.createGroups(ctx); err != nil {
-				return handled, err
-			}
-			continue
-		case err != nil:
-			return handled, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, err)
-		}
-		for _, st := range res {
-			for _, m := range st.Messages {
-				if ctx.Err() != nil {
-					return handled, nil
-				}
-				if time.Since(read) >= c.cfg.visibility {
-					// Its visibility timeout ran out while it waited: another
-					// consumer may hold it by now. It comes back by claim.
-					continue
-				}
-				if err := c.deliver(ctx, i, m.ID, m.Values, 1); err != nil {
-					return handled, err
-				}
-				handled++
-			}
-		}
-	}
-	return handled, nil
-}
-
-// claim takes over one batch of shard i's events left pending longer than
-// the visibility timeout, and delivers them again (or buries those past the
-// last attempt).
-func (c *consumer) claim(ctx context.Context, i int) (int, error) {
-	sk := &c.set.shards[i]
-	v, err := c.set.run(ctx, "claim", scriptClaim, []string{sk.events},
-		c.group, c.name, c.visibilityArgs, c.cursor[i], c.cfg.batch)
-	if err != nil {
-		return 0, err
-	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 1 {
-		return 0, unexpected("claim.lua", v)
-	}
-	cursor, ok := asString(xs[0])
-	if !ok {
-		return 0, unexpected("claim.lua", v)
-	}
-	c.cursor[i] = cursor
-	c.nextClaim[i] = time.Now()
-	if cursor == "0-0" {
-		c.nextClaim[i] = c.nextClaim[i].Add(c.claimEvery)
-	}
-	n := 0
-	for _, e := range xs[1:] {
-		id, attempt, values, ok := parseClaimed(e)
-		if !ok {
-			return n, unexpected("claim.lua", v)
-		}
-		if attempt > c.cfg.maxAttempts {
-			// Its last attempt was never acknowledged: the consumer died or
-			// overran the visibility timeout.
-			reason := fmt.Sprintf("not acknowledged within the visibility timeout (%v) after %d deliveries", c.cfg.visibility, attempt-1)
-			if err := c.bury(ctx, i, id, attempt-1, reason); err != nil {
-				return n, err
-			}
-			continue
-		}
-		if err := c.deliver(ctx, i, id, values, attempt); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
-// parseClaimed reads one {id, deliveries, {field, value, ...}} of claim.lua.
-func parseClaimed(v any) (id string, attempt int, values map[string]any, ok bool) {
-	e, ok := v.([]any)
-	if !ok || len(e) != 3 {
-		return "", 0, nil, false
-	}
-	id, ok1 := asString(e[0])
-	n, ok2 := asInt64(e[1])
-	fs, ok3 := e[2].([]any)
-	if !ok1 || !ok2 || !ok3 || len(fs)%2 != 0 {
-		return "", 0, nil, false
-	}
-	values = make(map[string]any, len(fs)/2)
-	for j := 0; j < len(fs); j += 2 {
-		k, ok := asString(fs[j])
-		if !ok {
-			return "", 0, nil, false
-		}
-		values[k] = fs[j+1]
-	}
-	return id, int(n), values, true
-}
-
-// deliver hands one event to the handler and acknowledges it, buries it, or
-// leaves it pending. Only Redis errors are returned.
-func (c *consumer) deliver(ctx context.Context, shard int, id string, values map[string]any, attempt int) error {
-	e, herr := parseExpiry(shard, redis.XMessage{ID: id, Values: values}, attempt)
-	if herr == nil {
-		hctx, cancel := context.WithTimeout(ctx, c.cfg.visibility)
-		herr = c.handle(hctx, e)
-		cancel()
-	} else {
-		attempt = c.cfg.maxAttempts // a malformed entry will not get better
-	}
-	pending := herr != nil && (attempt < c.cfg.maxAttempts || ctx.Err() != nil)
-	if h := c.set.hooks.OnEvent; h != nil {
-		h(EventInfo{Set: c.set.name, Shard: shard, Attempt: attempt, Err: herr, DeadLettered: herr != nil && !pending})
-	}
-	if pending {
-		// Pending: delivered again after the visibility timeout. A failure
-		// as Consume stops is left like a crash, not buried here.
-		return nil
-	}
-	// Finish what the handler decided even when ctx has just ended.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if herr != nil {
-		return c.bury(wctx, shard, id, attempt, herr.Error())
-	}
-	sk := &c.set.shards[shard]
-	_, err := c.set.run(wctx, "ack", scriptAck, []string{sk.events}, c.group, id)
-	return err
-}
-
-func (c *consumer) bury(ctx context.Context, shard int, id string, attempts int, reason string) error {
-	sk := &c.set.shards[shard]
-	_, err := c.set.run(ctx, "bury", scriptBury, []string{sk.events, sk.dead},
-		c.group, c.name, id, attempts, reason)
-	return err
 }
 
 // parseExpiry reads an event stream entry (fields o, m, d and maybe p and

@@ -95,28 +95,18 @@ func TestConsumeDeliversOnce(t *testing.T) {
 	})
 }
 
-// TestConsumeCrashRedelivers: a consumer that dies before acknowledging; its
+// TestConsumeCrashRedelivers: a consumer that dies in its handler; its
 // event comes again to another consumer, with attempt 2, only after the
-// visibility timeout.
+// visibility timeout has passed since the dead consumer's last renewal.
 func TestConsumeCrashRedelivers(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
 		expire(t, s, clk, 1)
-		ctx, crash := context.WithCancel(context.Background())
-		var first recorder
-		err := s.Consume(ctx, "g", "doomed", func(hctx context.Context, e Expiry) error {
-			first.add(e)
-			crash() // the process dies mid-handler
-			<-hctx.Done()
-			return hctx.Err()
-		}, fastConsume...)
-		if err != nil {
-			t.Fatalf("Consume after ctx ended: %v, want nil", err)
-		}
-		delivered := time.Now()
-		if first.len() != 1 || first.events()[0].Attempt != 1 {
-			t.Fatalf("first delivery %+v", first.events())
+		first := crashInHandler(t, b.client(t), s, "g", "doomed", fastConsume...)
+		crashed := time.Now()
+		if first.Attempt != 1 {
+			t.Fatalf("first delivery %+v", first)
 		}
 		var rec recorder
 		var at time.Time
@@ -131,10 +121,10 @@ func TestConsumeCrashRedelivers(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		stop()
 		got := rec.events()
-		if len(got) != 1 || got[0].Attempt != 2 || got[0].ID != first.events()[0].ID || string(got[0].Payload) != "p0" {
+		if len(got) != 1 || got[0].Attempt != 2 || got[0].ID != first.ID || string(got[0].Payload) != "p0" {
 			t.Fatalf("redelivered %+v, want the same event at attempt 2", got)
 		}
-		if wait := at.Sub(delivered); wait < 50*time.Millisecond {
+		if wait := at.Sub(crashed); wait < 50*time.Millisecond {
 			t.Fatalf("redelivered %v after the crash, before the 60ms visibility timeout", wait)
 		}
 	})
@@ -234,8 +224,9 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 	})
 }
 
-// TestConsumeCrashOnLastAttempt: an event whose last attempt is never
-// acknowledged is buried by the next consumer that claims it, not handled.
+// TestConsumeCrashOnLastAttempt: an event whose last handler call never
+// returned (its consumer died) is buried by the next consumer that claims
+// it, not handled.
 func TestConsumeCrashOnLastAttempt(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -253,12 +244,7 @@ func TestConsumeCrashOnLastAttempt(t *testing.T) {
 		}
 
 		expire(t, s, clk, 1)
-		ctx, crash = context.WithCancel(context.Background())
-		_ = s.Consume(ctx, "g", "doomed", func(hctx context.Context, _ Expiry) error {
-			crash()
-			<-hctx.Done()
-			return hctx.Err()
-		}, opts...)
+		crashInHandler(t, b.client(t), s, "g", "doomed", opts...)
 		var rec recorder
 		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
 			rec.add(e)
@@ -273,7 +259,7 @@ func TestConsumeCrashOnLastAttempt(t *testing.T) {
 			t.Fatalf("handled after its last attempt: %+v", rec.events())
 		}
 		d := must[[]DeadLetter](t)(s.DeadLetters(context.Background(), 0, 0))[0]
-		if d.Event.Attempt != 1 || d.Consumer != "heir" || !strings.Contains(d.Error, "not acknowledged") {
+		if d.Event.Attempt != 1 || d.Consumer != "heir" || !strings.Contains(d.Error, "did not finish") {
 			t.Fatalf("dead letter %+v", d)
 		}
 	})
@@ -299,6 +285,7 @@ func TestConsumeInvalid(t *testing.T) {
 			{"g", "c", ok, []ConsumeOption{WithVisibilityTimeout(0)}, ErrInvalidOption},
 			{"g", "c", ok, []ConsumeOption{WithReadBatch(1001)}, ErrInvalidOption},
 			{"g", "c", ok, []ConsumeOption{WithPollInterval(time.Hour)}, ErrInvalidOption},
+			{"g", "c", ok, []ConsumeOption{WithMaxHandlingTime(0)}, ErrInvalidOption},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
@@ -307,6 +294,15 @@ func TestConsumeInvalid(t *testing.T) {
 		plain, _ := newTestSet(t, b)
 		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
 			t.Errorf("Consume without events: %v", err)
+		}
+		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
+			t.Errorf("WithConsumerGroups with an empty name: %v", err)
+		}
+		if _, err := New(b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
+			t.Errorf("WithConsumerGroups with a long name: %v", err)
+		}
+		if _, err := New(b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithConsumerGroups without events: %v", err)
 		}
 		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {
 			t.Errorf("rejected calls wrote keys: %v", setKeys(t, b.rdb, s.Name()))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -106,4 +108,71 @@ func ExampleSweeper_Run() {
 	// expired: alice order-1
 	// sweeper stopped: <nil>
 	// misuse returns at once: true
+}
+
+// Set.Consume in a service: two consumer groups, declared when the set is
+// opened, each receive every event (fan-out). Each Consume runs in its own
+// goroutine until shutdown and returns nil then; it returns an error only for
+// misuse (a set without events, a bad name or option), at once. Redis errors
+// it survives are retried with backoff and reported to Hooks.OnError, or to
+// log/slog at warning level. Handlers are idempotent, keyed on owner, member
+// and deadline: an event can come twice.
+func ExampleSet_Consume() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	orders, err := expset.New(rdb, "orders", expset.WithExpiryEvents(), expset.WithPayloads(),
+		expset.WithConsumerGroups("billing", "email"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lines []string
+	run := func(name string, loop func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := loop(ctx); err != nil {
+				log.Printf("%s: %v", name, err) // misuse: a service would exit
+			}
+			mu.Lock()
+			lines = append(lines, name+" stopped")
+			mu.Unlock()
+		}()
+	}
+	run("sweeper", expset.NewSweeper(orders).Run)
+	for _, group := range []string{"billing", "email"} {
+		run(group, func(ctx context.Context) error {
+			return orders.Consume(ctx, group, "worker-1", func(ctx context.Context, e expset.Expiry) error {
+				mu.Lock()
+				defer mu.Unlock()
+				lines = append(lines, fmt.Sprintf("%s: %s of %s expired (attempt %d, payload %s)", group, e.Member, e.Owner, e.Attempt, e.Payload))
+				if len(lines) == 2 {
+					shutdown() // both groups have it: enough for the example
+				}
+				return nil // acknowledged; an error would retry it
+			}, expset.WithMaxAttempts(5))
+		})
+	}
+
+	_, _ = orders.Add(ctx, "alice", "order-1", 10*time.Millisecond, expset.WithPayload([]byte(`{"total":42}`)))
+	wg.Wait()
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	// Output:
+	// billing stopped
+	// billing: order-1 of alice expired (attempt 1, payload {"total":42})
+	// email stopped
+	// email: order-1 of alice expired (attempt 1, payload {"total":42})
+	// sweeper stopped
 }

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -40,8 +41,10 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
+	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
 	retain   retention // event stream bounds (WithEventRetention)
+	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
 }
 
 // Member is a live member and its deadline.
@@ -86,13 +89,17 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
+	if len(cfg.groups) > 0 && !cfg.events {
+		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
+	}
 	if cfg.retain.set && !cfg.events {
 		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
 	}
 	if !cfg.retain.set {
 		cfg.retain = retention{maxAge: DefaultEventMaxAge, maxLen: DefaultEventMaxLen}
 	}
-	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks, errLog: &errorLog{}, retain: cfg.retain}
+	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}, retain: cfg.retain}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -119,6 +126,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	}
 	if got != want {
 		return nil, mismatch(name, key, got, want)
+	}
+	if err := s.declareGroups(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -217,6 +227,12 @@ func (s *Set) ownerKeys(owner string) []string {
 		return []string{sk.owner + owner}
 	}
 	return []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner}
+}
+
+// lineKeys returns ownerKeys with the owner's wait line last: the keys of
+// the scripts that admit (acquire) or free a slot (remove).
+func (s *Set) lineKeys(owner string) []string {
+	return append(s.ownerKeys(owner), s.shards[s.ShardOf(owner)].line+owner)
 }
 
 // now returns ARGV[1] for the scripts: the injected clock in ms, or "" for
@@ -348,7 +364,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 			return 0, err
 		}
 	}
-	keys := s.ownerKeys(owner)
+	keys := s.lineKeys(owner)
 	total := 0
 	for len(members) > 0 {
 		batch := members[:min(len(members), removeBatch)]

@@ -3,7 +3,9 @@ package expset
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,12 +57,14 @@ func shardsIdle(s *Set, dead int64) bool {
 	return n == dead
 }
 
-// TestEventsScriptCacheFlushed: the sweep, claim, ack, bury and kick
-// scripts fall back to EVAL after the script cache is lost, like the
-// others (TestScriptCacheFlushed): the cache is flushed before the sweep,
-// and by the handler before every ack, failure, claim and bury, and before
+// TestEventsScriptCacheFlushed: the sweep, begin, claim, ack, bury, kick,
+// release and prune scripts fall back to EVAL after the script cache is
+// lost, like the others (TestScriptCacheFlushed): the cache is flushed
+// before the sweep, and by the handler before every ack (pipelined with the
+// next begin), lease renewal, failure, claim, bury and shutdown, and before
 // the kick. Every event is handled, the one that always fails is buried,
-// and kicked back it is handled.
+// and kicked back it is handled; the events released on a shutdown come
+// back at attempt 1, and the last consumer leaves the group.
 func TestEventsScriptCacheFlushed(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloads())
@@ -99,13 +103,50 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 		if got := kicked.events(); len(got) != 1 || got[0].Owner != "o0" || string(got[0].Payload) != "p0" || got[0].Attempt != 1 {
 			t.Fatalf("kicked event delivered as %+v", got)
 		}
+
+		// A shutdown mid-batch releases the rest and leaves the group, and
+		// a long handler call renews its lease, each right after a flush.
+		for i := 4; i < 8; i++ {
+			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second))
+		}
+		clk.Advance(time.Second)
+		must[SweepStats](t)(NewSweeper(s).SweepOnce(ctx))
+		slow := []ConsumeOption{WithVisibilityTimeout(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
+		cctx, stop := context.WithCancel(ctx)
+		var last recorder
+		_ = s.Consume(cctx, "g", "c3", func(_ context.Context, e Expiry) error {
+			flushScripts(t, b.rdb)
+			stop()
+			last.add(e)
+			return nil
+		}, slow...)
+		consumeUntil(t, s, "c4", func(_ context.Context, e Expiry) error {
+			flushScripts(t, b.rdb)
+			time.Sleep(100 * time.Millisecond) // renewals every 30ms
+			last.add(e)
+			return nil
+		}, func() bool { return shardsIdle(s, 0) }, slow...)
+		for _, e := range last.events() {
+			if e.Attempt != 1 {
+				t.Errorf("after the shutdown: %+v, want attempt 1", e)
+			}
+		}
+		if last.len() != 4 {
+			t.Fatalf("%d handler calls for 4 events", last.len())
+		}
+		// c4 left as it stopped; c3, which still held what it released
+		// then, is left to a later consumer's prune.
+		if cs := consumers(t, b.rdb, s, "g"); slices.ContainsFunc(cs, func(c string) bool { return strings.HasSuffix(c, "/c4") }) {
+			t.Fatalf("consumers left: %v", cs)
+		}
 	})
 }
 
 // TestEventsSurviveRestartWithAOF: on a server with `appendonly yes` and
 // `appendfsync always`, a crash (SIGKILL) loses no event, no pending
 // delivery and no expired member not yet swept: afterwards the events
-// delivered before the crash come again with Attempt >= 2, the members
+// the crashed consumer had read come again (the one in its handler with
+// Attempt 2, the rest with Attempt 1: no handler call used it), the members
 // unswept at the crash are swept with their events, and every event is
 // handled once acknowledged, with its payload.
 func TestEventsSurviveRestartWithAOF(t *testing.T) {
@@ -126,12 +167,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 	}
 	add(4, 6) // expired, not swept at the crash
 	// A consumer that dies in its handler: its reads stay pending.
-	cctx, crash := context.WithCancel(ctx)
-	_ = s.Consume(cctx, "g", "doomed", func(hctx context.Context, e Expiry) error {
-		crash()
-		<-hctx.Done()
-		return hctx.Err()
-	}, fastConsume...)
+	crashed := crashInHandler(t, srv.Client(t), s, "g", "doomed", fastConsume...)
 	var pending, events, due int64
 	for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
 		pending, events, due = pending+st.Pending, events+st.Events, due+st.MembersDue
@@ -163,9 +199,8 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 	seen := map[string]int{}
 	for _, e := range rec.events() {
 		seen[e.Owner]++
-		i, _ := strconv.Atoi(e.Owner[1:])
-		if wantRedelivered := i < 4; (e.Attempt >= 2) != wantRedelivered || string(e.Payload) != "p"+e.Owner[1:] {
-			t.Errorf("event %+v: delivered before the crash: %v", e, wantRedelivered)
+		if want := 1 + btoi(e.Owner == crashed.Owner); e.Attempt != want || string(e.Payload) != "p"+e.Owner[1:] {
+			t.Errorf("event %+v: want attempt %d (the crash cut short the handler call of %s)", e, want, crashed.Owner)
 		}
 	}
 	if len(seen) != 6 || rec.len() != 6 {

@@ -212,3 +212,56 @@ func TestSweeperRunSurvivesRestart(t *testing.T) {
 	}
 	t.Logf("%d errors reported, first %v", len(errs), errs[0].Err)
 }
+
+// TestConsumeSurvivesRestart: Set.Consume and Sweeper.Run keep going across
+// a SIGKILL and restart of redis-server (AOF, appendfsync always): neither
+// returns, Consume's errors of the outage reach Hooks.OnError, and every
+// acknowledged member's event is handled (at least once: a handler call
+// whose acknowledgement the outage cut off is made again), none dead-lettered,
+// the streams end empty.
+func TestConsumeSurvivesRestart(t *testing.T) {
+	noLeaks(t)
+	r := newRestartRun(t)
+	var mu sync.Mutex
+	handled := map[string]int{}
+	handle := func(_ context.Context, e Expiry) error {
+		mu.Lock()
+		handled[e.Owner+"/"+e.Member]++
+		mu.Unlock()
+		return nil
+	}
+	opts := []ConsumeOption{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	w := NewSweeper(r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
+	// Consume on a client of its own that does not retry commands, so that
+	// go-redis's retries cannot ride out the outage unseen.
+	rdb := r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	var consumeErrs []ErrorInfo
+	cs := must[*Set](t)(New(rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
+		mu.Lock()
+		consumeErrs = append(consumeErrs, e)
+		mu.Unlock()
+	}})))
+	r.load(t, w.Run, func(ctx context.Context) error { return cs.Consume(ctx, "g", "c", handle, opts...) })
+	consumeUntil(t, r.set, "c", handle, func() bool { return shardsIdle(r.set, 0) }, opts...)
+
+	mu.Lock()
+	seen := map[string]int{}
+	again := 0
+	for k, n := range handled {
+		seen[k] = 1
+		again += n - 1
+	}
+	mu.Unlock()
+	r.checkExactlyOnce(t, seen)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range consumeErrs {
+		if e.Op != "consume" || e.Set != r.set.Name() || e.Shard < 0 || e.Shard > 3 || e.Err == nil || e.Retry <= 0 {
+			t.Errorf("report %+v", e)
+		}
+	}
+	if len(consumeErrs) == 0 {
+		t.Fatal("Consume reported no error across the outage")
+	}
+	t.Logf("%d events handled, %d again; Consume reported %d errors, first %v", len(seen), again, len(consumeErrs), consumeErrs[0].Err)
+}

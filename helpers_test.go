@@ -156,3 +156,18 @@ func must[T any](t testing.TB) func(T, error) T {
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// client returns a new client of the backend, closed when t ends (a second
+// process's connection, say).
+func (b backend) client(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	switch b.name {
+	case "miniredis":
+		c := redis.NewClient(&redis.Options{Addr: b.mr.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	case "redis":
+		return redistest.Client(t)
+	}
+	return redistest.SharedCluster(t).Client(t)
+}

@@ -22,7 +22,10 @@ type Hooks struct {
 	// OnSweep follows every batch a Sweeper sweeps, and every other sweep
 	// call whose event retention trimmed the stream (Batch false).
 	OnSweep func(SweepInfo)
-	// OnEvent follows every expiry event a consumer's handler was given.
+	// OnEvent follows every handler call of Set.Consume, and every burial
+	// of an event whose last handler call never finished, or that could not
+	// be read as an event: each dead letter reaches it exactly once, with
+	// DeadLettered set.
 	OnEvent func(EventInfo)
 	// OnError receives every error a background loop (Sweeper.Run,
 	// Set.Consume) survives and will retry. When nil, those errors go to
@@ -31,6 +34,10 @@ type Hooks struct {
 	// since ("suppressed"). Errors that end a loop (misuse) are returned by
 	// it instead, and errors after its ctx ended are not reported.
 	OnError func(ErrorInfo)
+
+	// OnWait follows every Quota.AcquireWait that waited, when it ends:
+	// admitted, or given up. Waits counted, time waited and given up.
+	OnWait func(WaitInfo)
 }
 
 // CallInfo describes one script round trip.
@@ -60,13 +67,16 @@ type SweepInfo struct {
 	Trimmed  int           // events retention removed unconsumed from the stream (WithEventRetention)
 }
 
-// EventInfo describes one delivery of an expiry event to a handler.
+// EventInfo describes one handler call of an expiry event, or one burial
+// that no handler call made (then Err says why, and Attempt is the attempts
+// used).
 type EventInfo struct {
 	Set          string
+	Group        string // the consumer group
 	Shard        int
-	Attempt      int   // 1 for the first delivery
+	Attempt      int   // 1 for the first handler call of the event in its group
 	Err          error // the handler's error; nil when it succeeded
-	DeadLettered bool  // the event moved to the dead-letter stream after this attempt
+	DeadLettered bool  // the event moved to the dead-letter stream
 }
 
 // WithHooks installs hooks on the set (default none).
@@ -90,4 +100,14 @@ func shardOfKey(key string) int {
 		return -1
 	}
 	return n
+}
+
+// WaitInfo describes one Quota.AcquireWait that had to wait (one admitted
+// by its first attempt is reported by OnAcquire alone).
+type WaitInfo struct {
+	Set      string
+	Shard    int
+	Waited   time.Duration // from joining the line to admission or giving up
+	Admitted bool          // false: given up (its context ended, or Redis failed)
+	Err      error         // why it gave up: the context's error, or Redis's
 }

@@ -419,6 +419,57 @@ func hostileCases() []hostileCase {
 		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, nil)
 		return e.decision(d), err
 	})
+	// Quota.AcquireWait checks its input as Acquire does, before it joins
+	// any line; with room it is admitted at once, like Acquire.
+	row("Quota.AcquireWait", "owner empty", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "", "m", time.Minute)
+		return "", err
+	})
+	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, long(MaxOwnerLen+1), "m", time.Minute)
+		return "", err
+	})
+	row("Quota.AcquireWait", "member empty", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "", time.Minute)
+		return "", err
+	})
+	row("Quota.AcquireWait", "member of 1 MiB", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", huge, time.Minute)
+		return "", err
+	})
+	row("Quota.AcquireWait", "ttl 0", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", 0)
+		return "", err
+	})
+	row("Quota.AcquireWait", "ttl -1ns", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", -1)
+		return "", err
+	})
+	row("Quota.AcquireWait", "ttl math.MaxInt64", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", math.MaxInt64)
+		return "", err
+	})
+	row("Quota.AcquireWait", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(0))
+		return "", err
+	})
+	row("Quota.AcquireWait", "WithLimit(MaxLimit+1)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(MaxLimit+1))
+		return "", err
+	})
+	row("Quota.AcquireWait", "WithPayload on a set without WithPayloads", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
+		_, err := q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
+		return "", err
+	})
+	row("Quota.AcquireWait", "WithPayload of MaxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, MaxPayloadLen+1)))
+		return "", err
+	})
+	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a nil CallOption, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, nil)
+		return e.decision(d), err
+	})
 	row("NewQuota", "a nil QuotaOption", nil, "limit 3", func(e *hostileEnv) (string, error) {
 		q, err := NewQuota(e.s, 3, nil)
 		if err != nil {
@@ -623,6 +674,22 @@ func hostileCases() []hostileCase {
 				return "", err
 			}})
 	}
+	groupOpts := []struct {
+		desc string
+		opts []Option
+		want error
+	}{
+		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidConsumer},
+		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", MaxConsumerLen+1))}, ErrInvalidConsumer},
+		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidOption},
+	}
+	for _, g := range groupOpts {
+		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
+			run: func(e *hostileEnv) (string, error) {
+				_, err := New(e.rdb, e.named("groups-bad"), g.opts...)
+				return "", err
+			}})
+	}
 	row("New", "WithShards(MaxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := New(e.rdb, e.named("shards-max"), WithShards(MaxShards))
 		if err != nil {
@@ -817,7 +884,7 @@ func sentinelName(err error) string {
 		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
 		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
 		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount,
+		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount, "ErrInvalidConsumer": ErrInvalidConsumer,
 	} {
 		if e == err {
 			return name

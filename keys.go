@@ -25,11 +25,15 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> handler calls begun
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
+//	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
+//	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
+//	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
 // keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
@@ -45,8 +49,12 @@ type shardKeys struct {
 	due     string
 	events  string
 	dead    string
+	att     string
 	lease   string
 	trimmed string
+	line    string // prefix of wait lines: expset:{name:S}:w:
+	leases  string // prefix of ticket leases: expset:{name:S}:wl:
+	wake    string // the shard's wake-up channel
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -58,8 +66,12 @@ func newShardKeys(name string, shard int) shardKeys {
 		due:     tag + "due",
 		events:  tag + "ev",
 		dead:    tag + "dead",
+		att:     tag + "att",
 		lease:   tag + "lease",
 		trimmed: tag + "trimmed",
+		line:    tag + "w:",
+		leases:  tag + "wl:",
+		wake:    tag + "wake",
 	}
 }
 
@@ -68,10 +80,11 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.lease, k.trimmed:
+	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake: // wake is a channel: no key has its name
 		return true
 	}
-	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt)
+	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||
+		strings.HasPrefix(key, k.line) || strings.HasPrefix(key, k.leases)
 }
 
 func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }

@@ -3,9 +3,12 @@ package expset
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +35,12 @@ const (
 	helperShards = "EXPSET_HELPER_SHARDS" // its shard count (it has expiry events and nothing else)
 	helperLease  = "EXPSET_HELPER_LEASE"  // sweeper: WithLeaseTTL
 	helperVis    = "EXPSET_HELPER_VIS"    // consumer: WithVisibilityTimeout
+	helperLimit  = "EXPSET_HELPER_LIMIT"  // waiter: the quota's limit
+	helperHold   = "EXPSET_HELPER_HOLD"   // waiter: how long each admitted member is held
+	helperGroup  = "EXPSET_HELPER_GROUP"  // worker: its consumer group
+	helperName   = "EXPSET_HELPER_NAME"   // worker: its consumer name
+	helperHangAt = "EXPSET_HELPER_HANG"   // worker: its handler never returns from this call on (0: never)
+	helperFail   = "EXPSET_HELPER_FAIL"   // worker: its handler fails every event of this owner
 )
 
 // killWait bounds the waits of the kill tests: they take up to a few
@@ -49,6 +58,13 @@ const killWait = 60 * time.Second
 //   - consumer: prints "start <unix ns>", then Consume as consumer "doomed"
 //     of group "g", with a handler that prints "got <shard> <event ID>" and
 //     then never returns, so the event is never acknowledged.
+//   - waiter: see waiterHelper.
+//   - worker: Consume as consumer EXPSET_HELPER_NAME of group
+//     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
+//     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
+//     <attempt>" when it starts and "ok ..." or "fail ..." (the owner named
+//     EXPSET_HELPER_FAIL) as it returns, except from call EXPSET_HELPER_HANG
+//     on, which never returns (the process is SIGKILLed in it).
 func TestHelperProcess(t *testing.T) {
 	role := os.Getenv(helperRole)
 	if role == "" {
@@ -90,6 +106,8 @@ func helperMain(role string) error {
 		return err
 	}
 	switch role {
+	case "waiter":
+		return waiterHelper(ctx, s, say)
 	case "sweeper":
 		lease, err := time.ParseDuration(os.Getenv(helperLease))
 		if err != nil {
@@ -97,6 +115,8 @@ func helperMain(role string) error {
 		}
 		return NewSweeper(s, WithLeaseTTL(lease), WithMaxIdle(100*time.Millisecond),
 			WithOwnersPerBatch(1), WithMembersPerBatch(2)).Run(ctx)
+	case "worker":
+		return helperWorker(s)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {
@@ -116,6 +136,7 @@ func helperMain(role string) error {
 type helper struct {
 	t      *testing.T
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	mu     sync.Mutex
 	lines  []string
 	part   []byte
@@ -149,6 +170,10 @@ func startHelper(t *testing.T, role string, env ...string) *helper {
 	h.cmd.Env = append(append(os.Environ(), helperRole+"="+role), env...)
 	h.cmd.Stdout, h.cmd.Stderr = h, &h.stderr
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatalf("start helper %s: %v", role, err)
+	}
 	if err := h.cmd.Start(); err != nil {
 		t.Fatalf("start helper %s: %v", role, err)
 	}
@@ -409,10 +434,12 @@ func TestKillSweeperMidDrain(t *testing.T) {
 // TestKillConsumerBeforeAck kills a consumer process (SIGKILL) whose handler
 // has received an event and not returned, so it never acknowledged it (nor
 // the rest of the batch it had read). A consumer of the same group in this
-// process then handles every event: each one the dead consumer had received
-// comes again with Attempt >= 2, not before the visibility timeout counted
-// from the dead consumer's start, and all are acknowledged: none is lost
-// or dead-lettered, the streams end empty with nothing pending.
+// process then handles every event: the one in the dead consumer's handler
+// comes again with Attempt 2, the rest of what it had read with Attempt 1
+// (no handler call had used an attempt on them), none before the
+// visibility timeout counted from the dead consumer's start, and all are
+// acknowledged: none is lost or dead-lettered, the streams end empty with
+// nothing pending.
 func TestKillConsumerBeforeAck(t *testing.T) {
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
@@ -480,11 +507,14 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 			if !e.Deadline.Equal(seeded[e.Owner][e.Member]) {
 				t.Errorf("event %+v: deadline, want %v", e, seeded[e.Owner][e.Member])
 			}
+			// Only the event whose handler call the kill cut short used an
+			// attempt; the rest of the batch the dead consumer had read
+			// was never handed to its handler.
 			switch {
-			case doomed[id] && e.Attempt < 2:
-				t.Errorf("event %s was delivered to the dead consumer, redelivered with attempt %d", id, e.Attempt)
-			case !doomed[id] && e.Attempt != 1:
-				t.Errorf("event %s never delivered before, attempt %d", id, e.Attempt)
+			case id == gotID && e.Attempt != 2:
+				t.Errorf("event %s was in the dead consumer's handler, redelivered with attempt %d, want 2", id, e.Attempt)
+			case id != gotID && e.Attempt != 1:
+				t.Errorf("event %s never reached a handler before, attempt %d, want 1", id, e.Attempt)
 			}
 			if doomed[id] {
 				// Delivered to the dead consumer after it started, so not
@@ -507,5 +537,192 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		}
 		t.Logf("%s: the dead consumer held %d of %d events; the heir handled %d deliveries, the first redelivery %v after the dead consumer started (visibility %v)",
 			b.name, len(doomed), n, rec.len(), first.Round(time.Millisecond), vis)
+	})
+}
+
+// helperWorker is the worker role of TestHelperProcess.
+func helperWorker(s *Set) error {
+	vis, err := time.ParseDuration(os.Getenv(helperVis))
+	if err != nil {
+		return err
+	}
+	hangAt, _ := strconv.Atoi(os.Getenv(helperHangAt))
+	group, fail := os.Getenv(helperGroup), os.Getenv(helperFail)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	calls := 0
+	fmt.Println("start")
+	return s.Consume(ctx, group, os.Getenv(helperName), func(_ context.Context, e Expiry) error {
+		calls++
+		fmt.Printf("call %d %s %d\n", e.Shard, e.ID, e.Attempt)
+		if hangAt > 0 && calls >= hangAt {
+			time.Sleep(time.Hour) // SIGKILLed in here
+		}
+		time.Sleep(5 * time.Millisecond)
+		if e.Owner == fail {
+			fmt.Printf("fail %d %s %d\n", e.Shard, e.ID, e.Attempt)
+			return errors.New("always fails")
+		}
+		fmt.Printf("ok %d %s %d\n", e.Shard, e.ID, e.Attempt)
+		return nil
+	}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2), WithReadBatch(10))
+}
+
+// term sends SIGTERM and waits until the process has exited.
+func (h *helper) term() {
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	<-h.exited
+}
+
+// calls returns the lines of the helper that start with one of prefixes.
+func (h *helper) calls(prefixes ...string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, l := range h.lines {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p+" ") {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// TestKillConsumersTwoGroups: two consumer groups on one set, "billing" and
+// "email" (declared), each with a worker process SIGKILLed in a handler call
+// and another shut down gracefully (SIGTERM) in the middle of a batch; every
+// email handler call of one owner's event fails. Consumers of both groups in
+// this process then finish. Each group handled every event (email all but
+// the failing one), that one is the only dead letter, after its 2 failing
+// calls; no event is dead-lettered without a failing handler call, none is
+// both handled and dead-lettered, and the events whose handler calls the
+// kills cut short were handled afterwards at attempt 2, every other event
+// (also those the graceful shutdown released) at attempt 1.
+func TestKillConsumersTwoGroups(t *testing.T) {
+	noLeaks(t)
+	eachRealBackend(t, func(t *testing.T, b killBackend) {
+		const n = 60
+		const vis = 500 * time.Millisecond
+		const failing = "o7"
+		ctx := context.Background()
+		s := must[*Set](t)(New(b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents(), WithConsumerGroups("billing", "email")))
+		seedExpired(t, s, n, 1)
+		time.Sleep(2 * time.Millisecond)
+		if st, err := NewSweeper(s).SweepOnce(ctx); err != nil || st.Expired != n {
+			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
+		}
+
+		var mu sync.Mutex
+		calls := map[string][]string{} // group/shard/ID -> "ok@attempt", "fail@attempt", "cut@attempt" per call
+		record := func(group string, lines []string) {
+			mu.Lock()
+			defer mu.Unlock()
+			started := map[string]string{}
+			for _, l := range lines {
+				f := strings.Fields(l) // kind shard ID attempt
+				k := group + "/" + f[1] + "/" + f[2]
+				switch f[0] {
+				case "call":
+					started[k] = f[3]
+				default:
+					calls[k] = append(calls[k], f[0]+"@"+f[3])
+					delete(started, k)
+				}
+			}
+			for k, a := range started {
+				calls[k] = append(calls[k], "cut@"+a)
+			}
+		}
+		for _, group := range []string{"billing", "email"} {
+			env := append(b.env(s), helperVis+"="+vis.String(), helperGroup+"="+group, helperFail+"="+failing)
+			killed := startHelper(t, "worker", append(env, helperName+"=killed", helperHangAt+"=4")...)
+			killed.waitLine("a hung call", func(l string) bool { return len(killed.calls("call")) >= 4 })
+			killed.kill()
+			record(group, killed.calls("call", "ok", "fail"))
+
+			graceful := startHelper(t, "worker", append(env, helperName+"=graceful")...)
+			graceful.waitLine("five calls", func(string) bool { return len(graceful.calls("ok", "fail")) >= 5 })
+			graceful.term()
+			if !graceful.cmd.ProcessState.Success() {
+				t.Fatalf("%s: the gracefully stopped worker exited with %v; stderr:\n%s", group, graceful.cmd.ProcessState, graceful.stderr.String())
+			}
+			record(group, graceful.calls("call", "ok", "fail"))
+		}
+
+		// Consumers of both groups finish the work.
+		var stops []func()
+		for _, group := range []string{"billing", "email"} {
+			stops = append(stops, consumeInBackground(t, s, group, "heir", func(_ context.Context, e Expiry) error {
+				kind, err := "ok", error(nil)
+				if e.Owner == failing && group == "email" {
+					kind, err = "fail", errors.New("always fails")
+				}
+				record(group, []string{fmt.Sprintf("%s %d %s %d", kind, e.Shard, e.ID, e.Attempt)})
+				return err
+			}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2)))
+		}
+		waitHealed(t, "every event handled or buried by both groups", killWait, func() error {
+			for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
+				if st.Events != 0 || st.Pending != 0 {
+					return fmt.Errorf("shard %d: %d events, %d pending", st.Shard, st.Events, st.Pending)
+				}
+			}
+			return nil
+		})
+		for _, stop := range stops {
+			stop()
+		}
+
+		dead := map[string]bool{}
+		for _, d := range must[[]DeadLetter](t)(s.DeadLetters(ctx, AllShards, 0)) {
+			dead[d.Group+"/"+eventKey(d.Event)] = true
+			if d.Group != "email" || d.Event.Owner != failing || d.Event.Attempt != 2 || d.Error != "always fails" {
+				t.Errorf("dead letter %+v", d)
+			}
+		}
+		if len(dead) != 1 {
+			t.Errorf("%d dead letters, want 1", len(dead))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		cut := 0
+		handled := map[string]int{}
+		for k, cs := range calls {
+			group := strings.SplitN(k, "/", 2)[0]
+			oks, fails := 0, 0
+			for _, c := range cs {
+				switch {
+				case strings.HasPrefix(c, "ok@"):
+					oks++
+				case strings.HasPrefix(c, "fail@"):
+					fails++
+				case strings.HasPrefix(c, "cut@"):
+					cut++
+					if !slices.Contains(cs, "ok@2") {
+						t.Errorf("%s: a kill cut its call short, then %v; want ok at attempt 2", k, cs)
+					}
+				}
+			}
+			if oks > 0 {
+				handled[group]++
+			}
+			if fails == 0 && !slices.ContainsFunc(cs, func(c string) bool { return strings.HasPrefix(c, "cut@") }) && !slices.Contains(cs, "ok@1") {
+				t.Errorf("%s: calls %v; want ok at attempt 1 (the graceful shutdown charged nothing)", k, cs)
+			}
+			if dead[k] && (oks > 0 || fails != 2) {
+				t.Errorf("%s dead-lettered after calls %v", k, cs)
+			}
+			if !dead[k] && oks == 0 {
+				t.Errorf("%s: never handled, not dead-lettered: %v", k, cs)
+			}
+		}
+		if handled["billing"] != n || handled["email"] != n-1 {
+			t.Errorf("handled %v, want billing %d and email %d", handled, n, n-1)
+		}
+		if cut != 2 {
+			t.Errorf("%d calls cut short by a kill, want 2", cut)
+		}
+		t.Logf("%s: %d events handled by billing, %d by email, 1 dead letter; calls %d", b.name, handled["billing"], handled["email"], len(calls))
 	})
 }

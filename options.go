@@ -23,6 +23,7 @@ type setConfig struct {
 	index    bool
 	retain   retention
 	hooks    Hooks
+	groups   []string // WithConsumerGroups
 	err      error
 }
 

@@ -118,6 +118,11 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 	if err != nil {
 		return Decision{}, err
 	}
+	return q.acquire(ctx, c)
+}
+
+// acquire runs one prepared Acquire.
+func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
 	v, err := q.set.run(ctx, "acquire", scriptAcquire, c.keys, c.args...)
 	if err != nil {
 		return Decision{}, err
@@ -175,7 +180,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	keys := s.ownerKeys(owner)
+	keys := s.lineKeys(owner) // an evicting quota ignores the line: its keys below
 	if q.evict {
 		if !c.hasPayload {
 			args = append(args, "")

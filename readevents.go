@@ -38,8 +38,8 @@ func (s *Set) DeadLettersKey(shard int) string {
 // returned have Attempt 0: they were not delivered. A malformed entry ends the
 // read with ErrUnexpectedReply, the events before it, and an ID past it.
 //
-// Consumers delete the events they handle: a read that does not wait may
-// miss an event handled in between. A reader blocked in ReadEvents when an
+// An event leaves its stream once every consumer group has handled it: a
+// read that does not wait may miss an event handled in between. A reader blocked in ReadEvents when an
 // event is written gets it before any other command runs.
 func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int, block time.Duration) ([]Expiry, string, error) {
 	if err := s.opened(); err != nil {

@@ -1,7 +1,12 @@
 package expset
 
 import (
+	"context"
 	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,8 +18,8 @@ var luaFS embed.FS
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
 	scriptAdd      = loadScript("add.lua")
-	scriptAcquire  = loadScript("acquire.lua")
-	scriptRemove   = loadScript("remove.lua")
+	scriptAcquire  = loadScript("wait_gate.lua", "acquire.lua")
+	scriptRemove   = loadScript("wait_gate.lua", "remove.lua")
 	scriptExtend   = loadScript("extend.lua")
 	scriptDeadline = loadScript("deadline.lua")
 	scriptCount    = loadScript("count.lua")
@@ -22,25 +27,83 @@ var (
 	scriptPayload  = loadScript("payload.lua")
 	scriptOpen     = loadScript("open.lua")
 	scriptSweep    = loadScript("sweep.lua")
-	scriptAck      = loadScript("ack.lua")
-	scriptBury     = loadScript("bury.lua")
-	scriptClaim    = loadScript("claim.lua")
 	scriptKick     = loadScript("kick.lua")
+	scriptRenew    = loadScript("wait_gate.lua", "wait_renew.lua")
+	scriptLeave    = loadScript("wait_gate.lua", "wait_leave.lua")
+
+	// The consumer-group scripts share lua/groups.lua.
+	scriptAck     = loadScript("groups.lua", "ack.lua")
+	scriptBegin   = loadScript("groups.lua", "begin.lua")
+	scriptBury    = loadScript("groups.lua", "bury.lua")
+	scriptClaim   = loadScript("groups.lua", "claim.lua")
+	scriptRelease = loadScript("groups.lua", "release.lua")
+	scriptPrune   = loadScript("groups.lua", "prune.lua")
 )
 
-// loadScript returns lua/prelude.lua followed by lua/<name> as one script.
-func loadScript(name string) *redis.Script {
-	return redis.NewScript(luaSource(name))
+// loadScript returns lua/prelude.lua followed by lua/<names...> as one
+// script.
+func loadScript(names ...string) *redis.Script {
+	return redis.NewScript(luaSource(names...))
 }
 
-func luaSource(name string) string {
-	prelude, err := luaFS.ReadFile("lua/prelude.lua")
-	if err != nil {
-		panic("expset: embedded lua/prelude.lua missing: " + err.Error())
+func luaSource(names ...string) string {
+	var src []byte
+	for _, name := range append([]string{"prelude.lua"}, names...) {
+		b, err := luaFS.ReadFile("lua/" + name)
+		if err != nil {
+			panic("expset: embedded lua/" + name + " missing: " + err.Error())
+		}
+		if len(src) > 0 {
+			src = append(src, '\n')
+		}
+		src = append(src, b...)
 	}
-	body, err := luaFS.ReadFile("lua/" + name)
-	if err != nil {
-		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	return string(src)
+}
+
+// scriptCall is one script run of a batch sent with runPipelined.
+type scriptCall struct {
+	op   string
+	sc   *redis.Script
+	keys []string
+	args []any
+	v    any   // the reply (nil for a nil reply)
+	err  error // wrapped as Set.run wraps it
+}
+
+// runPipelined runs calls in one pipeline (one round trip per node): each
+// by EVALSHA, and a call whose script the server did not know again by
+// Set.run, which loads it. Each call's reply and error land in the call;
+// Hooks.OnCall sees every call, with the pipeline's duration.
+func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.v, c.err = s.run(ctx, c.op, c.sc, c.keys, c.args...)
+		return
 	}
-	return string(prelude) + "\n" + string(body)
+	start := time.Now()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.sc.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	took := time.Since(start)
+	for i, c := range calls {
+		v, err := cmds[i].Result()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			c.v, c.err = s.run(ctx, c.op, c.sc, c.keys, c.args...)
+			continue
+		}
+		if errors.Is(err, redis.Nil) {
+			v, err = nil, nil
+		}
+		if err != nil {
+			err = fmt.Errorf("expset: %s %s: %w", c.op, c.keys[0], err)
+		}
+		c.v, c.err = v, err
+		if s.hooks.OnCall != nil {
+			s.hooks.OnCall(CallInfo{Set: s.name, Op: c.op, Shard: shardOfKey(c.keys[0]), Duration: took, Err: err})
+		}
+	}
 }

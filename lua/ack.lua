@@ -1,17 +1,23 @@
--- ack.lua: acknowledge and delete handled expiry events (Set.Consume).
+-- ack.lua: acknowledge expiry events a group has finished with: handled, or
+-- not meant for it (Set.Consume).
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash  expset:{name:S}:att
 -- ARGV[1]  consumer group
 -- ARGV[2..] entry IDs (at most 1000)
 --
--- The entries leave the group's pending list and the stream in one step, so
--- the stream holds only events not yet handled.
+-- The entries leave the group's pending list and their attempts are
+-- cleared; each is deleted from the stream once no group still needs it
+-- (see forget in groups.lua), so with one group a handled event goes at once.
 -- Reply: how many entries were still pending (integer); 0 means another
 -- consumer acknowledged them first.
-local ids = {}
+local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
+local ids, fields = {}, {}
 for i = 2, #ARGV do
   ids[#ids + 1] = ARGV[i]
+  fields[#fields + 1] = att_field(ARGV[i], group)
 end
-local n = call('XACK', KEYS[1], ARGV[1], unpack(ids))
-call('XDEL', KEYS[1], unpack(ids))
+local n = call('XACK', stream, group, unpack(ids))
+call('HDEL', att, unpack(fields))
+forget(stream, ids, group)
 return n

@@ -8,6 +8,8 @@
 --                                (flag v only)
 --          (a set with no flags, see prelude, declares KEYS[1] only, or
 --          with flag v KEYS[1..5])
+-- KEYS[#KEYS-1]  owner's ticket leases  expset:{name:S}:wl:<owner>  (flag w only)
+-- KEYS[#KEYS]    owner's wait line      expset:{name:S}:w:<owner>   (last; not with flag v)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
@@ -16,6 +18,7 @@
 -- ARGV[6]  limit (>= 1)
 -- ARGV[7]  payload, when flags has P ("" otherwise, when flag v)
 -- ARGV[8]  with flag v: how long the receipt lasts, in ms (>= 1)
+-- ARGV[#ARGV-1], ARGV[#ARGV]  with flag w (a waiter): its ticket, its lease in ms
 --
 -- Reply: {status, count, deadline, retry, evicted...}
 --   status    1 added, 2 already held (a retry: no second slot), 0 denied
@@ -34,6 +37,8 @@
 -- deadline, before expires) reports the same members. Only an eviction
 -- writes it. When more members must go than one call may move (DROP_MAX,
 -- BYTES_MAX), the call evicts what it may and denies with retry 0.
+-- A waiter (flag w) that is not admitted gets {3, count, rank, retry}: its
+-- rank in the line, and (meaningful at rank 0) when to try again.
 --
 -- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
 -- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
@@ -139,17 +144,37 @@ if cur then
   return reply
 end
 
+-- The wait line (wait_gate.lua) has the first claim on free slots: a waiter
+-- passes its gate, and so does any other admission while a line exists
+-- (one EXISTS when nobody waits). Evicting quotas never wait.
+local waiter = flagged and has(flags, 'w')
+local queued
+if not (flagged and has(flags, 'v')) and (waiter or (count < limit and call('EXISTS', KEYS[#KEYS]) == 1)) then
+  queued = waitlib().gate(KEYS[#KEYS], KEYS[#KEYS - 1], waiter and ARGV[#ARGV - 1], ARGV[#ARGV], count, limit, now)
+end
+
 local evicted
-if count >= limit then
+if count >= limit or queued then
   local k = count - limit + 1
   if not (flagged and has(flags, 'v')) then
-    -- Denied: room comes when the k-th earliest live member expires.
+    -- Denied: room comes when the k-th earliest live member expires (the
+    -- earliest when the line holds the free slots; 1s when none is live).
+    if k < 1 then
+      k = 1
+    end
     local s = r[2 * k]
-    if not s then
+    if not s and count > 0 then
       lo = lo or '(' .. string.format('%d', now)
       s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
     end
-    return {0, count, 0, tonumber(s) - now}
+    local retry = 1000
+    if s then
+      retry = tonumber(s) - now
+    end
+    if waiter then
+      return {3, count, queued, retry}
+    end
+    return {0, count, 0, retry}
   end
   -- Evict the k earliest live members, or as many of them as one call
   -- may move.

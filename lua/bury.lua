@@ -1,33 +1,33 @@
--- bury.lua: move an expiry event that failed too often to the dead-letter
--- stream (Set.Consume).
+-- bury.lua: move an expiry event whose handler call failed to the
+-- dead-letter stream (Set.Consume).
 --
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
+-- KEYS[3]  shard attempts hash       expset:{name:S}:att
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that holds the entry
 -- ARGV[3]  entry ID
--- ARGV[4]  attempts made
+-- ARGV[4]  attempts the entry must have used: WithMaxAttempts (0 for an
+--          entry that cannot be read as an event)
 -- ARGV[5]  the last error's text
 --
--- Only the consumer that holds the entry may bury it: when the visibility
--- timeout passed and another consumer claimed it, nothing changes. The dead
--- letter keeps the event's fields (o, m, d, p) and adds id (the entry's ID in
--- the event stream), g (group), c (consumer), a (attempts) and err.
--- Reply: 1 when buried, 0 when the entry is no longer this consumer's.
-local stream, dead, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
-local p = call('XPENDING', stream, group, id, id, 1)
-if p[1] == nil or p[1][2] ~= consumer then
+-- Only an entry still pending, held by this consumer (so no other handler
+-- call of it can be under way) and with every attempt used is buried: else
+-- nothing changes. The dead letter keeps the event's fields (o, m, d, p, r) and
+-- adds id, g, c, a and err (see bury in groups.lua).
+-- Reply: 1 when buried, 0 when not.
+local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]
+if pending_of(stream, group, id) ~= consumer then
   return 0
 end
-local e = call('XRANGE', stream, id, id)
-if e[1] then
-  local args = {}
-  local f = e[1][2]
-  for i = 1, #f do
-    args[i] = f[i]
-  end
-  call('XADD', dead, '*', 'id', id, 'g', group, 'c', consumer, 'a', ARGV[4], 'err', ARGV[5], unpack(args))
+local used = tonumber(call('HGET', att, att_field(id, group)) or '0')
+if used < tonumber(ARGV[4]) then
+  return 0
 end
-call('XACK', stream, group, id)
-call('XDEL', stream, id)
+local e = call('XRANGE', stream, id, id)[1]
+local fields = {}
+if e then
+  fields = e[2]
+end
+bury(stream, dead, att, group, consumer, id, fields, used, ARGV[5])
 return 1

@@ -1,32 +1,49 @@
--- claim.lua: take over expiry events left pending longer than the visibility
--- timeout, with their delivery counts (Set.Consume).
+-- claim.lua: take over expiry events left pending longer than the
+-- visibility timeout, and bury those whose every attempt was used
+-- (Set.Consume).
 --
--- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[1]  shard event stream        expset:{name:S}:ev
+-- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
+-- KEYS[3]  shard attempts hash       expset:{name:S}:att
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that takes them
 -- ARGV[3]  visibility timeout in ms (XAUTOCLAIM's min-idle-time)
 -- ARGV[4]  cursor: the ID to scan the pending list from ("0-0" to start)
 -- ARGV[5]  the most entries to claim
+-- ARGV[6]  attempts allowed, WithMaxAttempts
+-- ARGV[7]  the reason a buried entry's dead letter gives
 --
--- XAUTOCLAIM does not return delivery counts; XPENDING's extended form does,
--- read here in the same call. XAUTOCLAIM counts the claim as a delivery, so
--- each count is the attempt number of this delivery.
--- Reply: {cursor, {id, deliveries, {field, value, ...}}...} where cursor is
--- where the next call starts ("0-0" once the whole list was scanned). Entries
--- deleted from the stream while pending are acknowledged and left out.
-local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+-- An entry idle that long has no handler call under way: a live handler
+-- call's lease keeps its idle time under the visibility timeout. Attempts
+-- come from the attempts hash (handler calls begun), not from delivery
+-- counts, which reads and claims raise. An entry with every attempt used is
+-- buried here, in the same step that found it idle: its last handler call
+-- never finished (the consumer died, or lost Redis for longer than the
+-- visibility timeout).
+-- Reply: {cursor, {id, attempts used, buried (0/1), {field, value, ...}}...}
+-- where cursor is where the next call starts ("0-0" once the whole list was
+-- scanned). Entries deleted from the stream while pending are acknowledged
+-- and left out.
+local stream, dead, att, group, consumer = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
+local max = tonumber(ARGV[6])
 local r = call('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local out = {r[1]}
 for _, e in ipairs(r[2]) do
+  local field = att_field(e[1], group)
   if e[2] then
-    local p = call('XPENDING', stream, group, e[1], e[1], 1)
-    local n = 1
-    if p[1] then
-      n = p[1][4]
+    local used = tonumber(call('HGET', att, field) or '0')
+    local buried = 0
+    if used >= max then
+      bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])
+      buried = 1
     end
-    out[#out + 1] = {e[1], n, e[2]}
+    out[#out + 1] = {e[1], used, buried, e[2]}
   else
     call('XACK', stream, group, e[1])
+    call('HDEL', att, field)
   end
+end
+for _, id in ipairs(r[3] or {}) do
+  call('HDEL', att, att_field(id, group))
 end
 return out

@@ -5,9 +5,11 @@
 -- KEYS[2]  shard event stream        expset:{name:S}:ev
 -- ARGV[1..] dead-letter entry IDs (at most 1000)
 --
--- Each dead letter becomes a new entry with the event's fields only (o, m, d,
--- p, r), so it is delivered again from attempt 1, and leaves the dead-letter
--- stream in the same step.
+-- Each dead letter becomes a new entry with the event's fields (o, m, d, p, r)
+-- and g, the consumer group that buried it: that group delivers it again
+-- from attempt 1, and every other group, which handled the event already,
+-- acknowledges it without a handler call. It leaves the dead-letter stream in
+-- the same step.
 -- Reply: how many dead letters were found and kicked (integer).
 local dead, stream = KEYS[1], KEYS[2]
 local n = 0
@@ -18,7 +20,7 @@ for i = 1, #ARGV do
     local args = {}
     for j = 1, #f, 2 do
       local k = f[j]
-      if k == 'o' or k == 'm' or k == 'd' or k == 'p' or k == 'r' then
+      if k == 'o' or k == 'm' or k == 'd' or k == 'p' or k == 'r' or k == 'g' then
         args[#args + 1] = k
         args[#args + 1] = f[j + 1]
       end

@@ -5,6 +5,7 @@
 -- KEYS[3]  shard event stream    expset:{name:S}:ev
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>
 --          (a set with no flags, see prelude, declares KEYS[1] only)
+-- KEYS[#KEYS]  owner's wait line   expset:{name:S}:w:<owner> (always last)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  owner
 -- ARGV[3]  flags (see prelude: e, p)
@@ -15,6 +16,8 @@
 -- the owner ends up empty its index entry goes too. With payloads, the call
 -- takes the members in order while their payloads fit in what is left of
 -- BYTES_MAX (at least one): the caller sends the rest again.
+-- When a slot freed and someone waits for the owner, the head of its line
+-- is told (wait_gate.lua).
 -- Reply: {removed, taken}: the number of live members removed, and how many
 -- of ARGV[4..] the call took (all of them, unless payloads filled it).
 local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
@@ -65,6 +68,9 @@ if removed > 0 then
   end
   if index and call('EXISTS', key) == 0 then
     call('ZREM', KEYS[2], owner)
+  end
+  if call('EXISTS', KEYS[#KEYS]) == 1 then
+    waitlib().wake_head(KEYS[#KEYS])
   end
 end
 return {removed, taken}

@@ -32,6 +32,7 @@ import (
 //	expset_event_attempts_total{set,result}      handler calls: ok, error, dead_lettered
 //	expset_events_trimmed_total{set}             events retention removed unconsumed
 //	expset_loop_errors_total{set,op}             errors Sweeper.Run and Consume survived
+//	expset_wait_seconds{set,outcome}             AcquireWaits that waited, and how long: admitted or given_up
 //
 // With these hooks installed, the errors the loops survive are counted here
 // instead of being logged (see expset.Hooks.OnError); to log them as well,
@@ -48,6 +49,7 @@ type Collector struct {
 	events   *prometheus.CounterVec
 	trimmed  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	waits    *prometheus.HistogramVec
 	all      []prometheus.Collector
 }
 
@@ -97,8 +99,11 @@ func NewCollector(opts ...Option) *Collector {
 			Help: "Expiry events the stream retention removed before every consumer group had them (WithEventRetention)."}, []string{"set"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loop_errors_total",
 			Help: "Errors the background loops (Sweeper.Run, Consume) survived and retried, by operation."}, []string{"set", "op"}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
+			Help:    "Quota.AcquireWait calls that had to wait, by outcome (admitted or given_up), and how long they waited.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"set", "outcome"}),
 	}
-	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events, c.trimmed, c.errors}
+	c.all = []prometheus.Collector{c.calls, c.callTime, c.acquires, c.evicted, c.batches, c.owners, c.swept, c.lateness, c.events, c.trimmed, c.errors, c.waits}
 	return c
 }
 
@@ -153,6 +158,13 @@ func (c *Collector) Hooks() expset.Hooks {
 		},
 		OnError: func(ei expset.ErrorInfo) {
 			c.errors.WithLabelValues(ei.Set, ei.Op).Inc()
+		},
+		OnWait: func(wi expset.WaitInfo) {
+			outcome := "given_up"
+			if wi.Admitted {
+				outcome = "admitted"
+			}
+			c.waits.WithLabelValues(wi.Set, outcome).Observe(wi.Waited.Seconds())
 		},
 	}
 }

@@ -50,6 +50,9 @@ func TestScrape(t *testing.T) {
 	c.Hooks().OnError(expset.ErrorInfo{Set: "orders", Op: "sweep", Shard: 1, Err: io.EOF, Retry: time.Second})
 	c.Hooks().OnEvent(expset.EventInfo{Set: "orders", Attempt: 1})
 	c.Hooks().OnEvent(expset.EventInfo{Set: "orders", Attempt: 5, Err: io.EOF, DeadLettered: true})
+	c.Hooks().OnWait(expset.WaitInfo{Set: "orders", Waited: 30 * time.Millisecond, Admitted: true})
+	c.Hooks().OnWait(expset.WaitInfo{Set: "orders", Waited: 2 * time.Second, Err: context.Canceled})
+	c.Hooks().OnWait(expset.WaitInfo{Set: "orders", Waited: time.Second, Err: context.DeadlineExceeded})
 
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
@@ -74,6 +77,9 @@ func TestScrape(t *testing.T) {
 		`expset_sweep_lateness_seconds_count{set="orders"} 1`,
 		`expset_event_attempts_total{result="ok",set="orders"} 1`,
 		`expset_event_attempts_total{result="dead_lettered",set="orders"} 1`,
+		`expset_wait_seconds_count{outcome="admitted",set="orders"} 1`,
+		`expset_wait_seconds_count{outcome="given_up",set="orders"} 2`,
+		`expset_wait_seconds_sum{outcome="given_up",set="orders"} 3`,
 		`expset_events_trimmed_total{set="orders"} 6`,
 		`expset_loop_errors_total{op="sweep",set="orders"} 1`,
 	} {

@@ -1,0 +1,105 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// crashInHandler runs a Consume of s's events as consumer name of group, on
+// rdb, a client of its own, whose handler records the event it is given, closes
+// that client (the process is gone: its lease is renewed no more, nothing is
+// acknowledged) and blocks until t ends. It returns the event once the
+// handler has it. The handlers of other events are never called.
+func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...ConsumeOption) Expiry {
+	t.Helper()
+	quiet := WithHooks(Hooks{OnError: func(ErrorInfo) {}})
+	doomed := must[*Set](t)(OpenExisting(context.Background(), rdb, s.Name(), quiet))
+	got := make(chan Expiry, 1)
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = doomed.Consume(ctx, group, name, func(_ context.Context, e Expiry) error {
+			select {
+			case got <- e:
+			default:
+				return errors.New("after the crash")
+			}
+			_ = rdb.Close()
+			<-release
+			return errors.New("crashed")
+		}, opts...)
+	}()
+	t.Cleanup(func() {
+		close(release)
+		cancel()
+		<-done
+	})
+	select {
+	case e := <-got:
+		return e
+	case <-done:
+		t.Fatal("the doomed Consume returned before its handler was called")
+	}
+	return Expiry{}
+}
+
+// consumers lists the consumers of group on every shard of s (shard/name).
+func consumers(t *testing.T, rdb redis.UniversalClient, s *Set, group string) []string {
+	t.Helper()
+	var out []string
+	for i := range s.shards {
+		cs, err := rdb.XInfoConsumers(context.Background(), s.shards[i].events, group).Result()
+		if err != nil {
+			t.Fatalf("XINFO CONSUMERS shard %d: %v", i, err)
+		}
+		for _, c := range cs {
+			out = append(out, itoa(int64(i))+"/"+c.Name)
+		}
+	}
+	return out
+}
+
+// hookRecorder keeps what Hooks.OnEvent and Hooks.OnError were given.
+type hookRecorder struct {
+	mu     sync.Mutex
+	events []EventInfo
+	errs   []ErrorInfo
+}
+
+func (h *hookRecorder) hooks() Hooks {
+	return Hooks{
+		OnEvent: func(e EventInfo) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
+		OnError: func(e ErrorInfo) { h.mu.Lock(); h.errs = append(h.errs, e); h.mu.Unlock() },
+	}
+}
+
+func (h *hookRecorder) deadLettered() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.events {
+		if e.DeadLettered {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *hookRecorder) errors() []ErrorInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]ErrorInfo(nil), h.errs...)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

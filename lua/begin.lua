@@ -1,0 +1,43 @@
+-- begin.lua: start a handler call of an expiry event, or extend the lease of
+-- one under way (Set.Consume).
+--
+-- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer
+-- ARGV[3]  entry ID
+-- ARGV[4]  mode: "b" begins a handler call, "t" extends the lease of one
+-- ARGV[5]  visibility timeout in ms (mode b)
+-- ARGV[6]  attempts allowed, WithMaxAttempts (mode b)
+--
+-- The lease of a handler call is the entry's idle time in the group's
+-- pending list: XCLAIM ... JUSTID to this consumer sets it to 0 (and leaves
+-- the delivery count alone), and no consumer claims an entry idle less than
+-- the visibility timeout.
+-- Mode b: the entry must be pending in the group, held by this consumer or
+-- idle for at least the visibility timeout (then nobody else may take it
+-- now), with attempts left. It is taken, and its attempts go up by one.
+-- Mode t: the entry must be pending and held by this consumer; its idle time
+-- goes back to 0.
+-- Reply: mode b, the attempt number of the call (1 for the first); mode t,
+-- 1. 0 when the conditions do not hold (another consumer holds the event, or
+-- it was acknowledged); -1 (mode b) when every attempt is used.
+local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local holder, idle = pending_of(stream, group, id)
+if ARGV[4] == 't' then
+  if holder ~= consumer then
+    return 0
+  end
+  call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  return 1
+end
+if not holder or (holder ~= consumer and idle < tonumber(ARGV[5])) then
+  return 0
+end
+local field = att_field(id, group)
+local used = tonumber(call('HGET', att, field) or '0')
+if used >= tonumber(ARGV[6]) then
+  return -1
+end
+call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+return call('HINCRBY', att, field, 1)

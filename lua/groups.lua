@@ -1,0 +1,105 @@
+-- groups.lua: helpers of the consumer-group scripts (ack, begin, bury,
+-- claim, release, prune). scripts.go puts it after prelude.lua and before
+-- those scripts' bodies only, so the scripts of the write path stay small.
+--
+-- Attempts: the shard's attempts hash (KEYS of the script, expset:{name:S}:att)
+-- holds, for each event a handler call of a group has begun and not yet
+-- finished for good, the field "<entry ID> <group>" -> handler calls begun.
+-- Reading, claiming and releasing an event never touch it.
+
+local function att_field(id, group)
+  return id .. ' ' .. group
+end
+
+-- pending_of returns the consumer holding id pending in group, and its idle
+-- time in ms; nil when id is not pending in group.
+local function pending_of(stream, group, id)
+  local p = call('XPENDING', stream, group, id, id, 1)[1]
+  if not p then
+    return nil, 0
+  end
+  return p[2], tonumber(p[3])
+end
+
+-- info returns field k of an XINFO reply: a flat list on Redis, a table
+-- keyed by name on some emulators.
+local function info(t, k)
+  if t[k] ~= nil then
+    return t[k]
+  end
+  for i = 1, #t - 1, 2 do
+    if t[i] == k then
+      return t[i + 1]
+    end
+  end
+  return nil
+end
+
+-- split returns the two numbers of stream ID id ("ms-seq", or "ms" alone
+-- for "ms-0"; ms has at most 13 digits and seq is small: exact in a double).
+local function split(id)
+  local d = string.find(id, '-', 1, true)
+  if not d then
+    return tonumber(id), 0
+  end
+  return tonumber(string.sub(id, 1, d - 1)), tonumber(string.sub(id, d + 1))
+end
+
+-- after reports whether stream ID a comes after stream ID b.
+local function after(a, b)
+  local am, as = split(a)
+  local bm, bs = split(b)
+  if am ~= bm then
+    return am > bm
+  end
+  return as > bs
+end
+
+-- forget deletes from stream the entries of ids that no consumer group still
+-- needs: every group other than done (which has just acknowledged or buried
+-- them) has read past each one and holds it pending nowhere. So the stream
+-- holds only entries some group still needs; a group created later starts
+-- at the oldest entry left. Returns how many it deleted.
+local function forget(stream, ids, done)
+  local groups = call('XINFO', 'GROUPS', stream)
+  local del = {}
+  for _, id in ipairs(ids) do
+    local needed = false
+    for _, g in ipairs(groups) do
+      local name = info(g, 'name')
+      if name ~= done then
+        local last = info(g, 'last-delivered-id')
+        if after(id, last) or call('XPENDING', stream, name, id, id, 1)[1] then
+          needed = true
+          break
+        end
+      end
+    end
+    if not needed then
+      del[#del + 1] = id
+    end
+  end
+  if #del > 0 then
+    call('XDEL', stream, unpack(del))
+  end
+  return #del
+end
+
+-- bury moves entry id, pending in group, to the dead-letter stream dead:
+-- the event's fields (fields, a flat list; o, m, d, p, r) plus id (its ID in
+-- stream), g (group), c (consumer), a (attempts) and err (reason); then
+-- acknowledges it in group, clears its attempts and forgets it.
+local function bury(stream, dead, att, group, consumer, id, fields, attempts, reason)
+  local args = {}
+  for i = 1, #fields, 2 do
+    local k = fields[i]
+    if k == 'o' or k == 'm' or k == 'd' or k == 'p' or k == 'r' then
+      args[#args + 1] = k
+      args[#args + 1] = fields[i + 1]
+    end
+  end
+  call('XADD', dead, '*', 'id', id, 'g', group, 'c', consumer, 'a', attempts, 'err', reason, unpack(args))
+  call('XACK', stream, group, id)
+  call('HDEL', att, att_field(id, group))
+  forget(stream, {id}, group)
+end

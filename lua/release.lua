@@ -1,0 +1,33 @@
+-- release.lua: hand events a consumer read but will not handle back for
+-- prompt redelivery, as it stops (Set.Consume).
+--
+-- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer
+-- ARGV[3]  idle time to give them in ms: the visibility timeout, so that any
+--          consumer's next claim takes them
+-- ARGV[4]  an entry ID whose last attempt is given back (its handler call
+--          failed because Consume was stopping), or ""
+-- ARGV[5..] entry IDs (at most 1000)
+--
+-- Only entries still pending and held by this consumer change: XCLAIM ...
+-- IDLE JUSTID sets their idle time without counting a delivery. No attempt
+-- is charged for them.
+-- Reply: how many entries were released (integer).
+local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local n = 0
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  if pending_of(stream, group, id) == consumer then
+    call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', ARGV[3], 'JUSTID')
+    if id == ARGV[4] then
+      local field = att_field(id, group)
+      if call('HINCRBY', att, field, -1) <= 0 then
+        call('HDEL', att, field)
+      end
+    end
+    n = n + 1
+  end
+end
+return n
