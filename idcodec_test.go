@@ -143,7 +143,7 @@ func TestCodecExtremes(t *testing.T) {
 	}
 }
 
-// TestCodecKnownIDs checks the IDs of the issue: raw, they are one double;
+// TestCodecKnownIDs checks two neighbouring IDs: raw, they are one double;
 // encoded, their members order them and Time reads bwmarrin's time.
 func TestCodecKnownIDs(t *testing.T) {
 	a, b := int64(215857550229364736), int64(215857550229364737)
