@@ -147,7 +147,7 @@ func TestCodecExtremes(t *testing.T) {
 	}
 }
 
-// TestCodecKnownIDs checks the IDs of the issue: raw, they are one double;
+// TestCodecKnownIDs checks two neighbouring IDs: raw, they are one double;
 // encoded, their members order them and Time reads bwmarrin's time.
 func TestCodecKnownIDs(t *testing.T) {
 	t.Parallel()
