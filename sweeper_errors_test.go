@@ -263,3 +263,34 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	}
 	stop()
 }
+
+// TestSweepOnceSweepsPastAFailingShard: SweepOnce sweeps every shard it can
+// when one fails, and returns that shard's error beside the stats of the
+// others (it used to cancel the shards still to come at the first error).
+func TestSweepOnceSweepsPastAFailingShard(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
+		ctx := context.Background()
+		for _, o := range oneOwnerPerShard(s) {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second)
+		// One shard at a time, the failing one first: the others come after it.
+		st, err := NewSweeper(s, WithConcurrency(1)).SweepOnce(ctx)
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("SweepOnce: %v, want shard 0's WRONGTYPE", err)
+		}
+		if st.Expired != 3 {
+			t.Errorf("SweepOnce swept %d members, want 3 (shards 1 to 3)", st.Expired)
+		}
+		for i := 1; i < 4; i++ {
+			if n := b.rdb.XLen(ctx, s.shards[i].events).Val(); n != 1 {
+				t.Errorf("shard %d: %d events, want 1", i, n)
+			}
+		}
+	})
+}
