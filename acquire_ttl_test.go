@@ -11,6 +11,7 @@ import (
 // skips its PEXPIRE): the key keeps living to the latest deadline, and a
 // later deadline still pushes it further.
 func TestAcquireKeyTTLSkipsShorterDeadlines(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b)

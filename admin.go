@@ -11,7 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Configuration is what the first Open of a set recorded in Redis.
+// Configuration is what the first Open of a set recorded in Redis, in the
+// hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
+// payloads and index as 0 or 1). Sets recorded by earlier versions, as a
+// string such as "v1 shards=16 events=0 payloads=0 index=0", still open and
+// read as they are.
 type Configuration struct {
 	Shards   int
 	Events   bool
@@ -29,43 +33,94 @@ func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name stri
 		return Configuration{}, err
 	}
 	key := metaKey(name)
-	v, err := rdb.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return Configuration{}, fmt.Errorf("%w: no set %q (%s is missing)", ErrNotFound, name, key)
+	fields, err := rdb.HGetAll(ctx, key).Result()
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		// Recorded by an earlier version, as a string (or a foreign key).
+		v, gerr := rdb.Get(ctx, key).Result()
+		if gerr != nil {
+			return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
+		}
+		return legacyConfiguration(key, v)
 	}
 	if err != nil {
 		return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
 	}
-	return parseConfiguration(key, v)
+	if len(fields) == 0 {
+		return Configuration{}, fmt.Errorf("%w: no set %q (%s is missing)", ErrNotFound, name, key)
+	}
+	return configurationFields(key, fields)
 }
 
-func parseConfiguration(key, v string) (Configuration, error) {
-	var c Configuration
-	f := strings.Fields(v)
-	if len(f) != 5 || f[0] != "v1" {
-		return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
+// metaVersion is the version of the key layout the meta hash records.
+const metaVersion = "1"
+
+// fields returns c as the field-value pairs of its meta hash.
+func (c Configuration) fields() []any {
+	b := func(v bool) string {
+		if v {
+			return "1"
+		}
+		return "0"
 	}
+	return []any{"version", metaVersion, "shards", strconv.Itoa(c.Shards), "events", b(c.Events), "payloads", b(c.Payloads), "index", b(c.Index)}
+}
+
+// text describes c in errors.
+func (c Configuration) text() string {
+	return fmt.Sprintf("shards=%d events=%t payloads=%t index=%t", c.Shards, c.Events, c.Payloads, c.Index)
+}
+
+// recordedConfiguration reads the reply of open.lua: the fields of the meta
+// hash, or the string an earlier version recorded.
+func recordedConfiguration(key string, v any) (Configuration, error) {
+	if s, ok := v.(string); ok {
+		return legacyConfiguration(key, s)
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs)%2 != 0 {
+		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", ErrUnexpectedReply, key, v)
+	}
+	fields := make(map[string]string, len(xs)/2)
+	for i := 0; i < len(xs); i += 2 {
+		k, ok1 := xs[i].(string)
+		val, ok2 := xs[i+1].(string)
+		if !ok1 || !ok2 {
+			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", ErrUnexpectedReply, key, v)
+		}
+		fields[k] = val
+	}
+	return configurationFields(key, fields)
+}
+
+// legacyConfiguration reads the string earlier versions recorded, such as
+// "v1 shards=16 events=0 payloads=0 index=0".
+func legacyConfiguration(key, v string) (Configuration, error) {
+	f := strings.Fields(v)
+	if len(f) != 5 || f[0] != "v"+metaVersion {
+		return Configuration{}, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
+	}
+	fields := map[string]string{"version": metaVersion}
 	for _, kv := range f[1:] {
 		k, val, _ := strings.Cut(kv, "=")
-		n, err := strconv.Atoi(val)
-		if err != nil {
-			return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
-		}
-		switch k {
-		case "shards":
-			c.Shards = n
-		case "events":
-			c.Events = n == 1
-		case "payloads":
-			c.Payloads = n == 1
-		case "index":
-			c.Index = n == 1
-		default:
-			return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
-		}
+		fields[k] = val
 	}
-	if c.Shards < 1 || c.Shards > maxShards {
-		return c, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
+	return configurationFields(key, fields)
+}
+
+// configurationFields reads the fields of a meta hash: exactly those that
+// Configuration.fields writes, with values it could have written.
+func configurationFields(key string, fields map[string]string) (Configuration, error) {
+	var c Configuration
+	n, err := strconv.Atoi(fields["shards"])
+	c.Shards = n
+	ok := fields["version"] == metaVersion && err == nil && n >= 1 && n <= maxShards && len(fields) == 5
+	for name, dst := range map[string]*bool{"events": &c.Events, "payloads": &c.Payloads, "index": &c.Index} {
+		v := fields[name]
+		ok = ok && (v == "0" || v == "1")
+		*dst = v == "1"
+	}
+	if !ok {
+		return Configuration{}, fmt.Errorf("%w: %s holds %v, not a configuration of version %s", ErrUnexpectedReply, key, fields, metaVersion)
 	}
 	return c, nil
 }

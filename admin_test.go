@@ -11,6 +11,7 @@ import (
 )
 
 func TestReadConfigurationAndDrop(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(4), WithPayloadStorage())
@@ -46,11 +47,111 @@ func TestReadConfigurationAndDrop(t *testing.T) {
 	})
 }
 
+// TestConfigurationIsAHash checks that the recorded configuration reads in
+// redis-cli: HGETALL expset:{name}:meta.
+func TestConfigurationIsAHash(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b, WithShards(8), WithExpiryEvents())
+		got := must[map[string]string](t)(b.rdb.HGetAll(ctx, metaKey(s.Name())).Result())
+		want := map[string]string{"version": "1", "shards": "8", "events": "1", "payloads": "0", "index": "1"}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("HGETALL %s = %v, want %v", metaKey(s.Name()), got, want)
+		}
+	})
+}
+
+// TestOpenLegacyConfiguration checks that a set recorded by an earlier
+// version, as a string, still opens (with its configuration, and only with
+// it), reads, and stays recorded as it was.
+func TestOpenLegacyConfiguration(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		name := uniqueName(t, b.rdb)
+		key := metaKey(name)
+		const legacy = "v1 shards=4 events=1 payloads=0 index=1"
+		if err := b.rdb.Set(ctx, key, legacy, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s := must[*Set](t)(Open(ctx, b.rdb, name, WithShards(4), WithExpiryEvents()))
+		must[time.Time](t)(s.Add(ctx, "u", "m", time.Minute))
+		if n := must[int](t)(s.Count(ctx, "u")); n != 1 {
+			t.Fatalf("count %d after Add on a set recorded the old way", n)
+		}
+		if _, err := Open(ctx, b.rdb, name, WithShards(4)); !errors.Is(err, ErrConfigMismatch) {
+			t.Fatalf("open without the recorded events: %v, want ErrConfigMismatch", err)
+		}
+		cfg := must[Configuration](t)(ReadConfiguration(ctx, b.rdb, name))
+		if cfg != (Configuration{Shards: 4, Events: true, Index: true}) {
+			t.Fatalf("configuration %+v", cfg)
+		}
+		if s := must[*Set](t)(Open(ctx, b.rdb, name, WithRecordedConfiguration())); s.Shards() != 4 {
+			t.Fatalf("WithRecordedConfiguration: %d shards", s.Shards())
+		}
+		if v := must[string](t)(b.rdb.Get(ctx, key).Result()); v != legacy {
+			t.Fatalf("%s became %q", key, v)
+		}
+	})
+}
+
+// TestOpenUnreadableConfiguration checks that a meta key this version cannot
+// read fails Open and ReadConfiguration with ErrUnexpectedReply (or the
+// server's WRONGTYPE for a key of another type), and is left alone.
+func TestOpenUnreadableConfiguration(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		for _, c := range []struct {
+			name  string
+			write func(key string) error
+			want  error
+		}{
+			{"garbled string", func(k string) error { return b.rdb.Set(ctx, k, "v1 shards=x", 0).Err() }, ErrUnexpectedReply},
+			{"string of another version", func(k string) error {
+				return b.rdb.Set(ctx, k, "v2 shards=4 events=0 payloads=0 index=0", 0).Err()
+			}, ErrUnexpectedReply},
+			{"hash of another version", func(k string) error {
+				return b.rdb.HSet(ctx, k, "version", "2", "shards", "4", "events", "0", "payloads", "0", "index", "0").Err()
+			}, ErrUnexpectedReply},
+			{"hash with an unknown field", func(k string) error {
+				return b.rdb.HSet(ctx, k, "version", "1", "shards", "4", "events", "0", "payloads", "0", "index", "0", "codec", "x").Err()
+			}, ErrUnexpectedReply},
+			{"hash with 0 shards", func(k string) error {
+				return b.rdb.HSet(ctx, k, "version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0").Err()
+			}, ErrUnexpectedReply},
+			{"hash with events=2", func(k string) error {
+				return b.rdb.HSet(ctx, k, "version", "1", "shards", "4", "events", "2", "payloads", "0", "index", "0").Err()
+			}, ErrUnexpectedReply},
+			{"list", func(k string) error { return b.rdb.RPush(ctx, k, "x").Err() }, nil},
+		} {
+			name := uniqueName(t, b.rdb)
+			key := metaKey(name)
+			if err := c.write(key); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, b.rdb, name)
+			_, oerr := Open(ctx, b.rdb, name, WithShards(4))
+			_, rerr := ReadConfiguration(ctx, b.rdb, name)
+			for _, err := range []error{oerr, rerr} {
+				if c.want != nil && !errors.Is(err, c.want) || c.want == nil && (err == nil || !strings.Contains(err.Error(), "WRONGTYPE")) {
+					t.Errorf("%s: %v, want %v", c.name, err, c.want)
+				}
+			}
+			if after := snapshot(t, b.rdb, name); !reflect.DeepEqual(before, after) {
+				t.Errorf("%s: Open changed %s: %v, then %v", c.name, key, before, after)
+			}
+		}
+	})
+}
+
 // TestDropTouchesOnlyItsOwnSet drops sets whose names extend one another
 // ("a", "a:1", "a:1:2"): the key pattern of "a"'s shard 1,
 // expset:{a:1}:*, also matches "a:1"'s recorded configuration, and Drop
 // must leave it, and every other key of the neighbours, alone.
 func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		base := uniqueName(t, b.rdb) // its cleanup covers base:1 and base:1:2 too
@@ -115,6 +216,7 @@ func ownKeys(t *testing.T, b backend, name string) map[string]string {
 // (each field of shardKeys, found by reflection so that a key added later
 // is covered) and not the meta key of the set named "name:S".
 func TestShardKeysOwned(t *testing.T) {
+	t.Parallel()
 	sk := newShardKeys("a", 1)
 	v := reflect.ValueOf(sk)
 	for i := range v.NumField() {

@@ -14,6 +14,7 @@ import (
 // one at a time would: owners spread over every shard (every node of a
 // cluster), several requests for one owner in order, retries and denials.
 func TestAcquireMany(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -88,6 +89,7 @@ func TestAcquireManyAfterScriptFlush(t *testing.T) {
 // TestAcquireManyBadInput checks that one bad request fails the whole batch
 // with its index and sentinel, before anything is sent.
 func TestAcquireManyBadInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b)
@@ -123,6 +125,7 @@ func TestAcquireManyBadInput(t *testing.T) {
 // owner key of another type) fails alone: the others take effect and the
 // BatchError names the one that failed.
 func TestAcquireManyPartialFailure(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b)

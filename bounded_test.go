@@ -22,6 +22,7 @@ import (
 // rounds of bounded calls) finishes the rest, each member with one event
 // and its payload.
 func TestScriptsBoundedBytes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
@@ -82,6 +83,7 @@ func TestScriptsBoundedBytes(t *testing.T) {
 // Wall-clock figures are printed, not asserted (the machine may be loaded):
 // run it with -v to read them. Skipped with -short.
 func TestScriptLatencyAtMaxima(t *testing.T) {
+	redistest.SystemTest(t)
 	if testing.Short() {
 		t.Skip("a measurement on a dedicated redis-server; skipped with -short")
 	}
@@ -231,6 +233,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 // one admits; every member is evicted once, with one event carrying its
 // payload.
 func TestEvictionBoundedBytes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())

@@ -20,6 +20,7 @@ import (
 // something is evicted, lives in the owner's shard and expires on its own,
 // and Drop deletes it.
 func TestEvictionReceipt(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -98,6 +99,7 @@ func TestEvictionReceipt(t *testing.T) {
 // and its payload, and its payload leaves the hash; a retry of the Acquire
 // produces none, and a plain expiry's event keeps ReasonExpired.
 func TestEvictionEvents(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
@@ -140,6 +142,7 @@ func TestEvictionEvents(t *testing.T) {
 
 // TestEvictionReceiptTTLOption checks WithEvictionReceiptTTL's range.
 func TestEvictionReceiptTTLOption(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	s := must[*Set](t)(Open(context.Background(), redis.NewClient(&redis.Options{Addr: mr.Addr()}), "n"))
 	for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {

@@ -117,11 +117,15 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if err := checkServers(ctx, rdb, name); err != nil {
 		return nil, err
 	}
-	want := s.configString()
+	want := Configuration{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index}
 	key := metaKey(name)
-	got, err := scriptOpen.Run(ctx, rdb, []string{key}, want).Text()
+	v, err := scriptOpen.Run(ctx, rdb, []string{key}, want.fields()...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
+	}
+	got, err := recordedConfiguration(key, v)
+	if err != nil {
+		return nil, err
 	}
 	if got != want {
 		return nil, mismatch(name, key, got, want)
@@ -134,12 +138,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 
 // mismatch is the ErrConfigMismatch error of Open: what is recorded, what
 // was asked, and how to open the set as recorded.
-func mismatch(name, key, got, want string) error {
-	how := "open it with the options it was first opened with, or WithRecordedConfiguration"
-	if cfg, err := parseConfiguration(key, got); err == nil {
-		how = "open it with " + cfg.optionsText() + ", or WithRecordedConfiguration, which reads them"
-	}
-	return fmt.Errorf("%w: set %q was first opened with %q (recorded in %s), not %q: %s", ErrConfigMismatch, name, got, key, want, how)
+func mismatch(name, key string, got, want Configuration) error {
+	return fmt.Errorf("%w: set %q was first opened with %s (recorded in %s), not %s: open it with %s, or WithRecordedConfiguration, which reads them",
+		ErrConfigMismatch, name, got.text(), key, want.text(), got.optionsText())
 }
 
 // opened returns ErrNotOpened for a nil or zero Set.
@@ -168,16 +169,6 @@ func checkClient(rdb redis.UniversalClient) error {
 		return fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
 	return nil
-}
-
-func (s *Set) configString() string {
-	b := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
-	return "v1 shards=" + strconv.Itoa(len(s.shards)) + " events=" + b(s.events) + " payloads=" + b(s.payloads) + " index=" + b(s.index)
 }
 
 // Name returns the set's name ("" for a nil Set).
@@ -216,10 +207,12 @@ func (s *Set) OwnerKey(owner string) string {
 }
 
 // ownerKeys returns the keys the owner scripts (add, acquire, remove,
-// extend) declare: the owner's sorted set, then the shard's due index and
-// event stream and the owner's payload hash. A set with no events, payloads
-// or index touches only the first, and declares only that: the scripts use
-// KEYS[2..4] only under the flags that need them.
+// extend, payload) declare, always in this order: KEYS[1] the owner's sorted
+// set, KEYS[2] the shard's due index, KEYS[3] its event stream, KEYS[4] the
+// owner's payload hash. A set with no events, payloads or index touches only
+// the first, and declares only that: the scripts use KEYS[2..4] only under
+// the flags that need them. The read scripts (count, deadline, members)
+// take the first alone.
 func (s *Set) ownerKeys(owner string) []string {
 	sk := &s.shards[s.ShardOf(owner)]
 	if s.flags == "" {
@@ -346,9 +339,6 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	return msTime(d), nil
 }
 
-// removeBatch is how many members one remove script takes.
-const removeBatch = 1000
-
 // Remove deletes members from owner's set and returns how many live members it
 // removed. Members already expired are not counted: they expired first, and
 // with expiry events they produce their event. Each batch of up to 1000
@@ -366,7 +356,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 	keys := s.lineKeys(owner)
 	total := 0
 	for len(members) > 0 {
-		batch := members[:min(len(members), removeBatch)]
+		batch := members[:min(len(members), maxBatch)]
 		args := make([]any, 0, 3+len(batch))
 		args = append(args, s.now(), owner, s.flags)
 		for _, m := range batch {
@@ -490,8 +480,7 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return nil, err
 	}
-	sk := &s.shards[s.ShardOf(owner)]
-	v, err := s.run(ctx, "payload", scriptPayload, []string{sk.owner + owner, sk.payload + owner}, s.now(), member)
+	v, err := s.run(ctx, "payload", scriptPayload, s.ownerKeys(owner), s.now(), member)
 	if err != nil {
 		return nil, err
 	}

@@ -150,6 +150,7 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 // unswept at the crash are swept with their events, and every event is
 // handled once acknowledged, with its payload.
 func TestEventsSurviveRestartWithAOF(t *testing.T) {
+	redistest.SystemTest(t)
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -216,6 +217,7 @@ func TestEventsSurviveRestartWithAOF(t *testing.T) {
 // had not replicated is lost with it: members and their events together, or
 // an acknowledgement, which makes a redelivery.
 func TestEventsSurviveFailover(t *testing.T) {
+	redistest.SystemTest(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
 	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
 	ctx := context.Background()

@@ -185,6 +185,7 @@ func (r *restartRun) checkExactlyOnce(t *testing.T, seen map[string]int) {
 // during it) are taken back with their own tokens when Redis answers again,
 // not left to lapse and taken anew.
 func TestSweeperRunSurvivesRestart(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	r := newRestartRun(t)
 	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))

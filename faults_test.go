@@ -240,6 +240,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 // default) a crash can lose the last second of acknowledged writes, and with
 // them admissions: the owner could then be admitted again.
 func TestRestartWithAOFKeepsAcknowledgedWrites(t *testing.T) {
+	redistest.SystemTest(t)
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -291,6 +292,7 @@ func TestRestartWithAOFKeepsAcknowledgedWrites(t *testing.T) {
 // attempt whose reply arrives may report 0 for a member an earlier attempt
 // removed.
 func TestStalledServer(t *testing.T) {
+	redistest.SystemTest(t)
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	clk := newFakeClock()
@@ -406,6 +408,7 @@ func TestStalledServer(t *testing.T) {
 // as here). Even then a failover chosen while the WAIT was still pending
 // can lose the write; Redis gives no stronger guarantee.
 func TestFailoverKeepsQuota(t *testing.T) {
+	redistest.SystemTest(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
 	// go-redis reloads a ClusterClient's slot map on MOVED and READONLY
 	// replies, and otherwise only every ClusterStateReloadInterval (default
@@ -482,6 +485,7 @@ func (d dialSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // member held. The Decision go-redis's retry returns, and that of an
 // application's own retry after it, must both name the evicted member.
 func TestStalledServerReportsEvictions(t *testing.T) {
+	redistest.SystemTest(t)
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	clk := newFakeClock()

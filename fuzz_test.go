@@ -377,6 +377,7 @@ func FuzzQuotaModel(f *testing.F) {
 // minutes for units: real Redis formats numbers in Lua differently from
 // miniredis, and the cluster checks keys.
 func TestQuotaModelSeeds(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		for i, seed := range modelSeeds {
 			t.Run(strconv.Itoa(i), func(t *testing.T) {

@@ -17,9 +17,10 @@ import (
 
 // backend is one Redis the suite runs on: miniredis, or a real redis-server.
 type backend struct {
-	name string
-	rdb  redis.UniversalClient
-	mr   *miniredis.Miniredis // nil on real Redis
+	name  string
+	rdb   redis.UniversalClient
+	mr    *miniredis.Miniredis // nil on real Redis
+	start time.Time            // when the subtest began (zero when unknown)
 }
 
 // eachBackend runs fn as a subtest on miniredis, on a real redis-server and
@@ -27,19 +28,32 @@ type backend struct {
 // skipped, or failed with EXPSET_REQUIRE_REDIS=1, when redis-server is not
 // installed). miniredis cannot stand in for a cluster: it accepts cross-slot
 // scripts.
+//
+// The three subtests run in parallel: each has its own miniredis or its own
+// keys (uniqueName). What the whole process or a shared server holds is fn's
+// to touch only in a test that does not call t.Parallel (parallel tests never
+// overlap such a test), and then with its backends taking turns where they
+// would clash: the script cache of a shared server may be flushed (each
+// backend has its own), slog's default logger is captured one backend at a
+// time (captureSlog), goleak's checks (noLeaks) run once all are done. A
+// deferred call in the test that calls eachBackend runs before the subtests
+// do; use t.Cleanup instead.
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
 		mr := miniredis.RunT(t)
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		t.Cleanup(func() { _ = c.Close() })
-		fn(t, backend{name: "miniredis", rdb: c, mr: mr})
+		fn(t, backend{name: "miniredis", rdb: c, mr: mr, start: time.Now()})
 	})
 	t.Run("redis", func(t *testing.T) {
-		fn(t, backend{name: "redis", rdb: redistest.Client(t)})
+		t.Parallel()
+		fn(t, backend{name: "redis", rdb: redistest.Client(t), start: time.Now()})
 	})
 	t.Run("cluster", func(t *testing.T) {
-		fn(t, backend{name: "cluster", rdb: redistest.SharedCluster(t).Client(t)})
+		t.Parallel()
+		fn(t, backend{name: "cluster", rdb: redistest.SharedCluster(t).Client(t), start: time.Now()})
 	})
 }
 

@@ -8,7 +8,7 @@ import (
 
 // Hooks receives what a Set, and the Quotas, Sweepers and consumers built on
 // it, do: the way to feed metrics or traces without this package depending on
-// a metrics library (see the prometheus sub-module for a collector built on
+// a metrics library (see the expsetprom module for a collector built on
 // it). Every field is optional; a nil func costs nothing. Hooks run
 // synchronously on the goroutine that made the call, often concurrently, so
 // they must be fast and safe for simultaneous use. Fields may be added in

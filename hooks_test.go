@@ -9,6 +9,7 @@ import (
 )
 
 func TestHooksSeeCallsAndDecisions(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		var (
@@ -74,6 +75,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 }
 
 func TestShardOfKey(t *testing.T) {
+	t.Parallel()
 	for key, want := range map[string]int{
 		"expset:{orders:3}:o:user":     3,
 		"expset:{a:b:15}:o:{x:7}":      15,
@@ -89,8 +91,8 @@ func TestShardOfKey(t *testing.T) {
 }
 
 func TestHooksSeeSweepsAndEvents(t *testing.T) {
+	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		defer noLeaks(t)
 		var (
 			mu     sync.Mutex
 			sweeps []SweepInfo

@@ -782,6 +782,7 @@ func hostileCases() []hostileCase {
 // sentinel error (wrapped, named "expset: ...") or succeeds with the result
 // in the table, and a rejected call leaves the database as it was.
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		clk := newFakeClock()
@@ -896,6 +897,7 @@ func sentinelName(err error) string {
 // TestHostileInputDoc checks that docs/hostile-input.md is the table in
 // this file, rendered (run with -update-hostile-doc to rewrite it).
 func TestHostileInputDoc(t *testing.T) {
+	t.Parallel()
 	want := hostileDoc()
 	if *updateHostileDoc {
 		if err := os.WriteFile(hostileDocPath, []byte(want), 0o644); err != nil {

@@ -56,7 +56,7 @@ type Layout struct {
 	TimeBits, NodeBits, SeqBits int
 
 	// SeqHigh says the sequence field sits above the node field, as in
-	// Sonyflake v1 (time|sequence|machine). False, the zero value, is
+	// Sonyflake v1 and v2 (time|sequence|machine). False, the zero value, is
 	// Twitter's order: time|node|sequence.
 	SeqHigh bool
 }
@@ -73,8 +73,19 @@ var (
 	// Sonyflake is the layout of github.com/sony/sonyflake v1 with its
 	// default start time: 39 bits of 10 ms units since 2014-09-01 UTC, then
 	// 8 bits of sequence above 16 bits of machine ID. Its time field runs
-	// out in 2188.
+	// out in 2188. Sonyflake v2 starts elsewhere by default: see SonyflakeV2.
 	Sonyflake = Layout{Name: "Sonyflake", Epoch: time.Date(2014, 9, 1, 0, 0, 0, 0, time.UTC),
+		TimeUnit: 10 * time.Millisecond, TimeBits: 39, NodeBits: 16, SeqBits: 8, SeqHigh: true}
+
+	// SonyflakeV2 is the layout of github.com/sony/sonyflake/v2 with its
+	// default settings: the bits of Sonyflake (39 of 10 ms units, then 8 of
+	// sequence above 16 of machine ID) counted from 2025-01-01 UTC, v2's
+	// default start time. Its time field runs out in 2199. Read with the v1
+	// layout, v2 IDs keep their order but their times (Time, ScoreAt,
+	// Horizon) are 3775 days early. For IDs made with other v2 Settings,
+	// copy it and set Epoch to StartTime, TimeUnit, SeqBits to BitsSequence,
+	// NodeBits to BitsMachineID and TimeBits to 63 minus both.
+	SonyflakeV2 = Layout{Name: "SonyflakeV2", Epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		TimeUnit: 10 * time.Millisecond, TimeBits: 39, NodeBits: 16, SeqBits: 8, SeqHigh: true}
 
 	// Discord is the layout of Discord's snowflakes: milliseconds since
@@ -195,7 +206,7 @@ func KeepTimeSeq52() Option {
 //	KeepTimeSeq                     [-------------]            [----------] 53 bits
 //	KeepTimeSeq52                   [-------------]             [---------] 52 bits
 //
-//	Sonyflake v1:                63 62          24 23      16 15         0
+//	Sonyflake v1 and v2:         63 62          24 23      16 15         0
 //	                            +--+--------------+----------+------------+
 //	                            |0 | time 39 x10ms|  seq 8   | machine 16 |
 //	                            +--+--------------+----------+------------+
@@ -214,19 +225,22 @@ func KeepTimeSeq52() Option {
 // these layouts it is the generator's own), how many IDs can share one
 // score, and what order ZRANGE keeps:
 //
-//	layout     strategy       bits kept                              horizon  IDs per score  ZRANGE order
-//	Twitter    KeepTopBits    53 = time 41 + node 10 + seq 2 (high)  2080     1024           ID order
-//	Twitter    KeepTimeSeq    53 = time 41 + seq 12                  2080     1024           time, then sequence
-//	Twitter    KeepTimeSeq52  52 = time 41 + seq 11 (low)            2080     2048           time, then sequence mod 2048
-//	Sonyflake  KeepTopBits    53 = time 39 + seq 8 + node 6 (high)   2188     1024           ID order
-//	Sonyflake  KeepTimeSeq    47 = time 39 + seq 8                   2188     65536          ID order
-//	Sonyflake  KeepTimeSeq52  47 = time 39 + seq 8                   2188     65536          ID order
-//	Discord    KeepTopBits    53 = time 41 + node 10 + seq 2 (high)  2084     1024           ID order
-//	Discord    KeepTimeSeq    53 = time 41 + seq 12                  2084     1024           time, then sequence
-//	Discord    KeepTimeSeq52  52 = time 41 + seq 11 (low)            2084     2048           time, then sequence mod 2048
-//	Instagram  KeepTopBits    53 = time 40 + node 13                 2046     1024           ID order
-//	Instagram  KeepTimeSeq    50 = time 40 + seq 10                  2046     8192           time, then sequence
-//	Instagram  KeepTimeSeq52  50 = time 40 + seq 10                  2046     8192           time, then sequence
+//	layout       strategy       bits kept                              horizon  IDs per score  ZRANGE order
+//	Twitter      KeepTopBits    53 = time 41 + node 10 + seq 2 (high)  2080     1024           ID order
+//	Twitter      KeepTimeSeq    53 = time 41 + seq 12                  2080     1024           time, then sequence
+//	Twitter      KeepTimeSeq52  52 = time 41 + seq 11 (low)            2080     2048           time, then sequence mod 2048
+//	Sonyflake    KeepTopBits    53 = time 39 + seq 8 + node 6 (high)   2188     1024           ID order
+//	Sonyflake    KeepTimeSeq    47 = time 39 + seq 8                   2188     65536          ID order
+//	Sonyflake    KeepTimeSeq52  47 = time 39 + seq 8                   2188     65536          ID order
+//	SonyflakeV2  KeepTopBits    53 = time 39 + seq 8 + node 6 (high)   2199     1024           ID order
+//	SonyflakeV2  KeepTimeSeq    47 = time 39 + seq 8                   2199     65536          ID order
+//	SonyflakeV2  KeepTimeSeq52  47 = time 39 + seq 8                   2199     65536          ID order
+//	Discord      KeepTopBits    53 = time 41 + node 10 + seq 2 (high)  2084     1024           ID order
+//	Discord      KeepTimeSeq    53 = time 41 + seq 12                  2084     1024           time, then sequence
+//	Discord      KeepTimeSeq52  52 = time 41 + seq 11 (low)            2084     2048           time, then sequence mod 2048
+//	Instagram    KeepTopBits    53 = time 40 + node 13                 2046     1024           ID order
+//	Instagram    KeepTimeSeq    50 = time 40 + seq 10                  2046     8192           time, then sequence
+//	Instagram    KeepTimeSeq52  50 = time 40 + seq 10                  2046     8192           time, then sequence
 //
 // The IDs that share a score differ only in the bits dropped. With
 // KeepTopBits those are the 10 lowest: for Twitter, a block of 1024

@@ -15,10 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// forEachBackend runs f against a real redis-server and against miniredis.
+// forEachBackend runs f against a real redis-server and against miniredis,
+// in parallel (each test uses keys of its own: codecKey).
 func forEachBackend(t *testing.T, f func(t *testing.T, rdb *redis.Client)) {
-	t.Run("redis", func(t *testing.T) { f(t, redistest.Client(t)) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); f(t, redistest.Client(t)) })
 	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
 		mr := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -84,6 +86,7 @@ func cornerIDs(l Layout) []int64 {
 // through Lua, and checks that ZSCORE and ZRANGE WITHSCORES return the very
 // doubles sent.
 func TestCodecRedisScoresBitExact(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
@@ -161,6 +164,7 @@ func parseCodecMembers(t *testing.T, c *Codec, ms []string) []int64 {
 // TestCodecRedisOrder checks that ZRANGE lists the IDs of several nodes in
 // one millisecond in exactly ID order, with every Ordered codec.
 func TestCodecRedisOrder(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		forEachCodec(t, func(t *testing.T, c *Codec) {
 			if !c.Ordered() {
@@ -185,6 +189,7 @@ func TestCodecRedisOrder(t *testing.T) {
 // collide, so ZSCORE loses the ID and a cursor by score skips IDs, while
 // the codec's scores come back exact and After visits every ID.
 func TestCodecRedisRawIDsFail(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		c := mustCodec(t, Twitter)
@@ -289,6 +294,7 @@ func (c *countingZSet) ZRangeArgsWithScores(ctx context.Context, z redis.ZRangeA
 // TestCodecRedisAfter checks that cursor pagination visits every ID once, in
 // the set's order, also where hundreds of IDs share a score.
 func TestCodecRedisAfter(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
@@ -370,6 +376,7 @@ func TestCodecRedisAfter(t *testing.T) {
 // ZREMRANGEBYSCORE to ScoreAt(cutoff), passed as an exact decimal string,
 // from Go and from Lua.
 func TestCodecRedisPrune(t *testing.T) {
+	t.Parallel()
 	prune := redis.NewScript(`return redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])`)
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
@@ -420,6 +427,7 @@ func TestCodecRedisPrune(t *testing.T) {
 // with ErrInvalidCount, without a round trip, and that a count up to it
 // allocates by what Redis returns: a count of maxAfterCount over three IDs.
 func TestCodecAfterCount(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		rdb := b.rdb

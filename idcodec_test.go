@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/expset/expset/internal/redistest"
 )
 
-var codecLayouts = []Layout{Twitter, Sonyflake, Discord, Instagram}
+var codecLayouts = []Layout{Twitter, Sonyflake, SonyflakeV2, Discord, Instagram}
 
 var codecStrategies = []struct {
 	name string
@@ -43,17 +45,19 @@ func mustCodec(tb testing.TB, l Layout, opts ...Option) *Codec {
 	return c
 }
 
-// forEachCodec runs f for every preset layout under every strategy.
+// forEachCodec runs f for every preset layout under every strategy, in
+// parallel.
 func forEachCodec(t *testing.T, f func(t *testing.T, c *Codec)) {
 	for _, l := range codecLayouts {
 		for _, s := range codecStrategies {
-			t.Run(l.Name+"/"+s.name, func(t *testing.T) { f(t, mustCodec(t, l, s.opt)) })
+			t.Run(l.Name+"/"+s.name, func(t *testing.T) { t.Parallel(); f(t, mustCodec(t, l, s.opt)) })
 		}
 	}
 }
 
 // TestCodecExtremes checks scores and times at the corners of each field.
 func TestCodecExtremes(t *testing.T) {
+	t.Parallel()
 	type row struct {
 		name            string
 		tick, node, seq uint64
@@ -143,9 +147,10 @@ func TestCodecExtremes(t *testing.T) {
 	}
 }
 
-// TestCodecKnownIDs checks the IDs of the issue: raw, they are one double;
+// TestCodecKnownIDs checks two neighbouring IDs: raw, they are one double;
 // encoded, their members order them and Time reads bwmarrin's time.
 func TestCodecKnownIDs(t *testing.T) {
+	t.Parallel()
 	a, b := int64(215857550229364736), int64(215857550229364737)
 	if float64(a) != float64(b) {
 		t.Fatal("raw IDs no longer collide as doubles: the premise changed")
@@ -166,6 +171,7 @@ func TestCodecKnownIDs(t *testing.T) {
 }
 
 func TestNewCodecInvalidLayout(t *testing.T) {
+	t.Parallel()
 	base := Twitter
 	tests := []struct {
 		name    string
@@ -202,6 +208,7 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 // TestCodecHorizon uses a layout with more time bits than KeepTimeSeq can
 // keep: IDs past 2^41 ticks fail instead of rounding.
 func TestCodecHorizon(t *testing.T) {
+	t.Parallel()
 	l := Layout{Epoch: time.Unix(0, 0).UTC(), TimeUnit: time.Microsecond, TimeBits: 45, NodeBits: 6, SeqBits: 12}
 	c := mustCodec(t, l, KeepTimeSeq())
 	if c.Ordered() {
@@ -233,6 +240,7 @@ func TestCodecHorizon(t *testing.T) {
 }
 
 func TestCodecInvalidID(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		for _, id := range []int64{-1, math.MinInt64} {
 			s, err := c.Score(id)
@@ -257,6 +265,7 @@ func TestCodecInvalidID(t *testing.T) {
 }
 
 func TestCodecParseMemberMalformed(t *testing.T) {
+	t.Parallel()
 	c := mustCodec(t, Twitter)
 	for _, s := range []string{
 		"", "1", "215857550229364736", "00215857550229364736",
@@ -286,6 +295,7 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 // TestCodecScoreAt checks that ScoreAt(t) is the lowest score of t's tick
 // and above every score of the tick before.
 func TestCodecScoreAt(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		l := c.Layout()
 		r := rand.New(rand.NewPCG(1, 2))
@@ -390,7 +400,14 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	}
 }
 
+// TestCodecProperties checks the codec's promises on random pairs of IDs:
+// 2,000 per codec, 20,000 in the system tests (EXPSET_SYSTEM=1).
 func TestCodecProperties(t *testing.T) {
+	t.Parallel()
+	rounds := 2000
+	if redistest.System() {
+		rounds = 20000
+	}
 	check := func(t *testing.T, c *Codec) {
 		l := c.Layout()
 		r := rand.New(rand.NewPCG(3, 4))
@@ -401,7 +418,7 @@ func TestCodecProperties(t *testing.T) {
 			}
 			return id
 		}
-		for range 20000 {
+		for range rounds {
 			a := valid(randomID(r, l))
 			checkCodecPair(t, c, a, valid(randomID(r, l)))
 			if next := valid(a + 1); next > a {
@@ -427,6 +444,7 @@ func TestCodecProperties(t *testing.T) {
 // TestCodecOrderedFlag checks Ordered against a brute-force search for a
 // pair that breaks ID order.
 func TestCodecOrderedFlag(t *testing.T) {
+	t.Parallel()
 	want := map[string]bool{}
 	for _, l := range codecLayouts {
 		want[l.Name+"/KeepTopBits"] = true
@@ -522,6 +540,7 @@ func budgetRow(c *Codec) []string {
 // TestCodecDocTables checks the budget tables in the doc comment and in
 // docs/idcodec.md against the codec itself.
 func TestCodecDocTables(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("idcodec.go")
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +549,7 @@ func TestCodecDocTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	widths := []int{11, 15, 39, 9, 15, 0}
+	widths := []int{13, 15, 39, 9, 15, 0}
 	var goLines, mdLines []string
 	for _, l := range codecLayouts {
 		for _, s := range codecStrategies {
@@ -664,6 +683,7 @@ func BenchmarkCodecParseMember(b *testing.B) {
 }
 
 func TestCodecStrategyNames(t *testing.T) {
+	t.Parallel()
 	got := []string{}
 	for _, s := range codecStrategies {
 		got = append(got, mustCodec(t, Twitter, s.opt).strategy.String())
@@ -671,5 +691,63 @@ func TestCodecStrategyNames(t *testing.T) {
 	want := []string{"KeepTopBits", "KeepTimeSeq", "KeepTimeSeq52"}
 	if !slices.Equal(got, want) {
 		t.Errorf("strategy names %v, want %v", got, want)
+	}
+}
+
+// sonyflakeV2ID makes an ID the way github.com/sony/sonyflake/v2 does with
+// its default Settings (its Compose): elapsed 10 ms units, each instant
+// truncated to its unit first, from the start time 2025-01-01 UTC, then 8
+// bits of sequence above 16 bits of machine ID.
+func sonyflakeV2ID(t time.Time, seq, machine int64) int64 {
+	const unit = int64(10 * time.Millisecond)
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() / unit
+	return (t.UnixNano()/unit-start)<<24 | seq<<16 | machine
+}
+
+// TestCodecSonyflakeV2 checks SonyflakeV2 against IDs made the sonyflake v2
+// way: a known ID (worked out by hand from v2's layout) and generated ones.
+// Their times are v2's (ToTime: the instant truncated to 10 ms), where the
+// v1 layout reads them 3775 days early.
+func TestCodecSonyflakeV2(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 23, 7, 45, 12, 345678000, time.UTC)
+	id := sonyflakeV2ID(at, 7, 0xBEEF)
+	// 5973031234 ticks of 10 ms since 2025-01-01, sequence 7, machine 0xBEEF.
+	if id != 100210835188072175 {
+		t.Fatalf("the v2 ID of %v = %d, want 100210835188072175", at, id)
+	}
+	v2 := mustCodec(t, SonyflakeV2)
+	want := time.Unix(0, 1795419912340000000).UTC() // at, truncated to 10 ms
+	if got := v2.Time(id); !got.Equal(want) {
+		t.Errorf("Time = %v, want %v", got, want)
+	}
+	if got := mustCodec(t, Sonyflake).Time(id); !got.Equal(want.AddDate(0, 0, -3775)) {
+		t.Errorf("v1 layout Time = %v, want %v (3775 days early)", got, want.AddDate(0, 0, -3775))
+	}
+	if h, want := v2.Horizon(), SonyflakeV2.Epoch.Add(time.Duration(1<<39)*10*time.Millisecond); !h.Equal(want) || h.Year() != 2199 {
+		t.Errorf("Horizon = %v, want %v (2199)", h, want)
+	}
+
+	// IDs of one tick and of the next: ScoreAt bounds them, and scores and
+	// members keep their order.
+	r := rand.New(rand.NewPCG(5, 6))
+	var prev int64 = -1
+	for _, d := range []time.Duration{0, time.Millisecond, 9 * time.Millisecond, 10 * time.Millisecond, time.Hour, 24 * 3650 * time.Hour} {
+		tick := at.Add(d)
+		lo, hi := v2.ScoreAt(tick.Truncate(10*time.Millisecond)), v2.ScoreAt(tick.Truncate(10*time.Millisecond).Add(10*time.Millisecond))
+		for range 50 {
+			id := sonyflakeV2ID(tick, r.Int64N(256), r.Int64N(1<<16))
+			s, err := v2.Score(id)
+			if err != nil || s < lo || s >= hi {
+				t.Fatalf("Score(%d) = %v, %v; want in [ScoreAt(%v), ScoreAt(next tick)) = [%v, %v)", id, s, err, tick, lo, hi)
+			}
+			if got := v2.Time(id); !got.Equal(tick.Truncate(10 * time.Millisecond)) {
+				t.Fatalf("Time(%d) = %v, want %v", id, got, tick.Truncate(10*time.Millisecond))
+			}
+			if prev >= 0 {
+				checkCodecPair(t, v2, prev, id)
+			}
+			prev = id
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 // is in use; and the index key carries a TTL reaching no further than the
 // latest deadline filed in it plus indexGrace, so once writes stop it goes.
 func TestSweepIndexBoundedWithoutSweeper(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithSweepIndex())
 		ctx := context.Background()
@@ -72,6 +73,7 @@ func TestSweepIndexBoundedWithoutSweeper(t *testing.T) {
 // sweeper finds every expiry: it carries no TTL and writes remove nothing
 // from it, however stale.
 func TestEventsIndexNeverExpires(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
 		ctx := context.Background()
@@ -89,6 +91,7 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 
 // TestIndexGraceMatchesPrelude: the Go constant and the scripts' agree.
 func TestIndexGraceMatchesPrelude(t *testing.T) {
+	t.Parallel()
 	want := "local INDEX_GRACE = " + strconv.FormatInt(indexGrace.Milliseconds(), 10) + "\n"
 	if src := luaSource("add.lua"); !strings.Contains(src, want) {
 		t.Fatalf("lua/prelude.lua lacks %q", want)
@@ -99,6 +102,7 @@ func TestIndexGraceMatchesPrelude(t *testing.T) {
 // deadline keeps the index key alive past that deadline plus indexGrace, so
 // the index TTL never drops an owner a running sweeper still tracks.
 func TestSweepKeepsTheIndexAlive(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithSweepIndex())
 		ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 // TestBadInput checks that every public call rejects bad input with its
 // sentinel error and writes nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b)
@@ -83,6 +84,7 @@ func TestBadInput(t *testing.T) {
 
 // TestMalformedReplies feeds the reply parsers shapes no script returns.
 func TestMalformedReplies(t *testing.T) {
+	t.Parallel()
 	for _, v := range []any{nil, "x", int64(1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"},
 		[]any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)}} {
 		if _, err := parseDecision(v, 3); !errors.Is(err, ErrUnexpectedReply) {
@@ -102,6 +104,7 @@ func TestMalformedReplies(t *testing.T) {
 // TestForeignKeyType checks that an owner key of another type, written by
 // something else, gives an error, not a panic or a wrong answer.
 func TestForeignKeyType(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b)

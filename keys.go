@@ -19,7 +19,7 @@ const (
 
 // The key layout. For a set named "orders" with the owner in shard S:
 //
-//	expset:{orders}:meta        string  the configuration recorded by the first New
+//	expset:{orders}:meta        hash    the configuration recorded by the first Open
 //	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
 //	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline

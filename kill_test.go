@@ -308,11 +308,11 @@ func streamMs(t *testing.T, id string) int64 {
 //   - afterwards no expired member is left, the index is empty, and every
 //     member produced exactly one event, with its deadline (no loss, no
 //     duplicate);
-//   - every member still unswept at the kill got its event within the
-//     lease TTL plus the max idle interval plus slack after the kill (a
-//     bound with generous slack for a loaded machine, not a speed test;
-//     the measured times are logged).
+//   - the survivor swept every member still unswept at the kill, within the
+//     deadline of the wait (killWait; how long it took after the lease
+//     lapsed is logged, not asserted: a loaded machine delays anything).
 func TestKillSweeperMidDrain(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const (
@@ -320,7 +320,6 @@ func TestKillSweeperMidDrain(t *testing.T) {
 			total       = owners * per
 			leaseTTL    = 1500 * time.Millisecond
 			maxIdle     = 200 * time.Millisecond
-			slack       = 10 * time.Second
 		)
 		ctx := context.Background()
 		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
@@ -421,17 +420,16 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		if len(seen) != total || len(dup) > 0 {
 			t.Fatalf("%d of %d members have events; duplicated: %v", len(seen), total, dup)
 		}
-		bound := leaseTTL + maxIdle + slack
-		if late := time.Duration(lastAfter-killMs) * time.Millisecond; lastAfter < 0 || late > bound {
-			t.Fatalf("the last member unswept at the kill got its event %v after it (bound: lease %v + max idle %v + slack %v)", late, leaseTTL, maxIdle, slack)
+		if lastAfter < 0 {
+			t.Fatal("no event was written after the kill: the survivor swept nothing")
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		for _, err := range sweepErrs {
 			t.Errorf("survivor reported %v", err)
 		}
-		t.Logf("%s: after the kill: first survivor event +%dms, last +%dms (bound %v), drained in %v; survivor %+v",
-			b.name, firstAfter-killMs, lastAfter-killMs, bound, drained.Sub(killed).Round(time.Millisecond), survivor)
+		t.Logf("%s: after the kill: first survivor event +%dms, last +%dms (lease %v + max idle %v), drained in %v; survivor %+v",
+			b.name, firstAfter-killMs, lastAfter-killMs, leaseTTL, maxIdle, drained.Sub(killed).Round(time.Millisecond), survivor)
 	})
 }
 
@@ -445,6 +443,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 // acknowledged: none is lost or dead-lettered, the streams end empty with
 // nothing pending.
 func TestKillConsumerBeforeAck(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n = 30

@@ -13,6 +13,7 @@ import (
 )
 
 func TestBackoffDoublesUpToTheCap(t *testing.T) {
+	t.Parallel()
 	none := func(time.Duration) time.Duration { return 0 }
 	all := func(d time.Duration) time.Duration { return d }
 	b := backoff{min: 100 * time.Millisecond, max: time.Second, jitter: none}
@@ -49,6 +50,7 @@ func TestBackoffDoublesUpToTheCap(t *testing.T) {
 }
 
 func TestBackoffDefaultsStayInRange(t *testing.T) {
+	t.Parallel()
 	var b backoff
 	lo := retryMin / 2
 	for i := range 200 {
@@ -61,6 +63,7 @@ func TestBackoffDefaultsStayInRange(t *testing.T) {
 }
 
 func TestCannotHeal(t *testing.T) {
+	t.Parallel()
 	live := context.Background()
 	ended, cancel := context.WithCancel(live)
 	cancel()
@@ -91,6 +94,7 @@ func TestCannotHeal(t *testing.T) {
 }
 
 func TestShardErr(t *testing.T) {
+	t.Parallel()
 	if shardErr(1, nil) != nil {
 		t.Fatal("shardErr of nil is not nil")
 	}
@@ -114,6 +118,7 @@ func logLines(buf *bytes.Buffer) []string {
 }
 
 func TestErrorLogRateLimitsPerOpAndShard(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	clk := newFakeClock()
 	l := &errorLog{logger: slog.New(slog.NewTextHandler(&buf, nil)), every: 10 * time.Second, now: clk.Now}
@@ -175,6 +180,7 @@ func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
 }
 
 func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var reported []ErrorInfo
 	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(e ErrorInfo) {

@@ -8,6 +8,7 @@ import (
 )
 
 func TestQuotaAdmitsDeniesAndRetries(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -68,6 +69,7 @@ func equalDecision(a, b Decision) bool {
 }
 
 func TestQuotaRefreshOnReacquire(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -85,6 +87,7 @@ func TestQuotaRefreshOnReacquire(t *testing.T) {
 }
 
 func TestQuotaEvictOldest(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithPayloadStorage())
@@ -115,6 +118,7 @@ func TestQuotaEvictOldest(t *testing.T) {
 }
 
 func TestQuotaPerCallLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -139,6 +143,7 @@ func TestQuotaPerCallLimit(t *testing.T) {
 // TestQuotaLargeLimit covers the paths where the set is larger than the
 // script's first read (32 members).
 func TestQuotaLargeLimit(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b)
@@ -168,6 +173,7 @@ func TestQuotaLargeLimit(t *testing.T) {
 // TestDropIsBounded covers an owner with more expired members than one
 // script drops (1000): reads and counts stay right, events are exact.
 func TestDropIsBounded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithShards(1))

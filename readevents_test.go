@@ -10,6 +10,7 @@ import (
 )
 
 func TestReadEventsTakesNothingFromConsumers(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
@@ -57,6 +58,7 @@ func TestReadEventsTakesNothingFromConsumers(t *testing.T) {
 }
 
 func TestReadEventsBlocks(t *testing.T) {
+	t.Parallel()
 	b := backend{name: "redis", rdb: redistest.Client(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -27,6 +27,7 @@ func trimmedTotal(t *testing.T, s *Set) int64 {
 // are counted in SweepStats, Stats and SweepInfo; later sweeps add to the
 // count.
 func TestEventRetentionMaxLen(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hooked int
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
@@ -90,6 +91,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 // TestEventRetentionOptions: out-of-range bounds, or retention on a set
 // without events, fail Open with ErrInvalidOption, writing nothing.
 func TestEventRetentionOptions(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	defer rdb.Close()
 	for _, c := range []struct {

@@ -40,6 +40,14 @@ var (
 	scriptPrune   = loadScript("groups.lua", "prune.lua")
 )
 
+// maxBatch is the most items one script call takes: members removed (Remove
+// sends more in several calls), owners and members of one sweep round
+// (WithOwnersPerBatch, WithMembersPerBatch), events read, acknowledged or
+// kicked. A script's keys and unpack calls then stay far inside what Redis
+// (about 8000 values) and miniredis (about 5000) accept. The scripts call it
+// MAX_BATCH (lua/prelude.lua), also the most expired members one write drops.
+const maxBatch = 1000
+
 // loadScript returns lua/prelude.lua followed by lua/<names...> as one
 // script.
 func loadScript(names ...string) *redis.Script {

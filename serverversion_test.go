@@ -115,6 +115,7 @@ func TestOpenRefusesClusterWithOldMaster(t *testing.T) {
 // TestOpenChecksServerOnce: Open reads the version (one HELLO), and the
 // Set's calls never read it again.
 func TestOpenChecksServerOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.PoolSize = 1 }) // one connection: its set-up HELLO happens once
 	ctx := context.Background()
@@ -156,6 +157,7 @@ func TestOpenChecksServerOnce(t *testing.T) {
 // answers (Redis lets every user run it: "-hello" in an ACL has no effect).
 // Where neither answers, the version is unknown and Open goes on.
 func TestOpenReadsVersionUnderACLs(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	admin := srv.Client(t)
@@ -183,6 +185,7 @@ func TestOpenReadsVersionUnderACLs(t *testing.T) {
 }
 
 func TestServerVersionParsing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		v    serverVersion
 		old  bool
@@ -239,6 +242,7 @@ func TestServerVersionParsing(t *testing.T) {
 // one INFO server reports (valkey_version on Valkey, which reports
 // redis_version 7.2.4 beside it), and the server is not judged too old.
 func TestReadServerVersionMatchesInfo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	addr := redistest.Addr(t)
 	for _, protocol := range []int{2, 3} {
@@ -266,6 +270,7 @@ func TestReadServerVersionMatchesInfo(t *testing.T) {
 // runs on; miniredis, which has no INFO server section, answers HELLO as
 // "miniredis" with a version of its own, judged by the Redis minimum.
 func TestCheckServersEachBackend(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		if err := checkServers(ctx, b.rdb, "orders"); err != nil {

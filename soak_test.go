@@ -365,6 +365,7 @@ func checkAdmissions(incs []*incarnation, limit int) (checked, atLimit int, viol
 // when there is one, and counts a release or an expiry answered before the
 // next admission as freeing the slot.
 func TestCheckAdmissions(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	adm := func(member string, sent, count int, deadline int64) *incarnation {
@@ -404,7 +405,7 @@ func TestCheckAdmissions(t *testing.T) {
 // TestSoak runs writers, two sweepers and two consumers against one set on
 // a dedicated redis-server for soakDuration (15s by default; -soak=5m or
 // EXPSET_SOAK=5m for longer), then stops the writers, lets everything due
-// drain, and checks:
+// drain, and checks (a system test: it runs with EXPSET_SYSTEM=1):
 //
 //   - no over-admission: every Decision has Count <= limit, every Count
 //     read at random moments is <= limit, and the independent lower bound
@@ -424,6 +425,7 @@ func TestCheckAdmissions(t *testing.T) {
 // Consumers fail 1 event in 100 on its first attempt, which is then
 // redelivered.
 func TestSoak(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	dur := soakDuration(t)
 	srv := redistest.Start(t)

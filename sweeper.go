@@ -28,10 +28,6 @@ const sweepOnceParallel = 4
 // long the index key outlives the latest deadline filed in it.
 const indexGrace = time.Hour
 
-// maxBatch bounds both batch options: a script's keys and unpack calls stay
-// far inside what Redis and miniredis accept.
-const maxBatch = 1000
-
 // Sweeper reclaims expired members of a Set and, with WithExpiryEvents, turns
 // each into exactly one event on its shard's stream, in the same script that
 // removes it.
@@ -326,8 +322,11 @@ func (w *Sweeper) check() error {
 // SweepOnce sweeps every shard whose lease it can take, each until nothing is
 // due, releasing each lease when done, and returns what it did, with up to
 // 4 shards in flight. Shards leased by another sweeper are
-// counted in Skipped. It stops at the first Redis error, returning the stats
-// so far; it starts goroutines only for its own duration.
+// counted in Skipped. A Redis error on one shard does not stop the others:
+// every shard is tried, and the errors of the shards that failed come back
+// joined (errors.Join, each naming its key), beside the stats of what was
+// swept. It stops early only when ctx ends. It starts goroutines only for
+// its own duration.
 func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 	if err := w.check(); err != nil {
 		return SweepStats{}, err
@@ -335,11 +334,11 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		mu       sync.Mutex
-		total    SweepStats
-		firstErr error
-		wg       sync.WaitGroup
-		next     = make(chan int)
+		mu    sync.Mutex
+		total SweepStats
+		errs  = make([]error, len(w.set.shards)) // by shard, so the join is in shard order
+		wg    sync.WaitGroup
+		next  = make(chan int)
 	)
 	for range min(sweepOnceParallel, len(w.set.shards)) {
 		wg.Add(1)
@@ -349,10 +348,7 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 				st, err := w.sweepOnceShard(ctx, i)
 				mu.Lock()
 				total.add(st)
-				if err != nil && firstErr == nil {
-					firstErr = err
-					cancel()
-				}
+				errs[i] = err
 				mu.Unlock()
 			}
 		}()
@@ -367,10 +363,11 @@ feed:
 	}
 	close(next)
 	wg.Wait()
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = context.Cause(ctx)
+	err := errors.Join(errs...)
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
 	}
-	return total, firstErr
+	return total, err
 }
 
 // sweepOnceShard sweeps shard i under its lease until nothing is due. A

@@ -35,10 +35,17 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// slogMu is held by the test that captures the default logger.
+var slogMu sync.Mutex
+
 // captureSlog makes slog.Default() write text lines to the returned buffer
 // until t ends.
 func captureSlog(t *testing.T) *syncBuffer {
 	t.Helper()
+	// The default logger is the process's: the backends of one test, which
+	// eachBackend runs in parallel, take turns.
+	slogMu.Lock()
+	t.Cleanup(slogMu.Unlock)
 	buf := &syncBuffer{}
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
@@ -256,4 +263,35 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 		t.Fatalf("leases %q after the outage, want the same tokens %q", l, held)
 	}
 	stop()
+}
+
+// TestSweepOnceSweepsPastAFailingShard: SweepOnce sweeps every shard it can
+// when one fails, and returns that shard's error beside the stats of the
+// others (it used to cancel the shards still to come at the first error).
+func TestSweepOnceSweepsPastAFailingShard(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
+		ctx := context.Background()
+		for _, o := range oneOwnerPerShard(s) {
+			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
+		}
+		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second)
+		// The failing shard goes in the first round; the others do not wait on it.
+		st, err := newSweeper(t, s).SweepOnce(ctx)
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("SweepOnce: %v, want shard 0's WRONGTYPE", err)
+		}
+		if st.Expired != 3 {
+			t.Errorf("SweepOnce swept %d members, want 3 (shards 1 to 3)", st.Expired)
+		}
+		for i := 1; i < 4; i++ {
+			if n := b.rdb.XLen(ctx, s.shards[i].events).Val(); n != 1 {
+				t.Errorf("shard %d: %d events, want 1", i, n)
+			}
+		}
+	})
 }

@@ -162,6 +162,7 @@ func slotChanges(lines []string, key string, initially int) (added []string, mos
 // equals arrival order, every waiter admitted; and nothing of the line is
 // left.
 func TestWaitProcesses(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n, limit = 20, 2
@@ -217,6 +218,7 @@ func TestWaitProcesses(t *testing.T) {
 // process, is admitted once the dead ticket's lease lapses: within
 // waitLease + waitRenew of the kill (plus slack for a loaded machine).
 func TestWaitKilledWaiter(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		ctx := context.Background()
@@ -306,6 +308,7 @@ func commandCalls(t *testing.T, rdb redis.UniversalClient) map[string]int64 {
 // subscription, counted with INFO commandstats over 5 seconds. Then they
 // all give up, leaving nothing.
 func TestWaitIdleCommands(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n = 1000

@@ -340,7 +340,7 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 				b.keys, b.shard = w.keys, w.shard
 			}
 			b.tickets = append(b.tickets, t)
-			if len(b.tickets) == removeBatch {
+			if len(b.tickets) == maxBatch {
 				batches = append(batches, b)
 				b = batch{keys: w.keys, shard: w.shard}
 			}

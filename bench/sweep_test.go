@@ -12,12 +12,12 @@ import (
 )
 
 var (
-	sweepOwners = flag.Int("sweep-owners", 100_000, "BenchmarkSweep: owners in the set (the issue's case is 1000000)")
+	sweepOwners = flag.Int("sweep-owners", 100_000, "BenchmarkSweep: owners in the set (the target case is 1000000)")
 	sweepDuePct = flag.Float64("sweep-due-pct", 1, "BenchmarkSweep: percent of the owners with an expired member")
 )
 
 // BenchmarkSweep drains a set where -sweep-due-pct (1%) of -sweep-owners
-// (100,000; run with -sweep-owners 1000000 for the case) owners hold
+// (100,000; run with -sweep-owners 1000000 for the target case) owners hold
 // one expired member each and the rest one live member, and reports the
 // members reclaimed per second and the time to drain (ms/drain), for:
 //

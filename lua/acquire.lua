@@ -35,7 +35,7 @@
 -- evicted writes a receipt, a list {deadline, expires, evicted...} that
 -- lives ARGV[8] ms, so that a retry of it (the member held at that very
 -- deadline, before expires) reports the same members. Only an eviction
--- writes it. When more members must go than one call may move (DROP_MAX,
+-- writes it. When more members must go than one call may move (MAX_BATCH,
 -- BYTES_MAX), the call evicts what it may and denies with retry 0.
 -- A waiter (flag w) that is not admitted gets {3, count, rank, retry}: its
 -- rank in the line, and (meaningful at rank 0) when to try again.
@@ -70,7 +70,7 @@ local used = 0 -- bytes moved (see BYTES_MAX)
 local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local _
-  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
   if more then
     lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
     lo = '(' .. string.format('%d', now)
@@ -179,8 +179,8 @@ if count >= limit or queued then
   -- Evict the k earliest live members, or as many of them as one call
   -- may move.
   local b = k
-  if b > DROP_MAX then
-    b = DROP_MAX
+  if b > MAX_BATCH then
+    b = MAX_BATCH
   end
   local ids, eds = {}, {}
   if b <= n then

@@ -9,7 +9,7 @@
 -- ARGV[2]  ttl in ms (>= 1)
 -- ARGV[3]  member
 -- ARGV[4]  owner (the index member and the events' o field)
--- ARGV[5]  flags (see prelude: e, p, P)
+-- ARGV[5]  flags (see prelude: e, i, p, P)
 -- ARGV[6]  payload, when flags has P
 --
 -- Expired members found first are dropped (with their events). Reply: the new
@@ -24,7 +24,7 @@ local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local more = false
 if first[2] and tonumber(first[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
   if more then
     lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
   end

@@ -1,13 +1,21 @@
 -- open.lua: record a set's configuration the first time it is opened, and
--- return what is recorded (New, Open).
+-- return what is recorded (Open).
 --
--- KEYS[1]  expset:{name}:meta   a string such as "v1 shards=16 events=0 payloads=0"
--- ARGV[1]  the configuration of the caller
+-- KEYS[1]  set configuration     expset:{name}:meta   hash: version (1),
+--          shards, and events, payloads and index as 0 or 1
+-- ARGV     the caller's configuration: field1, value1, field2, value2, ...
 --
--- Reply: the recorded configuration (the caller's, when it was first).
-local v = redis.call('GET', KEYS[1])
-if v then
-  return v
+-- Reply: the recorded configuration as field1, value1, ... (the caller's,
+-- when it was first); or, for a set that an earlier version recorded as a
+-- string ("v1 shards=16 events=0 payloads=0 index=0"), that string, left as
+-- it is (processes of that version may still read it). A key of another
+-- type fails with WRONGTYPE.
+local t = call('TYPE', KEYS[1])['ok']
+if t == 'string' then
+  return call('GET', KEYS[1])
 end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
+if t ~= 'none' then
+  return call('HGETALL', KEYS[1])
+end
+call('HSET', KEYS[1], unpack(ARGV))
+return ARGV

@@ -8,7 +8,7 @@
 -- KEYS[#KEYS]  owner's wait line   expset:{name:S}:w:<owner> (always last)
 -- ARGV[1]  now in ms, or "" for the server's TIME
 -- ARGV[2]  owner
--- ARGV[3]  flags (see prelude: e, p)
+-- ARGV[3]  flags (see prelude: e, i, p)
 -- ARGV[4..] members (at most 1000)
 --
 -- Only live members count as removed: expired ones are dropped first, with
@@ -31,7 +31,7 @@ end
 local more, used = false, 0
 if tonumber(first[2]) <= now then
   local _
-  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, DROP_MAX)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
 end
 
 local ids = {}

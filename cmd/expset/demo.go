@@ -3,33 +3,40 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/expset/expset"
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 )
 
-// runDemo plays the unpaid-orders story: orders placed, the fourth refused
+func (a *app) demoCmd() *cobra.Command {
+	var ttl time.Duration
+	var keep bool
+	cmd := &cobra.Command{
+		Use:     "demo [--redis URL] [--ttl 3s] [--keep]",
+		Short:   "play the unpaid-orders checkout story (embedded Redis by default)",
+		Example: "expset demo                       # embedded Redis, nothing to set up\nexpset demo --redis redis://localhost:6380 --ttl 5s",
+		Args:    args(""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ttl < 500*time.Millisecond || ttl > time.Minute {
+				return fmt.Errorf("%w: --ttl %v: want 500ms to 1m", errUsage, ttl)
+			}
+			return a.demo(cmd.Context(), ttl, keep)
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 3*time.Second, "how long an unpaid order lives (15m in a real shop; short here so the story ends)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo's keys in Redis afterwards (they are deleted by default)")
+	return cmd
+}
+
+// demo plays the unpaid-orders story: orders placed, the fourth refused
 // with a retry-after, a retry that takes no second slot, one paid, one
 // expired.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "demo [--redis URL] [--ttl 3s] [--keep]",
-		"expset demo                       # embedded Redis, nothing to set up\nexpset demo --redis redis://localhost:6380 --ttl 5s", stderr)
-	url := fs.String("redis", "", redisFlagHelp)
-	ttl := fs.Duration("ttl", 3*time.Second, "how long an unpaid order lives (15m in a real shop; short here so the story ends)")
-	keep := fs.Bool("keep", false, "keep the demo's keys in Redis afterwards (they are deleted by default)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *ttl < 500*time.Millisecond || *ttl > time.Minute {
-		return fmt.Errorf("%w: --ttl %v: want 500ms to 1m", errUsage, *ttl)
-	}
-	c, err := connect(ctx, *url, true)
+func (a *app) demo(ctx context.Context, ttl time.Duration, keep bool) error {
+	stdout := a.stdout
+	c, err := a.connect(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -40,7 +47,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if !*keep {
+	if !keep {
 		defer cleanup(c, orders)
 	}
 	quota, err := expset.NewQuota(orders, 3)
@@ -48,13 +55,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-	p("expset demo: at most 3 unpaid orders per user, each expires %v after it is placed", *ttl)
+	p("expset demo: at most 3 unpaid orders per user, each expires %v after it is placed", ttl)
 	p("Redis: %s; set %q", c.desc, name)
 	p("")
 
 	const user = "user-42"
 	place := func(order string) error {
-		d, err := quota.Acquire(ctx, user, order, *ttl)
+		d, err := quota.Acquire(ctx, user, order, ttl)
 		if err != nil {
 			return err
 		}
@@ -72,7 +79,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := place("order-1"); err != nil {
 		return err
 	}
-	if err := sleep(ctx, *ttl/3); err != nil {
+	if err := sleep(ctx, ttl/3); err != nil {
 		return err
 	}
 	for _, o := range []string{"order-2", "order-3", "order-4", "order-3"} {
@@ -116,7 +123,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		left = append(left, fmt.Sprintf("%s (%v left)", m.ID, time.Until(m.Deadline).Round(100*time.Millisecond)))
 	}
 	p("%-28s -> %d of 3: %s", user+" unpaid", len(ms), strings.Join(left, ", "))
-	d, err := quota.Acquire(ctx, user, "order-5", *ttl)
+	d, err := quota.Acquire(ctx, user, "order-5", ttl)
 	if err != nil {
 		return err
 	}

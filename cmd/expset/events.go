@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"regexp"
@@ -14,103 +13,148 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/spf13/cobra"
 )
 
 // allShards asks Set.DeadLetters for the dead letters of every shard.
 const allShards = -1
 
-// eventsFlags are the flags each action of "expset events" accepts, besides
-// --redis and --json.
-var eventsFlags = map[string][]string{
-	"tail": {"backlog"},
-	"dead": {"limit", "shard"},
-	"kick": {"all"},
-	"drop": {"all", "yes"},
+func (a *app) eventsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events tail|dead|kick|drop NAME [ID...]",
+		Short: "tail expiry events without consuming them; list, kick or drop dead letters",
+		Long: "Expiry events of a set opened WithExpiryEvents. An ID is a dead letter's ID as 'dead' lists it,\n" +
+			"or SHARD/ID when the same ID is in several shards.",
+		Example: "expset events tail --redis redis://localhost:6380 unpaid-orders\n" +
+			"expset events dead unpaid-orders --limit 20\n" +
+			"expset events kick unpaid-orders 1732245000123-0 3/1732245000123-1\n" +
+			"expset events kick unpaid-orders --all\n" +
+			"expset events drop unpaid-orders --all --yes",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("%w: want a verb: tail, dead, kick or drop, as in: expset events tail NAME", errUsage)
+			}
+			return fmt.Errorf("%w: unknown verb %q: want tail, dead, kick or drop, as in: expset events tail NAME", errUsage, args[0])
+		},
+		RunE: func(*cobra.Command, []string) error { return nil },
+	}
+	var asJSON bool
+	withJSON := func(c *cobra.Command, help string) *cobra.Command {
+		c.Flags().BoolVar(&asJSON, "json", false, help)
+		return c
+	}
+
+	var backlog bool
+	tail := withJSON(&cobra.Command{
+		Use:     "tail [--backlog] [--json] NAME",
+		Short:   "print expiry events as sweeps write them, without consuming them, until interrupted",
+		Example: "expset events tail --redis redis://localhost:6380 unpaid-orders",
+		Args:    args("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, done, err := a.eventsSet(cmd.Context(), args[0], true)
+			if err != nil {
+				return err
+			}
+			defer done()
+			return tailEvents(cmd.Context(), set, backlog, asJSON, a.stdout, a.stderr)
+		},
+	}, "print one JSON object a line")
+	tail.Flags().BoolVar(&backlog, "backlog", false, "first print the events already waiting in the streams")
+
+	var limit, shard int
+	dead := withJSON(&cobra.Command{
+		Use:     "dead [--limit 100] [--shard N] [--json] NAME",
+		Short:   "list dead letters: events that failed every attempt",
+		Example: "expset events dead unpaid-orders --limit 20",
+		Args:    args("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, limit)
+			}
+			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if shard != allShards && (shard < 0 || shard >= set.Shards()) {
+				return fmt.Errorf("%w: --shard %d: want 0 to %d", errUsage, shard, set.Shards()-1)
+			}
+			return listDead(cmd.Context(), set, shard, limit, asJSON, a.stdout)
+		},
+	}, "print JSON instead of aligned text")
+	dead.Flags().IntVar(&limit, "limit", 100, "show at most this many dead letters, oldest first in shard order")
+	dead.Flags().IntVar(&shard, "shard", allShards, "only this shard's dead letters (-1: every shard)")
+
+	kickOrDropCmd := func(verb, short, example string) *cobra.Command {
+		var all, yes bool
+		c := withJSON(&cobra.Command{
+			Use:     verb + " [--json] NAME ID...|--all",
+			Short:   short,
+			Example: example,
+			Args: func(_ *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return fmt.Errorf("%w: want NAME, then dead-letter IDs or --all", errUsage)
+				}
+				return nil
+			},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				name, ids := args[0], args[1:]
+				switch {
+				case (len(ids) > 0) == all:
+					return fmt.Errorf("%w: %s wants dead-letter IDs or --all (one of the two)", errUsage, verb)
+				case verb == "drop" && all && !yes:
+					return fmt.Errorf("%w: drop --all deletes every dead letter of %s for good: add --yes", errUsage, name)
+				}
+				refs, err := parseRefs(ids)
+				if err != nil {
+					return err
+				}
+				set, done, err := a.eventsSet(cmd.Context(), name, false)
+				if err != nil {
+					return err
+				}
+				defer done()
+				return kickOrDrop(cmd.Context(), set, verb, refs, asJSON, a.stdout)
+			},
+		}, "print JSON instead of aligned text")
+		c.Flags().BoolVar(&all, "all", false, "every dead letter of the set")
+		if verb == "drop" {
+			c.Flags().BoolVar(&yes, "yes", false, "with --all: really delete them all")
+		}
+		return c
+	}
+	cmd.AddCommand(tail, dead,
+		kickOrDropCmd("kick", "put dead letters back on their event streams, delivered again from attempt 1",
+			"expset events kick unpaid-orders 1732245000123-0 3/1732245000123-1\nexpset events kick unpaid-orders --all"),
+		kickOrDropCmd("drop", "delete dead letters for good",
+			"expset events drop unpaid-orders 3/1732245000123-1\nexpset events drop unpaid-orders --all --yes"))
+	return cmd
 }
 
-func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", "events [--redis URL] [--json] NAME tail|dead|kick|drop [ID...] [flags]\n\n"+
-		"  tail  print expiry events as sweeps write them, without consuming them, until interrupted\n"+
-		"  dead  list dead letters: events that failed every attempt\n"+
-		"  kick  put dead letters back on their event streams, delivered again from attempt 1\n"+
-		"  drop  delete dead letters for good\n\n"+
-		"An ID is a dead letter's ID as 'dead' lists it, or SHARD/ID when the same ID is in several shards.",
-		"expset events --redis redis://localhost:6380 unpaid-orders tail\n"+
-			"expset events unpaid-orders dead --limit 20\n"+
-			"expset events unpaid-orders kick 1732245000123-0 3/1732245000123-1\n"+
-			"expset events unpaid-orders kick --all\n"+
-			"expset events unpaid-orders drop --all --yes", stderr)
-	url := fs.String("redis", "", redisFlagHelp)
-	asJSON := fs.Bool("json", false, "print JSON instead of aligned text (tail: one object a line)")
-	backlog := fs.Bool("backlog", false, "tail: first print the events already waiting in the streams")
-	limit := fs.Int("limit", 100, "dead: show at most this many dead letters, oldest first in shard order")
-	shard := fs.Int("shard", allShards, "dead: only this shard's dead letters (-1: every shard)")
-	all := fs.Bool("all", false, "kick, drop: every dead letter of the set")
-	yes := fs.Bool("yes", false, "drop --all: really delete them all")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() < 2 {
-		return fmt.Errorf("%w: want NAME and an action (tail, dead, kick, drop)", errUsage)
-	}
-	name, action, ids := fs.Arg(0), fs.Arg(1), fs.Args()[2:]
-	allowed, ok := eventsFlags[action]
-	if !ok {
-		return fmt.Errorf("%w: unknown action %q: want tail, dead, kick or drop", errUsage, action)
-	}
-	var bad []string
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "redis" && f.Name != "json" && !slices.Contains(allowed, f.Name) {
-			bad = append(bad, "--"+f.Name)
-		}
-	})
-	switch {
-	case len(bad) > 0:
-		return fmt.Errorf("%w: %s: not a flag of %s", errUsage, strings.Join(bad, ", "), action)
-	case (action == "tail" || action == "dead") && len(ids) > 0:
-		return fmt.Errorf("%w: %s takes no IDs, got %q", errUsage, action, ids)
-	case (action == "kick" || action == "drop") && (len(ids) > 0) == *all:
-		return fmt.Errorf("%w: %s wants dead-letter IDs or --all (one of the two)", errUsage, action)
-	case action == "drop" && *all && !*yes:
-		return fmt.Errorf("%w: drop --all deletes every dead letter of %s for good: add --yes", errUsage, name)
-	case action == "dead" && *limit < 1:
-		return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, *limit)
-	}
-	refs, err := parseRefs(ids)
+// eventsSet connects and opens set name with its recorded options, failing
+// when it has no expiry events. tail gets a connection per shard, each
+// blocked in a read, so it connects again with a pool that size once it
+// knows the shard count. done closes the connection.
+func (a *app) eventsSet(ctx context.Context, name string, perShard bool) (*expset.Set, func(), error) {
+	cfg, c, err := a.connectSet(ctx, name, perShard)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-
-	cfg, c, err := connectSet(ctx, *url, name, action == "tail")
-	if err != nil {
-		return err
-	}
-	defer c.close()
 	set, err := expset.Open(ctx, c.rdb, name, cfg.Options()...)
+	if err == nil && !cfg.Events {
+		err = fmt.Errorf("%w: set %q was opened without WithExpiryEvents", expset.ErrNoEvents, name)
+	}
 	if err != nil {
-		return err
+		c.close()
+		return nil, nil, err
 	}
-	if !cfg.Events {
-		return fmt.Errorf("%w: set %q was opened without WithExpiryEvents", expset.ErrNoEvents, name)
-	}
-	switch action {
-	case "tail":
-		return tailEvents(ctx, set, *backlog, *asJSON, stdout, stderr)
-	case "dead":
-		if *shard != allShards && (*shard < 0 || *shard >= set.Shards()) {
-			return fmt.Errorf("%w: --shard %d: want 0 to %d", errUsage, *shard, set.Shards()-1)
-		}
-		return listDead(ctx, set, *shard, *limit, *asJSON, stdout)
-	default:
-		return kickOrDrop(ctx, set, action, refs, *asJSON, stdout)
-	}
+	return set, c.close, nil
 }
 
-// connectSet connects and reads the set's configuration. tail gets a
-// connection per shard, each blocked in a read, so it connects again with a
-// pool that size once it knows the shard count.
-func connectSet(ctx context.Context, url, name string, perShard bool) (expset.Configuration, *conn, error) {
-	c, err := connect(ctx, url, false)
+// connectSet connects and reads the set's configuration; with perShard,
+// with a pool of a connection per shard.
+func (a *app) connectSet(ctx context.Context, name string, perShard bool) (expset.Configuration, *conn, error) {
+	c, err := a.connect(ctx, false)
 	if err != nil {
 		return expset.Configuration{}, nil, err
 	}
@@ -120,21 +164,33 @@ func connectSet(ctx context.Context, url, name string, perShard bool) (expset.Co
 	}
 	c.close()
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, noSet(err, name, c)
 	}
-	c, err = connectPool(ctx, url, false, cfg.Shards+2)
+	c, err = a.connectPool(ctx, false, cfg.Shards+2)
 	return cfg, c, err
+}
+
+// eventJSON is what the JSON of an event and of a dead letter start with.
+type eventJSON struct {
+	Shard     int       `json:"shard"`
+	ID        string    `json:"id"`
+	Owner     string    `json:"owner"`
+	OwnerB64  string    `json:"owner_base64,omitempty"` // the exact bytes, when they are not UTF-8
+	Member    string    `json:"member"`
+	MemberB64 string    `json:"member_base64,omitempty"`
+	Deadline  time.Time `json:"deadline"`
+}
+
+func newEventJSON(shard int, id string, e expset.Expiry) eventJSON {
+	return eventJSON{Shard: shard, ID: id, Owner: e.Owner, OwnerB64: exact(e.Owner),
+		Member: e.Member, MemberB64: exact(e.Member), Deadline: e.Deadline.UTC()}
 }
 
 // tailLine is one event as "events tail --json" prints it.
 type tailLine struct {
-	Shard    int       `json:"shard"`
-	ID       string    `json:"id"`
-	Owner    string    `json:"owner"`
-	Member   string    `json:"member"`
-	Deadline time.Time `json:"deadline"`
-	Swept    time.Time `json:"swept"` // when the sweeper wrote it: the time in its ID
-	Payload  []byte    `json:"payload,omitempty"`
+	eventJSON
+	Swept   time.Time `json:"swept"` // when the sweeper wrote it: the time in its ID
+	Payload []byte    `json:"payload,omitempty"`
 }
 
 // tailEvents prints the set's expiry events as they are written, reading
@@ -192,8 +248,7 @@ func tailEvents(ctx context.Context, set *expset.Set, backlog, asJSON bool, stdo
 		case e := <-lines:
 			swept := idTime(e.ID)
 			if asJSON {
-				if err := enc.Encode(tailLine{Shard: e.Shard, ID: e.ID, Owner: e.Owner, Member: e.Member,
-					Deadline: e.Deadline.UTC(), Swept: swept, Payload: e.Payload}); err != nil {
+				if err := enc.Encode(tailLine{eventJSON: newEventJSON(e.Shard, e.ID, e), Swept: swept, Payload: e.Payload}); err != nil {
 					return err
 				}
 				continue
@@ -214,13 +269,10 @@ func idTime(id string) time.Time {
 
 // deadLine is one dead letter as "events dead --json" prints it.
 type deadLine struct {
-	Shard    int       `json:"shard"`
-	ID       string    `json:"id"`
-	Owner    string    `json:"owner"`
-	Member   string    `json:"member"`
-	Deadline time.Time `json:"deadline"`
+	eventJSON
 	Attempts int       `json:"attempts"`
 	Error    string    `json:"error"`
+	ErrorB64 string    `json:"error_base64,omitempty"`
 	Buried   time.Time `json:"buried"`
 	Group    string    `json:"group"`
 	Consumer string    `json:"consumer"`
@@ -230,8 +282,7 @@ type deadLine struct {
 func toDeadLines(ds []expset.DeadLetter) []deadLine {
 	out := make([]deadLine, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, deadLine{Shard: d.Shard, ID: d.ID, Owner: d.Event.Owner, Member: d.Event.Member,
-			Deadline: d.Event.Deadline.UTC(), Attempts: d.Event.Attempt, Error: d.Error, Buried: d.Buried.UTC(),
+		out = append(out, deadLine{eventJSON: newEventJSON(d.Shard, d.ID, d.Event), Attempts: d.Event.Attempt, Error: d.Error, ErrorB64: exact(d.Error), Buried: d.Buried.UTC(),
 			Group: d.Group, Consumer: d.Consumer, EventID: d.Event.ID})
 	}
 	return out
@@ -260,7 +311,8 @@ func listDead(ctx context.Context, set *expset.Set, shard, limit int, asJSON boo
 	if more {
 		note = fmt.Sprintf(" (the first %d; --limit to see more)", limit)
 	}
-	fmt.Fprintf(stdout, "\n%s%s; 'kick ID...' re-queues them, 'drop ID...' deletes them\n", deadLetters(len(ds)), note)
+	fmt.Fprintf(stdout, "\n%s%s; 'expset events kick %s ID...' re-queues them, 'expset events drop %s ID...' deletes them\n",
+		deadLetters(len(ds)), note, set.Name(), set.Name())
 	return nil
 }
 

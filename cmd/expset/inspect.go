@@ -4,55 +4,77 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/expset/expset"
+	"github.com/spf13/cobra"
 )
 
 // inspectReport is what "expset inspect" prints; --json prints it as is.
 type inspectReport struct {
-	Set     string          `json:"set"`
-	Owner   string          `json:"owner"`
-	Shard   int             `json:"shard"`
-	Key     string          `json:"key"`
-	Now     time.Time       `json:"now"`
-	Live    int             `json:"live"`
-	Expired int             `json:"expired_unswept"`
-	Members []inspectMember `json:"members"`
+	Set      string          `json:"set"`
+	Owner    string          `json:"owner"`
+	OwnerB64 string          `json:"owner_base64,omitempty"` // the exact bytes, when they are not UTF-8
+	Shard    int             `json:"shard"`
+	Key      string          `json:"key"`
+	KeyB64   string          `json:"key_base64,omitempty"`
+	Now      time.Time       `json:"now"`
+	Live     int             `json:"live"`
+	Expired  int             `json:"expired_unswept"`
+	Members  []inspectMember `json:"members"`
 }
 
 type inspectMember struct {
 	ID       string    `json:"id"`
+	IDB64    string    `json:"id_base64,omitempty"` // the exact bytes, when they are not UTF-8
 	Deadline time.Time `json:"deadline"`
 	LeftMS   int64     `json:"left_ms"`
 	Expired  bool      `json:"expired"`
 }
 
-func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", "inspect [--redis URL] [--json] [--limit N] NAME OWNER",
-		"expset inspect --redis redis://localhost:6379 unpaid-orders user-42", stderr)
-	url := fs.String("redis", "", redisFlagHelp)
-	asJSON := fs.Bool("json", false, "print JSON instead of aligned text")
-	limit := fs.Int("limit", 1000, "show at most this many members, earliest deadline first")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (a *app) inspectCmd() *cobra.Command {
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:     "inspect [--redis URL] [--json] [--limit N] NAME OWNER",
+		Short:   "show one owner's members, deadlines and time left, expired-but-unswept marked",
+		Example: "expset inspect --redis redis://localhost:6379 unpaid-orders user-42",
+		Args:    args("NAME OWNER"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, limit)
+			}
+			if err := checkOwner(args[1]); err != nil {
+				return err
+			}
+			return a.inspect(cmd.Context(), args[0], args[1], limit, asJSON)
+		},
 	}
-	if fs.NArg() != 2 {
-		return fmt.Errorf("%w: want NAME OWNER, got %d arguments", errUsage, fs.NArg())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of aligned text")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "show at most this many members, earliest deadline first")
+	return cmd
+}
+
+// maxOwnerLen is the longest owner a set holds (see expset.ErrInvalidOwner).
+const maxOwnerLen = 1024
+
+// checkOwner rejects an owner no set can hold, as a usage error.
+func checkOwner(owner string) error {
+	if owner == "" || len(owner) > maxOwnerLen {
+		return fmt.Errorf("%w: OWNER of %d bytes: want 1 to %d bytes, as the application passed it (quote it: expset inspect NAME 'user 42')",
+			errUsage, len(owner), maxOwnerLen)
 	}
-	if *limit < 1 {
-		return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, *limit)
-	}
-	name, owner := fs.Arg(0), fs.Arg(1)
-	c, err := connect(ctx, *url, false)
+	return nil
+}
+
+func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON bool) error {
+	stdout := a.stdout
+	c, err := a.connect(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration())
+	set, err := openExisting(ctx, c, name)
 	if err != nil {
 		return err
 	}
@@ -61,15 +83,16 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("read the server's TIME: %w", err)
 	}
-	zs, err := c.rdb.ZRangeWithScores(ctx, key, 0, int64(*limit-1)).Result()
+	zs, err := c.rdb.ZRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", key, err)
 	}
-	rep := inspectReport{Set: name, Owner: owner, Shard: set.ShardOf(owner), Key: key, Now: now.UTC().Truncate(time.Millisecond), Members: []inspectMember{}}
+	rep := inspectReport{Set: name, Owner: owner, OwnerB64: exact(owner), Shard: set.ShardOf(owner), Key: key, KeyB64: exact(key),
+		Now: now.UTC().Truncate(time.Millisecond), Members: []inspectMember{}}
 	for _, z := range zs {
 		id, _ := z.Member.(string)
 		d := time.UnixMilli(int64(z.Score)).UTC()
-		m := inspectMember{ID: id, Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
+		m := inspectMember{ID: id, IDB64: exact(id), Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
 		if m.Expired {
 			rep.Expired++
 		} else {
@@ -77,12 +100,12 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		rep.Members = append(rep.Members, m)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "set %s, owner %q: shard %d, key %s\n", name, owner, rep.Shard, key)
+	fmt.Fprintf(stdout, "set %s, owner %q: shard %d, key %s\n", name, owner, rep.Shard, printable(key))
 	fmt.Fprintf(stdout, "server time %s\n\n", rep.Now.Format(time.RFC3339Nano))
 	if len(rep.Members) == 0 {
 		fmt.Fprintln(stdout, "no members")
@@ -101,18 +124,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	more := ""
-	if len(zs) == *limit {
-		more = fmt.Sprintf(" (showing the first %d; --limit to see more)", *limit)
+	if len(zs) == limit {
+		more = fmt.Sprintf(" (showing the first %d; --limit to see more)", limit)
 	}
 	fmt.Fprintf(stdout, "\n%d live, %d expired awaiting the sweeper%s\n", rep.Live, rep.Expired, more)
 	return nil
-}
-
-// printable quotes a member that holds spaces or control characters, so a
-// column stays one column.
-func printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '"' }) >= 0 {
-		return fmt.Sprintf("%q", s)
-	}
-	return s
 }

@@ -2,11 +2,12 @@
 //
 // Usage:
 //
-//	expset demo [--redis URL] [--ttl 3s]
-//	expset inspect [--redis URL] [--json] NAME OWNER
+//	expset demo [--redis URL] [--ttl 3s] [--keep]
+//	expset inspect [--redis URL] [--json] [--limit N] NAME OWNER
 //	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
 //	expset sweep [--redis URL] [--json] [--once] NAME
-//	expset events [--redis URL] [--json] NAME tail|dead|kick|drop [ID...] [--all] [--yes]
+//	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
+//	expset version
 //
 // Flags may come before or after the arguments ("--" ends them). Run "expset
 // help" or "expset COMMAND --help" for each command's flags and an example.
@@ -17,37 +18,23 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/expset/expset"
+	"github.com/spf13/cobra"
 )
-
-// command is one subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"demo":    {"play the unpaid-orders checkout story (embedded Redis by default)", runDemo},
-	"inspect": {"show one owner's members, deadlines and time left, expired-but-unswept marked", runInspect},
-	"stats":   {"per shard: owners, due members, sweeper lag, events waiting, pending, dead; --watch, --serve /metrics", runStats},
-	"sweep":   {"run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary", runSweep},
-	"events":  {"tail expiry events without consuming them; list, kick or drop dead letters", runEvents},
-}
 
 var (
 	// errUsage marks a usage error: exit code 2.
 	errUsage = errors.New("usage")
 	// errNotFound marks something named on the command line that is not
-	// there (a dead letter's ID): exit code 3, like expset.ErrNotFound.
+	// there (a set, a dead letter's ID): exit code 3.
 	errNotFound = errors.New("not found")
 )
 
@@ -58,88 +45,167 @@ func main() {
 	os.Exit(code)
 }
 
+// app is what every command shares: where to write, and the global flags.
+type app struct {
+	stdout, stderr io.Writer
+	redis          string // --redis
+	cluster        bool   // --cluster
+}
+
 // run executes one command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "expset: unknown command %q\n\n", args[0])
-		usage(stderr)
+	a := &app{stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	if len(args) == 0 {
+		usage(root, stderr)
 		return 2
 	}
-	err := c.run(ctx, args[1:], stdout, stderr)
+	args = legacyEvents(args, stderr)
+	root.SetArgs(args)
+	started := false
+	root.PersistentPreRun = func(*cobra.Command, []string) { started = true }
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	name := "expset"
+	if cmd != nil {
+		name = cmd.CommandPath()
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, hint(err))
+	return exitCode(err, started)
+}
+
+// exitCode maps an error to the exit code: 2 for usage (also any error cobra
+// found before the command ran: an unknown command or flag, a wrong number
+// of arguments), 3 for what is not there, 1 for everything else.
+func exitCode(err error, started bool) int {
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
+	case !started, errors.Is(err, errUsage),
+		errors.Is(err, expset.ErrInvalidName), errors.Is(err, expset.ErrInvalidOwner):
 		return 2
-	case errors.Is(err, expset.ErrNotFound), errors.Is(err, errNotFound):
-		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
+	case errors.Is(err, errNotFound), errors.Is(err, expset.ErrNotFound):
 		return 3
 	default:
-		fmt.Fprintf(stderr, "expset %s: %v\n", args[0], err)
 		return 1
 	}
 }
 
-func usage(w io.Writer) {
+// rootCmd builds the command tree.
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "expset",
+		Short:         "bounded pending sets on Redis: demo and operator tool",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Version:       version(),
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.PersistentFlags().StringVar(&a.redis, "redis", "", redisFlagHelp)
+	root.PersistentFlags().BoolVar(&a.cluster, "cluster", false, "--redis names one node of a Redis Cluster: use it as the cluster's seed")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %v (run '%s --help' for its flags)", errUsage, err, c.CommandPath())
+	})
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "Examples:", "Example:", 1))
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if c == root {
+			usage(root, a.stdout)
+			return
+		}
+		c.SetOut(a.stderr) // a command's help goes with its diagnostics
+		defaultHelp(c, args)
+	})
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.versionCmd())
+	indentExamples(root)
+	return root
+}
+
+// indentExamples indents the examples of c and its subcommands under
+// their "Example:" heading.
+func indentExamples(c *cobra.Command) {
+	if c.Example != "" {
+		c.Example = "  " + strings.ReplaceAll(c.Example, "\n", "\n  ")
+	}
+	for _, sub := range c.Commands() {
+		indentExamples(sub)
+	}
+}
+
+// usage prints the commands and the forms of --redis.
+func usage(root *cobra.Command, w io.Writer) {
 	fmt.Fprintln(w, "expset: bounded pending sets on Redis: demo and operator tool")
 	fmt.Fprintln(w, "\nUsage: expset COMMAND [flags] [args]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			fmt.Fprintf(w, "  %-8s %s\n", c.Name(), c.Short)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[:password@]host:port[/db],")
-	fmt.Fprintln(w, "or several comma-separated host:port addresses for a Redis Cluster.")
+	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[user:password@]host:port[/db]")
+	fmt.Fprintln(w, "(rediss:// for TLS; host:port alone means redis://host:port). A Redis Cluster:")
+	fmt.Fprintln(w, "redis://[user:password@]host:port?addr=host2:port2&addr=host3:port3, several")
+	fmt.Fprintln(w, "comma-separated host:port, or one node's URL with --cluster.")
 	fmt.Fprintln(w, "Run 'expset COMMAND --help' for a command's flags and an example.")
 }
 
-// newFlags returns a flag set for a command whose --help prints the synopsis
-// and example.
-func newFlags(name, synopsis, example string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: expset %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
-		fmt.Fprintf(stderr, "\nExample:\n  %s\n", strings.ReplaceAll(example, "\n", "\n  "))
+// args checks a command's positional arguments: exactly the names given
+// ("NAME OWNER"), as a usage error that says what was wanted and shows the
+// command's synopsis.
+func args(names string) cobra.PositionalArgs {
+	want := len(strings.Fields(names))
+	return func(c *cobra.Command, got []string) error {
+		if want == 0 && len(got) > 0 {
+			return fmt.Errorf("%w: unexpected arguments %q: %s", errUsage, got, c.UseLine())
+		}
+		if len(got) != want {
+			return fmt.Errorf("%w: want %s, got %d arguments: %s", errUsage, names, len(got), c.UseLine())
+		}
+		return nil
 	}
-	return fs
 }
 
-// parseFlags parses args, mapping a parse failure to errUsage. Flags may
-// come before, between or after the arguments ("expset events orders kick
-// --all"); after "--" everything is an argument. fs.Args() holds the
-// arguments afterwards.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+// eventsVerbs are the subcommands of "expset events".
+var eventsVerbs = []string{"tail", "dead", "kick", "drop"}
+
+// legacyEvents moves the verb of "expset events" right after "events", so
+// that flags may also come before it (cobra finds a subcommand before it
+// knows the subcommand's flags). A verb after NAME is the order of earlier
+// versions ("events NAME tail"): it is moved too, with a note on stderr, so
+// scripts written for them keep working.
+func legacyEvents(args []string, stderr io.Writer) []string {
+	if len(args) < 2 || args[0] != "events" {
+		return args
 	}
-	return fs.Parse(append([]string{"--"}, pos...))
+	var pos []int // indexes of the first two positional arguments
+	for i := 1; i < len(args) && len(pos) < 2; i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			i = len(args)
+		case strings.HasPrefix(a, "-"):
+			flag := strings.TrimLeft(a, "-")
+			if !strings.Contains(flag, "=") && slices.Contains([]string{"redis", "limit", "shard"}, flag) {
+				i++ // the flag's value
+			}
+		default:
+			pos = append(pos, i)
+		}
+	}
+	verb := -1
+	switch {
+	case len(pos) > 0 && slices.Contains(eventsVerbs, args[pos[0]]):
+		verb = pos[0]
+	case len(pos) > 1 && slices.Contains(eventsVerbs, args[pos[1]]):
+		verb = pos[1]
+		fmt.Fprintf(stderr, "expset events: NAME before the verb is the old order: type 'expset events %s %s ...'\n",
+			args[verb], args[pos[0]])
+	}
+	if verb <= 1 {
+		return args
+	}
+	out := append([]string{"events", args[verb]}, args[1:verb]...)
+	return append(out, args[verb+1:]...)
 }

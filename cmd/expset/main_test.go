@@ -76,7 +76,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, 2, "Usage: expset COMMAND"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{"demo", "--ttl", "1h"}, 2, "--ttl 1h0m0s: want 500ms to 1m"},
-		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"demo", "--bogus"}, 2, "unknown flag: --bogus (run 'expset demo --help' for its flags)"},
 		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
 		{[]string{"demo", "--redis", "redis://127.0.0.1:1"}, 1, "connect to Redis at 127.0.0.1:1"},
 		{[]string{"demo", "--redis", "http://x"}, 2, "--redis"},

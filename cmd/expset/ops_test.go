@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -347,7 +346,7 @@ func TestBinaryStatsServe(t *testing.T) {
 		body = string(b)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
-	for _, name := range []string{"owners", "owners_due", "members_due", "lag_seconds", "events", "pending", "dead_letters", "lease_held"} {
+	for _, name := range []string{"owners", "owners_due", "members_due", "members_due_partial", "lag_seconds", "events", "events_trimmed", "pending", "dead_letters", "lease_held"} {
 		for _, want := range []string{"# HELP expset_shard_" + name + " ", "# TYPE expset_shard_" + name + " gauge\n"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)
@@ -480,8 +479,8 @@ func TestBinarySweepRun(t *testing.T) {
 
 func TestBinaryEventsTail(t *testing.T) {
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
-	text := startBin(t, "events", "--redis", url, set.Name(), "tail")
-	js := startBin(t, "events", "--redis", url, "--json", set.Name(), "tail")
+	text := startBin(t, "events", "tail", "--redis", url, set.Name())
+	js := startBin(t, "events", "tail", "--redis", url, "--json", set.Name())
 	text.line("tailing expiry events of set " + set.Name())
 	waitFor(t, "tail --json to start", func() bool { return strings.Contains(js.stderr.String(), "tailing expiry events") })
 
@@ -505,7 +504,7 @@ func TestBinaryEventsTail(t *testing.T) {
 		t.Errorf("after tail: %+v", tot)
 	}
 	// --backlog shows what already waits.
-	r := startBin(t, "events", "--redis", url, set.Name(), "tail", "--backlog")
+	r := startBin(t, "events", "tail", "--redis", url, set.Name(), "--backlog")
 	r.line("member=order-tail-user")
 	if code, _ := r.interrupt(); code != 0 {
 		t.Errorf("tail --backlog exit %d: %s", code, r.stderr.String())
@@ -518,7 +517,7 @@ func TestBinaryEventsDead(t *testing.T) {
 	sweepNow(t, set, 3)
 	bury(t, set, 3)
 
-	code, out, errs := runBin(t, "events", "--redis", url, set.Name(), "dead")
+	code, out, errs := runBin(t, "events", "dead", "--redis", url, set.Name())
 	if code != 0 {
 		t.Fatalf("dead: exit %d: %s", code, errs)
 	}
@@ -530,7 +529,7 @@ func TestBinaryEventsDead(t *testing.T) {
 	}
 	dead := func() []deadLine {
 		t.Helper()
-		code, out, errs := runBin(t, "events", "--redis", url, "--json", set.Name(), "dead")
+		code, out, errs := runBin(t, "events", "dead", "--redis", url, "--json", set.Name())
 		if code != 0 {
 			t.Fatalf("dead --json: exit %d: %s", code, errs)
 		}
@@ -552,7 +551,7 @@ func TestBinaryEventsDead(t *testing.T) {
 	ref := func(d deadLine) string { return strconv.Itoa(d.Shard) + "/" + d.ID }
 
 	// Kick one: it leaves the dead letters and waits on its stream again.
-	code, out, errs = runBin(t, "events", "--redis", url, set.Name(), "kick", ref(ds[0]))
+	code, out, errs = runBin(t, "events", "kick", "--redis", url, set.Name(), ref(ds[0]))
 	if code != 0 || !strings.Contains(out, "kicked 1 dead letter of") || !strings.Contains(out, ds[0].Member) {
 		t.Fatalf("kick: exit %d, %q, %q", code, out, errs)
 	}
@@ -561,7 +560,7 @@ func TestBinaryEventsDead(t *testing.T) {
 	}
 	// A missing ID: exit 3, naming the key, and nothing changes.
 	for _, args := range [][]string{{"kick", "1-0"}, {"kick", ref(ds[1]), ref(ds[0])}, {"drop", "2/1-0"}} {
-		code, _, errs = runBin(t, append([]string{"events", "--redis", url, set.Name()}, args...)...)
+		code, _, errs = runBin(t, append([]string{"events", args[0], "--redis", url, set.Name()}, args[1:]...)...)
 		if code != 3 || !strings.Contains(errs, "no dead letter") || !strings.Contains(errs, ":dead") || !strings.Contains(errs, "nothing changed") {
 			t.Errorf("%v: exit %d, %q; want exit 3", args, code, errs)
 		}
@@ -570,20 +569,20 @@ func TestBinaryEventsDead(t *testing.T) {
 		t.Fatalf("a failed kick changed the dead letters: %d left", n)
 	}
 
-	code, _, errs = runBin(t, "events", "--redis", url, set.Name(), "drop", "--all")
+	code, _, errs = runBin(t, "events", "drop", "--redis", url, set.Name(), "--all")
 	if code != 2 || !strings.Contains(errs, "--yes") {
 		t.Errorf("drop --all without --yes: exit %d, %q", code, errs)
 	}
-	code, out, errs = runBin(t, "events", "--redis", url, set.Name(), "drop", ref(ds[1]))
+	code, out, errs = runBin(t, "events", "drop", "--redis", url, set.Name(), ref(ds[1]))
 	if code != 0 || !strings.Contains(out, "deleted 1 dead letter of") {
 		t.Fatalf("drop: exit %d, %q, %q", code, out, errs)
 	}
-	code, out, errs = runBin(t, "events", "--redis", url, "--json", set.Name(), "drop", "--all", "--yes")
+	code, out, errs = runBin(t, "events", "drop", "--redis", url, "--json", set.Name(), "--all", "--yes")
 	var res kickResult
 	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Action != "drop" || res.Done != 1 || len(res.Letters) != 1 || res.Letters[0].ID != ds[2].ID {
 		t.Fatalf("drop --all --yes --json: exit %d, %+v, %v, %q", code, res, err, errs)
 	}
-	if _, out, _ = runBin(t, "events", "--redis", url, set.Name(), "dead"); !strings.Contains(out, "no dead letters") {
+	if _, out, _ = runBin(t, "events", "dead", "--redis", url, set.Name()); !strings.Contains(out, "no dead letters") {
 		t.Errorf("dead after drop --all:\n%s", out)
 	}
 	if tot := totals(t, url, set).Total; tot.Dead != 0 || tot.Events != 1 {
@@ -595,14 +594,17 @@ func TestBinaryEventsDead(t *testing.T) {
 		code int
 		want string
 	}{
+		{[]string{"kick", set.Name(), "bogus"}, 2, "not a dead letter's ID"},
+		{[]string{"kick", set.Name()}, 2, "IDs or --all"},
+		{[]string{"kick", set.Name(), "--all", "1-0"}, 2, "IDs or --all"},
+		{[]string{"tail", set.Name(), "1-0"}, 2, "want NAME, got 2 arguments: expset events tail"},
+		{[]string{"tail", set.Name(), "--yes"}, 2, "unknown flag: --yes (run 'expset events tail --help'"},
+		{[]string{"peek", set.Name()}, 2, `unknown verb "peek": want tail, dead, kick or drop`},
+		{[]string{set.Name(), "peek"}, 2, `unknown verb "`},
+		{nil, 2, "want a verb: tail, dead, kick or drop"},
+		{[]string{"dead", "no-such-set"}, 3, "no set"},
+		// The order of earlier versions, NAME before the verb, still works.
 		{[]string{set.Name(), "kick", "bogus"}, 2, "not a dead letter's ID"},
-		{[]string{set.Name(), "kick"}, 2, "IDs or --all"},
-		{[]string{set.Name(), "kick", "--all", "1-0"}, 2, "IDs or --all"},
-		{[]string{set.Name(), "tail", "1-0"}, 2, "takes no IDs"},
-		{[]string{set.Name(), "tail", "--yes"}, 2, "not a flag of tail"},
-		{[]string{set.Name(), "peek"}, 2, "unknown action"},
-		{[]string{set.Name()}, 2, "an action"},
-		{[]string{"no-such-set", "dead"}, 3, "no set"},
 	} {
 		code, _, errs := runBin(t, append([]string{"events", "--redis", url}, tc.args...)...)
 		if code != tc.code || !strings.Contains(errs, tc.want) {
@@ -610,7 +612,7 @@ func TestBinaryEventsDead(t *testing.T) {
 		}
 	}
 	plainURL, _, plain := seeded(t)
-	if code, _, errs := runBin(t, "events", "--redis", plainURL, plain.Name(), "dead"); code != 1 || !strings.Contains(errs, "without WithExpiryEvents") {
+	if code, _, errs := runBin(t, "events", "dead", "--redis", plainURL, plain.Name()); code != 1 || !strings.Contains(errs, "without WithExpiryEvents") {
 		t.Errorf("a set without events: exit %d, %q", code, errs)
 	}
 }
@@ -630,29 +632,23 @@ func TestSubcommandHelp(t *testing.T) {
 	}
 }
 
-func TestParseFlagsAnywhere(t *testing.T) {
+// TestFlagsAnywhere: flags may come before, between or after the
+// arguments; after "--" everything is an argument.
+func TestFlagsAnywhere(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		json bool
-		rest []string
+		want string
 	}{
-		{[]string{"a", "b"}, false, []string{"a", "b"}},
-		{[]string{"--json", "a", "b"}, true, []string{"a", "b"}},
-		{[]string{"a", "--json", "b"}, true, []string{"a", "b"}},
-		{[]string{"a", "b", "-json"}, true, []string{"a", "b"}},
-		{[]string{"a", "--", "--json", "-x"}, false, []string{"a", "--json", "-x"}},
+		{[]string{"stats", "--json", "n", "--serve", ":0"}, "--serve goes without --watch and --json"},
+		{[]string{"stats", "n", "--serve=:0", "--json"}, "--serve goes without --watch and --json"},
+		{[]string{"stats", "--serve", ":0", "n", "--watch"}, "--serve goes without --watch and --json"},
+		{[]string{"stats", "n", "--", "--json"}, `want NAME, got 2 arguments`},
+		{[]string{"stats", "n", "--nope"}, "unknown flag: --nope"},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		j := fs.Bool("json", false, "")
-		if err := parseFlags(fs, tc.args); err != nil || *j != tc.json || !slices.Equal(fs.Args(), tc.rest) {
-			t.Errorf("%q: json %v, args %q, %v; want %v, %q", tc.args, *j, fs.Args(), err, tc.json, tc.rest)
+		code, _, errs := runCLI(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("expset %q: exit %d, %q; want exit 2 and %q", tc.args, code, errs, tc.want)
 		}
-	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if err := parseFlags(fs, []string{"a", "--nope"}); !errors.Is(err, errUsage) {
-		t.Errorf("unknown flag after an argument: %v", err)
 	}
 }
 
@@ -675,7 +671,7 @@ func TestBinaryOnCluster(t *testing.T) {
 	if tot := totals(t, url, set).Total; tot.MembersDue != 8 {
 		t.Fatalf("stats on the cluster: %+v", tot)
 	}
-	tail := startBin(t, "events", "--redis", url, name, "tail")
+	tail := startBin(t, "events", "tail", "--redis", url, name)
 	tail.line("tailing expiry events")
 	code, out, errs := runBin(t, "sweep", "--redis", url, "--once", name)
 	if m := membersRemoved.FindStringSubmatch(out); code != 0 || m == nil || m[1] != "8" {
@@ -692,7 +688,7 @@ func TestBinaryOnCluster(t *testing.T) {
 		t.Errorf("tail exit %d: %s", code, tail.stderr.String())
 	}
 	bury(t, set, 8)
-	code, out, errs = runBin(t, "events", "--redis", url, name, "kick", "--all")
+	code, out, errs = runBin(t, "events", "kick", "--redis", url, name, "--all")
 	if code != 0 || !strings.Contains(out, "kicked 8 dead letters") {
 		t.Fatalf("kick --all on the cluster: exit %d, %s%s", code, out, errs)
 	}

@@ -13,11 +13,22 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/expsetprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 )
 
 // statsOwnerScan is how many due owners of a shard Set.Stats reads to count
 // the members due (past it, ShardStats.Partial is set).
 const statsOwnerScan = 1000
+
+// scrapeLog prints the errors of failed scrapes, timestamped, to w.
+type scrapeLog struct{ w io.Writer }
+
+func (l scrapeLog) Println(v ...any) {
+	fmt.Fprintf(l.w, "%s expset stats: scrape: %s", time.Now().UTC().Format(time.RFC3339), fmt.Sprintln(v...))
+}
 
 // statsReport is what "expset stats" prints; --json prints it as is.
 type statsReport struct {
@@ -66,59 +77,59 @@ func (w *watchFlag) String() string {
 	return w.every.String()
 }
 
-func (w *watchFlag) IsBoolFlag() bool { return true }
+func (w *watchFlag) Type() string { return "interval" }
 
 func (w *watchFlag) Set(s string) error {
-	switch s {
-	case "true":
-		w.every = defaultWatch
-		return nil
-	case "false":
-		w.every = 0
-		return nil
-	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 100*time.Millisecond {
-		return fmt.Errorf("want an interval of 100ms or more, like --watch=2s")
+		return fmt.Errorf("want an interval of 100ms or more, like --watch=2s (or --watch alone: every %v)", defaultWatch)
 	}
 	w.every = d
 	return nil
 }
 
-func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("stats", "stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME",
-		"expset stats --redis redis://localhost:6380 unpaid-orders\n"+
-			"expset stats --watch=2s unpaid-orders            # a timestamped block every 2s until Ctrl-C\n"+
-			"expset stats --serve :9090 unpaid-orders         # Prometheus gauges on http://host:9090/metrics", stderr)
-	url := fs.String("redis", "", redisFlagHelp)
-	asJSON := fs.Bool("json", false, "print JSON instead of aligned text (with --watch: one object a line)")
+func (a *app) statsCmd() *cobra.Command {
+	var asJSON bool
 	var watch watchFlag
-	fs.Var(&watch, "watch", "print the stats again every 5s, or every interval given as --watch=2s, until interrupted")
-	serve := fs.String("serve", "", "serve the numbers as Prometheus gauges on http://ADDR/metrics (e.g. :9090) until interrupted")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	var serve string
+	cmd := &cobra.Command{
+		Use:   "stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME",
+		Short: "per shard: owners, due members, sweeper lag, events waiting, pending, dead; --watch, --serve /metrics",
+		Example: "expset stats --redis redis://localhost:6380 unpaid-orders\n" +
+			"expset stats --watch=2s unpaid-orders            # a timestamped block every 2s until Ctrl-C\n" +
+			"expset stats --serve :9090 unpaid-orders         # Prometheus gauges on http://host:9090/metrics",
+		Args: args("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if serve != "" && (watch.every > 0 || asJSON) {
+				return fmt.Errorf("%w: --serve goes without --watch and --json", errUsage)
+			}
+			return a.stats(cmd.Context(), args[0], asJSON, watch.every, serve)
+		},
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: want NAME, got %d arguments", errUsage, fs.NArg())
-	}
-	if *serve != "" && (watch.every > 0 || *asJSON) {
-		return fmt.Errorf("%w: --serve goes without --watch and --json", errUsage)
-	}
-	c, err := connect(ctx, *url, false)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of aligned text (with --watch: one object a line)")
+	cmd.Flags().Var(&watch, "watch", "print the stats again every 5s, or every interval given as --watch=2s, until interrupted")
+	cmd.Flags().Lookup("watch").NoOptDefVal = defaultWatch.String()
+	cmd.Flags().StringVar(&serve, "serve", "", "serve the numbers as Prometheus gauges on http://ADDR/metrics (e.g. :9090) until interrupted")
+	return cmd
+}
+
+func (a *app) stats(ctx context.Context, name string, asJSON bool, every time.Duration, serve string) error {
+	stdout, stderr := a.stdout, a.stderr
+	c, err := a.connect(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := expset.Open(ctx, c.rdb, fs.Arg(0), expset.WithRecordedConfiguration())
+	set, err := openExisting(ctx, c, name)
 	if err != nil {
 		return err
 	}
 	cfg, err := expset.ReadConfiguration(ctx, c.rdb, set.Name())
 	if err != nil {
-		return err
+		return noSet(err, name, c)
 	}
-	if *serve != "" {
-		return serveMetrics(ctx, set, *serve, stdout, stderr)
+	if serve != "" {
+		return serveMetrics(ctx, set, serve, stdout, stderr)
 	}
 	print := func() error {
 		st, err := set.Stats(ctx)
@@ -126,22 +137,22 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		rep := newStatsReport(set.Name(), cfg.Events, st)
-		if *asJSON {
+		if asJSON {
 			enc := json.NewEncoder(stdout)
-			if watch.every == 0 {
+			if every == 0 {
 				enc.SetIndent("", "  ")
 			}
 			return enc.Encode(rep)
 		}
 		return printStats(stdout, rep)
 	}
-	if watch.every == 0 {
+	if every == 0 {
 		return print()
 	}
-	t := time.NewTicker(watch.every)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for first := true; ; first = false {
-		if !first && !*asJSON {
+		if !first && !asJSON {
 			fmt.Fprintln(stdout)
 		}
 		if err := print(); err != nil {
@@ -149,7 +160,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return nil
 			}
 			// A blip must not end a watch: say so and try again.
-			fmt.Fprintf(stderr, "%s expset stats: %v\n", time.Now().UTC().Format(time.RFC3339), err)
+			fmt.Fprintf(stderr, "%s expset stats: %v\n", time.Now().UTC().Format(time.RFC3339), hint(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -233,26 +244,21 @@ func lag(ms int64, due bool) string {
 	return (time.Duration(ms) * time.Millisecond).String()
 }
 
-// serveMetrics serves set's Stats on http://addr/metrics, read afresh for
-// every scrape, until ctx ends.
+// serveMetrics serves set's Stats on http://addr/metrics through the
+// Prometheus client, read afresh for every scrape by expsetprom's
+// StatsCollector, until ctx ends. A failed read answers 500 and is logged.
 func serveMetrics(ctx context.Context, set *expset.Set, addr string, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--serve %s: %w", addr, err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(expsetprom.NewStatsCollector(set))
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-		defer cancel()
-		st, err := set.Stats(rctx)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s expset stats: scrape: %v\n", time.Now().UTC().Format(time.RFC3339), err)
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		writeMetrics(w, set.Name(), st)
-	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      scrapeLog{stderr},
+		ErrorHandling: promhttp.HTTPErrorOnError,
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/spf13/cobra"
 )
 
 // sweepSummary is what "expset sweep" prints at the end; --json prints it as
@@ -94,50 +95,67 @@ func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
-func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sweep", "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
-		"expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n"+
-			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C", stderr)
-	url := fs.String("redis", "", redisFlagHelp)
-	asJSON := fs.Bool("json", false, "print the summary as JSON (progress lines then go to stderr)")
-	once := fs.Bool("once", false, "sweep every shard whose lease is free once (SweepOnce), then exit")
-	every := fs.Duration("progress", time.Second, "print a progress line this often while members are swept")
-	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "how long a shard's lease lasts without a refresh")
-	maxIdle := fs.Duration("max-idle", time.Second, "the longest the sweeper waits before looking at its shards again")
-	owners := fs.Int("owners-per-batch", 100, "due owners one sweep script takes")
-	members := fs.Int("members-per-batch", 1000, "expired members one sweep script removes at most")
-	retainAge := fs.Duration("retain-age", 7*24*time.Hour, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
-	retainLen := fs.Int("retain-len", 100000, "with expiry events: events a shard's stream keeps at most")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (a *app) sweepCmd() *cobra.Command {
+	var o sweepOpts
+	cmd := &cobra.Command{
+		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
+		Short: "run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary",
+		Example: "expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n" +
+			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C",
+		Args: args("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.every < 10*time.Millisecond {
+				return fmt.Errorf("%w: --progress %v: want 10ms or more", errUsage, o.every)
+			}
+			return a.sweep(cmd.Context(), args[0], o)
+		},
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: want NAME, got %d arguments", errUsage, fs.NArg())
-	}
-	if *every < 10*time.Millisecond {
-		return fmt.Errorf("%w: --progress %v: want 10ms or more", errUsage, *every)
-	}
+	f := cmd.Flags()
+	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON (progress lines then go to stderr)")
+	f.BoolVar(&o.once, "once", false, "sweep every shard whose lease is free once (SweepOnce), then exit")
+	f.DurationVar(&o.every, "progress", time.Second, "print a progress line this often while members are swept")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a shard's lease lasts without a refresh")
+	f.DurationVar(&o.maxIdle, "max-idle", time.Second, "the longest the sweeper waits before looking at its shards again")
+	f.IntVar(&o.owners, "owners-per-batch", 100, "due owners one sweep script takes")
+	f.IntVar(&o.members, "members-per-batch", 1000, "expired members one sweep script removes at most")
+	f.DurationVar(&o.retainAge, "retain-age", 7*24*time.Hour, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
+	f.IntVar(&o.retainLen, "retain-len", 100000, "with expiry events: events a shard's stream keeps at most")
+	return cmd
+}
+
+// sweepOpts are the flags of "expset sweep".
+type sweepOpts struct {
+	asJSON, once      bool
+	every             time.Duration
+	leaseTTL, maxIdle time.Duration
+	owners, members   int
+	retainAge         time.Duration
+	retainLen         int
+}
+
+func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
+	stdout, stderr := a.stdout, a.stderr
 	progressOut := stdout
-	if *asJSON {
+	if o.asJSON {
 		progressOut = stderr
 	}
-	c, err := connect(ctx, *url, false)
+	c, err := a.connect(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	var prog sweepProgress
-	cfg, err := expset.ReadConfiguration(ctx, c.rdb, fs.Arg(0))
+	cfg, err := expset.ReadConfiguration(ctx, c.rdb, name)
 	if err != nil {
-		return err
+		return noSet(err, name, c)
 	}
 	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(ei expset.ErrorInfo) {
 		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
 	}})}
 	if cfg.Events {
-		setOpts = append(setOpts, expset.WithEventRetention(*retainAge, *retainLen))
+		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
 	}
-	set, err := expset.Open(ctx, c.rdb, fs.Arg(0), append(setOpts, expset.WithRecordedConfiguration())...)
+	set, err := openExisting(ctx, c, name, setOpts...)
 	if errors.Is(err, expset.ErrInvalidOption) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -147,8 +165,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var total expset.SweepStats
 	opts := []expset.Option{
-		expset.WithLeaseTTL(*leaseTTL), expset.WithMaxIdle(*maxIdle),
-		expset.WithOwnersPerBatch(*owners), expset.WithMembersPerBatch(*members),
+		expset.WithLeaseTTL(o.leaseTTL), expset.WithMaxIdle(o.maxIdle),
+		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
 	}
 	w, err := expset.NewSweeper(set, opts...)
 	if errors.Is(err, expset.ErrInvalidOption) {
@@ -157,12 +175,12 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if !*once {
+	if !o.once {
 		fmt.Fprintf(progressOut, "sweeping set %q (%d shards) until interrupted\n", set.Name(), set.Shards())
 	}
 	start := time.Now()
-	stop := prog.report(progressOut, *every)
-	if *once {
+	stop := prog.report(progressOut, o.every)
+	if o.once {
 		total, err = w.SweepOnce(ctx)
 	} else {
 		err = w.Run(ctx)
@@ -174,11 +192,11 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if errors.Is(err, expset.ErrInvalidOption) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	sum := sweepSummary{Set: set.Name(), Once: *once}
+	sum := sweepSummary{Set: set.Name(), Once: o.once}
 	sum.summarize(total)
 	sum.Seconds = time.Since(start).Round(time.Millisecond).Seconds()
-	sum.Interrupted = *once && err != nil && ctx.Err() != nil
-	if *asJSON {
+	sum.Interrupted = o.once && err != nil && ctx.Err() != nil
+	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if jerr := enc.Encode(sum); jerr != nil {

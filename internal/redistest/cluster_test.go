@@ -142,6 +142,7 @@ func TestClusterKeysOnAllMasters(t *testing.T) {
 }
 
 func TestClusterFailover(t *testing.T) {
+	SystemTest(t)
 	begin := time.Now()
 	c := StartCluster(t, ClusterOptions{ReplicasPerMaster: 1})
 	t.Logf("3 masters + 3 replicas healthy after %v", time.Since(begin).Round(time.Millisecond))

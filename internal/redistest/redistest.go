@@ -16,6 +16,7 @@
 //   - REDIS_ADDR: use this server instead of starting one (tests must then keep
 //     to their own keys; nothing here flushes it).
 //   - EXPSET_REQUIRE_REDIS=1: fail, instead of skip, when no real Redis can be had.
+//   - EXPSET_SYSTEM=1: run the system tests as well (see SystemTest).
 package redistest
 
 import (
@@ -27,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,13 +43,72 @@ import (
 // is unavailable (EXPSET_REQUIRE_REDIS=1).
 func Required() bool { return os.Getenv("EXPSET_REQUIRE_REDIS") == "1" }
 
-// Unavailable skips tb, or fails it when Required, saying why.
+// Unavailable skips tb, or fails it when Required, saying why. Main reports
+// how many tests it skipped.
 func Unavailable(tb testing.TB, why string) {
 	tb.Helper()
 	if Required() {
 		tb.Fatalf("real Redis required (EXPSET_REQUIRE_REDIS=1) but unavailable: %s", why)
 	}
+	skips.note(&skips.redis, why)
 	tb.Skipf("skipping real-Redis test: %s (install redis-server, or set EXPSET_REDIS_BIN or REDIS_ADDR)", why)
+}
+
+// System reports whether the system tests run (EXPSET_SYSTEM=1).
+func System() bool { return os.Getenv("EXPSET_SYSTEM") == "1" }
+
+// SystemTest skips tb unless System. System tests are the long ones that
+// start, kill, restart, pause or fail over servers of their own, soak a set
+// for seconds, or run long randomized searches: CI runs them (.ci/run sets
+// EXPSET_SYSTEM=1), a plain go test does not. Main reports how many it
+// skipped.
+func SystemTest(tb testing.TB) {
+	tb.Helper()
+	if !System() {
+		skips.note(&skips.system, "")
+		tb.Skip("system test: set EXPSET_SYSTEM=1 to run it (CI does)")
+	}
+}
+
+// skips counts the tests skipped by Unavailable and SystemTest, for Main's
+// summary.
+var skips skipCounts
+
+type skipCounts struct {
+	mu            sync.Mutex
+	redis, system int
+	why           []string // the reasons Unavailable gave, each once
+}
+
+func (c *skipCounts) note(n *int, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*n++
+	if why != "" && !slices.Contains(c.why, why) {
+		c.why = append(c.why, why)
+	}
+}
+
+// summary returns the lines Main prints after the tests, or "".
+func (c *skipCounts) summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	if c.redis > 0 {
+		fmt.Fprintf(&b, "redistest: skipped %s needing a real Redis (install redis-server, or set EXPSET_REDIS_BIN or REDIS_ADDR; EXPSET_REQUIRE_REDIS=1 makes this a failure): %s\n",
+			tests(c.redis), strings.Join(c.why, "; "))
+	}
+	if c.system > 0 {
+		fmt.Fprintf(&b, "redistest: skipped %s, the system tests (EXPSET_SYSTEM=1 runs them)\n", tests(c.system))
+	}
+	return b.String()
+}
+
+func tests(n int) string {
+	if n == 1 {
+		return "1 test"
+	}
+	return strconv.Itoa(n) + " tests"
 }
 
 // Server is a redis-server process started by this package.
@@ -101,8 +162,14 @@ func Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-// Main runs the tests of a package and then stops the shared server and the
-// shared cluster (see SharedCluster). Use it as the body of TestMain.
+// Main runs the tests of a package, stops the shared server and the shared
+// cluster (see SharedCluster), and prints one line for each kind of test it
+// skipped (no real Redis, system tests off), so that the skips show without
+// -v. Use it as the body of TestMain.
+//
+// The go command shows what a passing package printed only with -v, -json,
+// or when run without package arguments (go test in the package's
+// directory); go test ./... discards it.
 func Main(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
@@ -110,6 +177,7 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(shared.Dir)
 	}
 	stopSharedCluster()
+	fmt.Fprint(os.Stderr, skips.summary())
 	os.Exit(code)
 }
 

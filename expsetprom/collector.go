@@ -1,16 +1,24 @@
-// Package expsetprom exports what expset does as Prometheus metrics, through
-// expset.Hooks. It lives in its own module so that the core library does not
-// make its users depend on the Prometheus client.
+// Package expsetprom exports expset as Prometheus metrics, in two
+// collectors. Collector is fed by expset.Hooks: what the processes do (script
+// calls and their latency, acquire outcomes, sweeps, event handling).
+// StatsCollector reads Set.Stats on every scrape: what waits in Redis (due
+// members, sweeper lag, events, dead letters, per shard). The package lives
+// in its own module so that the core library does not make its users depend
+// on the Prometheus client.
 //
 //	c := expsetprom.NewCollector()
 //	prometheus.MustRegister(c)
 //	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithHooks(c.Hooks()))
+//	...
+//	prometheus.MustRegister(expsetprom.NewStatsCollector(orders))
 //
 // One Collector can serve any number of sets: every metric carries the set's
 // name as the label "set".
 package expsetprom
 
 import (
+	"time"
+
 	"github.com/expset/expset"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -57,23 +65,41 @@ type Collector struct {
 type Option func(*config)
 
 type config struct {
-	namespace string
-	buckets   []float64
+	namespace    string
+	buckets      []float64
+	statsTimeout time.Duration
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
+	cfg := config{namespace: "expset", buckets: prometheus.ExponentialBuckets(0.0001, 2, 15), statsTimeout: DefaultStatsTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
 }
 
 // WithNamespace sets the metric name prefix (default "expset").
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithBuckets sets the latency histogram buckets in seconds (default
-// 100µs to about 1.6s, doubling).
+// 100µs to about 1.6s, doubling). Collector only.
 func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
+
+// WithStatsTimeout bounds the Set.Stats call of one scrape (default
+// DefaultStatsTimeout, 10s; zero or less keeps the default). StatsCollector
+// only.
+func WithStatsTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.statsTimeout = d
+		}
+	}
+}
 
 // NewCollector returns a collector with all its metrics at zero.
 func NewCollector(opts ...Option) *Collector {
-	cfg := config{namespace: "expset", buckets: prometheus.ExponentialBuckets(0.0001, 2, 15)}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	ns := cfg.namespace
 	c := &Collector{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "calls_total",

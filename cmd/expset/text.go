@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/expset/expset"
+)
+
+// printable quotes a string that holds spaces, quotes, control characters
+// or bytes that are not UTF-8 (as Go's %q does: "\xff"), so a column stays
+// one column and the exact bytes can be read back.
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '"' }) >= 0 {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+// exact returns s in standard base64 when s is not valid UTF-8, else "".
+// JSON strings hold text only (encoding/json turns a stray byte into
+// U+FFFD), so beside each text field that can hold arbitrary bytes --json
+// prints a FIELD_base64 holding the exact bytes whenever they are not UTF-8.
+func exact(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+// openExisting opens the set name recorded in Redis, telling a set that is
+// not there apart from other failures (the library's ErrNotFound says
+// "member not found", which is not what happened).
+func openExisting(ctx context.Context, c *conn, name string, opts ...expset.Option) (*expset.Set, error) {
+	set, err := expset.Open(ctx, c.rdb, name, append(opts, expset.WithRecordedConfiguration())...)
+	return set, noSet(err, name, c)
+}
+
+// noSet rewrites an ErrNotFound from opening or reading the configuration of
+// set name into a message that says what to check.
+func noSet(err error, name string, c *conn) error {
+	if err == nil || !errors.Is(err, expset.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("%w: no set %q in %s (no configuration recorded): check NAME (names are case-sensitive) and --redis; a set exists once an application has opened it",
+		errNotFound, name, c.desc)
+}
