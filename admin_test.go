@@ -220,6 +220,9 @@ func TestShardKeysOwned(t *testing.T) {
 	sk := newShardKeys("a", 1)
 	v := reflect.ValueOf(sk)
 	for i := range v.NumField() {
+		if v.Field(i).Kind() != reflect.String {
+			continue // shard: the index, not a key
+		}
 		if k := v.Field(i).String(); !sk.owns(k) || !sk.owns(k+"owner") && strings.HasSuffix(k, ":") {
 			t.Errorf("shardKeys.%s (%s) is not owned", v.Type().Field(i).Name, k)
 		}

@@ -122,7 +122,7 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 	out := make([]Decision, len(reqs))
 	var errs []error
 	for i, cmd := range cmds {
-		d, err := q.set.decisionOf(cmd, calls[i])
+		d, err := q.set.decisionOf(ctx, cmd, calls[i])
 		if err != nil {
 			if errs == nil {
 				errs = make([]error, len(reqs))
@@ -154,17 +154,17 @@ func (s *Set) pipelineAcquire(ctx context.Context, calls []acquireCall) []*redis
 		return nil
 	})
 	if s.hooks.OnCall != nil {
-		s.hooks.OnCall(CallInfo{Set: s.name, Op: "acquire-many", Shard: -1, Duration: time.Since(start), Err: err})
+		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: "acquire-many", Shard: -1, Duration: time.Since(start), Err: err})
 	}
 	return cmds
 }
 
-func (s *Set) decisionOf(cmd *redis.Cmd, c acquireCall) (Decision, error) {
+func (s *Set) decisionOf(ctx context.Context, cmd *redis.Cmd, c acquireCall) (Decision, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return Decision{}, fmt.Errorf("expset: acquire %s: %w", c.keys[0], err)
 	}
-	return s.decided(c, v)
+	return s.decided(ctx, c, v)
 }
 
 // isNoScript reports whether err means the server does not have the script

@@ -16,7 +16,7 @@ import (
 // handler has it. The handlers of other events are never called.
 func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...Option) Expiry {
 	t.Helper()
-	quiet := WithHooks(Hooks{OnError: func(ErrorInfo) {}})
+	quiet := WithHooks(Hooks{OnError: func(context.Context, ErrorInfo) {}})
 	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))
 	got := make(chan Expiry, 1)
 	release := make(chan struct{})
@@ -74,8 +74,8 @@ type hookRecorder struct {
 
 func (h *hookRecorder) hooks() Hooks {
 	return Hooks{
-		OnEvent: func(e EventInfo) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
-		OnError: func(e ErrorInfo) { h.mu.Lock(); h.errs = append(h.errs, e); h.mu.Unlock() },
+		OnEvent: func(_ context.Context, e EventInfo) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
+		OnError: func(_ context.Context, e ErrorInfo) { h.mu.Lock(); h.errs = append(h.errs, e); h.mu.Unlock() },
 	}
 }
 

@@ -162,7 +162,7 @@ func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 	sk := &c.set.shards[i]
 	sh := &c.shards[i]
 	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.visibility)
-	v, err := c.set.run(ctx, "claim", scriptClaim, []string{sk.events, sk.dead, sk.att},
+	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.events, sk.dead, sk.att},
 		c.group, c.name, c.visMs, sh.cursor, c.cfg.batch, c.cfg.maxAttempts, reason)
 	if err != nil {
 		return nil, err
@@ -187,7 +187,7 @@ func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 			return out, unexpected("claim.lua", v)
 		}
 		if buried {
-			c.event(i, used, errors.New(reason), true)
+			c.event(ctx, i, used, errors.New(reason), true)
 			continue
 		}
 		out = append(out, delivery{shard: i, id: id, values: values})
@@ -263,7 +263,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		// Not an event at all: no handler call can mend it.
 		buried, err := c.bury(ctx, d.shard, d.id, 0, perr.Error())
 		if buried {
-			c.event(d.shard, 0, perr, true)
+			c.event(ctx, d.shard, 0, perr, true)
 		}
 		return err
 	}
@@ -281,7 +281,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	defer cancel()
 	switch {
 	case herr == nil:
-		c.event(d.shard, attempt, nil, false)
+		c.event(ctx, d.shard, attempt, nil, false)
 		c.acks[d.shard] = append(c.acks[d.shard], d.id)
 		if len(c.acks[d.shard]) >= maxBatch {
 			c.flushAcks(ctx)
@@ -290,16 +290,16 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
 		// attempt is given back and the event released.
-		c.event(d.shard, attempt, herr, false)
+		c.event(ctx, d.shard, attempt, herr, false)
 		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id)
 	case attempt >= c.cfg.maxAttempts:
 		buried, err := c.bury(wctx, d.shard, d.id, c.cfg.maxAttempts, herr.Error())
-		c.event(d.shard, attempt, herr, buried)
+		c.event(ctx, d.shard, attempt, herr, buried)
 		return err
 	default:
 		// Delivered again once the visibility timeout has passed from now.
-		c.event(d.shard, attempt, herr, false)
-		_, err := c.set.run(wctx, "renew", scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
+		c.event(ctx, d.shard, attempt, herr, false)
+		_, err := c.set.run(wctx, "renew", d.shard, scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
 		return err
 	}
 }
@@ -317,7 +317,7 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	acks := c.ackCalls()
-	b := &scriptCall{op: "begin", sc: scriptBegin, keys: c.leaseKeys(d.shard),
+	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
 		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
@@ -359,7 +359,7 @@ func (c *consumer) ackCalls() []*scriptCall {
 				args = append(args, id)
 			}
 			sk := &c.set.shards[i]
-			calls = append(calls, &scriptCall{op: "ack", sc: scriptAck, keys: []string{sk.events, sk.att}, args: args})
+			calls = append(calls, &scriptCall{op: "ack", shard: i, sc: scriptAck, keys: []string{sk.events, sk.att}, args: args})
 		}
 	}
 	return calls
@@ -376,7 +376,7 @@ func (c *consumer) ackDone(ctx context.Context, calls []*scriptCall) error {
 		if a.err == nil {
 			continue
 		}
-		i := shardOfKey(a.keys[0])
+		i := a.shard
 		for _, id := range a.args[1:] {
 			c.acks[i] = append(c.acks[i], id.(string))
 		}
@@ -410,7 +410,7 @@ func (c *consumer) flushAcks(ctx context.Context) {
 // attempts used.
 func (c *consumer) bury(ctx context.Context, shard int, id string, need int, reason string) (bool, error) {
 	sk := &c.set.shards[shard]
-	v, err := c.set.run(ctx, "bury", scriptBury, []string{sk.events, sk.dead, sk.att},
+	v, err := c.set.run(ctx, "bury", shard, scriptBury, []string{sk.events, sk.dead, sk.att},
 		c.group, c.name, id, need, reason)
 	n, _ := asInt64(v)
 	return n == 1, err
@@ -441,7 +441,7 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 		for _, id := range batch {
 			args = append(args, id)
 		}
-		if _, err := c.set.run(ctx, "release", scriptRelease, c.leaseKeys(shard), args...); err != nil {
+		if _, err := c.set.run(ctx, "release", shard, scriptRelease, c.leaseKeys(shard), args...); err != nil {
 			return err
 		}
 	}
@@ -453,7 +453,7 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 // nothing there.
 func (c *consumer) prune(ctx context.Context, i int, idleMs int64, leaving string) error {
 	p := c.pruneCall(i, idleMs, leaving)
-	_, err := c.set.run(ctx, p.op, p.sc, p.keys, p.args...)
+	_, err := c.set.run(ctx, p.op, p.shard, p.sc, p.keys, p.args...)
 	return err
 }
 
@@ -462,7 +462,7 @@ func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
 	if idleMs >= 0 {
 		idle = strconv.FormatInt(idleMs, 10)
 	}
-	return &scriptCall{op: "prune", sc: scriptPrune, keys: []string{c.set.shards[i].events}, args: []any{c.group, idle, leaving}}
+	return &scriptCall{op: "prune", shard: i, sc: scriptPrune, keys: []string{c.set.shards[i].events}, args: []any{c.group, idle, leaving}}
 }
 
 // stop settles what a stopping Consume leaves: acknowledgements waiting,
@@ -487,8 +487,8 @@ func (c *consumer) stop(ctx context.Context) {
 
 // event reports one handler call, or one burial without a call, to
 // Hooks.OnEvent.
-func (c *consumer) event(shard, attempt int, err error, buried bool) {
+func (c *consumer) event(ctx context.Context, shard, attempt int, err error, buried bool) {
 	if h := c.set.hooks.OnEvent; h != nil {
-		h(EventInfo{Set: c.set.name, Group: c.group, Shard: shard, Attempt: attempt, Err: err, DeadLettered: buried})
+		h(ctx, EventInfo{Set: c.set.name, Group: c.group, Shard: shard, Attempt: attempt, Err: err, DeadLettered: buried})
 	}
 }

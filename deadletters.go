@@ -96,7 +96,7 @@ func parseDeadLetter(shard int, m redis.XMessage) (DeadLetter, error) {
 // kicked (a dead letter already kicked or deleted is not counted).
 func (s *Set) Kick(ctx context.Context, letters ...DeadLetter) (int, error) {
 	return s.eachDeadShard(ctx, letters, func(ctx context.Context, sk *shardKeys, ids []any) (int64, error) {
-		v, err := s.run(ctx, "kick", scriptKick, []string{sk.dead, sk.events}, ids...)
+		v, err := s.run(ctx, "kick", sk.shard, scriptKick, []string{sk.dead, sk.events}, ids...)
 		if err != nil {
 			return 0, err
 		}

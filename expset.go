@@ -286,7 +286,7 @@ func (s *Set) checkOwnerMember(owner, member string) error {
 
 // run runs a script, reports it to Hooks.OnCall and wraps any error with the
 // operation and key. A false reply from Lua comes back as (nil, nil).
-func (s *Set) run(ctx context.Context, op string, sc *redis.Script, keys []string, args ...any) (any, error) {
+func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
 	var start time.Time
 	if s.hooks.OnCall != nil {
 		start = time.Now()
@@ -299,7 +299,7 @@ func (s *Set) run(ctx context.Context, op string, sc *redis.Script, keys []strin
 		err = fmt.Errorf("expset: %s %s: %w", op, keys[0], err)
 	}
 	if s.hooks.OnCall != nil {
-		s.hooks.OnCall(CallInfo{Set: s.name, Op: op, Shard: shardOfKey(keys[0]), Duration: time.Since(start), Err: err})
+		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: op, Shard: shard, Duration: time.Since(start), Err: err})
 	}
 	return v, err
 }
@@ -328,7 +328,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 		args[4] = flags + "P"
 		args = append(args, c.payload)
 	}
-	v, err := s.run(ctx, "add", scriptAdd, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -362,7 +362,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 		for _, m := range batch {
 			args = append(args, m)
 		}
-		v, err := s.run(ctx, "remove", scriptRemove, keys, args...)
+		v, err := s.run(ctx, "remove", s.ShardOf(owner), scriptRemove, keys, args...)
 		if err != nil {
 			return total, err
 		}
@@ -397,7 +397,7 @@ func (s *Set) Deadline(ctx context.Context, owner, member string) (time.Time, er
 		return time.Time{}, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "deadline", scriptDeadline, keys[:1], s.now(), member)
+	v, err := s.run(ctx, "deadline", s.ShardOf(owner), scriptDeadline, keys[:1], s.now(), member)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -415,7 +415,7 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := s.run(ctx, "extend", scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
+	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -441,7 +441,7 @@ func (s *Set) Count(ctx context.Context, owner string) (int, error) {
 		return 0, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "count", scriptCount, keys[:1], s.now())
+	v, err := s.run(ctx, "count", s.ShardOf(owner), scriptCount, keys[:1], s.now())
 	if err != nil {
 		return 0, err
 	}
@@ -466,7 +466,7 @@ func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, erro
 		return nil, err
 	}
 	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "members", scriptMembers, keys[:1], s.now(), max(n, 0))
+	v, err := s.run(ctx, "members", s.ShardOf(owner), scriptMembers, keys[:1], s.now(), max(n, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -480,7 +480,7 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return nil, err
 	}
-	v, err := s.run(ctx, "payload", scriptPayload, s.ownerKeys(owner), s.now(), member)
+	v, err := s.run(ctx, "payload", s.ShardOf(owner), scriptPayload, s.ownerKeys(owner), s.now(), member)
 	if err != nil {
 		return nil, err
 	}

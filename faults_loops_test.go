@@ -48,7 +48,7 @@ func newRestartRun(t *testing.T) *restartRun {
 	// call can spend most of it dialling).
 	r.rdb = r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	r.set = must[*Set](t)(Open(context.Background(), r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
-		WithHooks(Hooks{OnError: func(e ErrorInfo) {
+		WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
 			r.mu.Lock()
 			r.errs = append(r.errs, e)
 			r.mu.Unlock()
@@ -237,7 +237,7 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 	// go-redis's retries cannot ride out the outage unseen.
 	rdb := r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	var consumeErrs []ErrorInfo
-	cs := must[*Set](t)(Open(context.Background(), rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
+	cs := must[*Set](t)(Open(context.Background(), rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
 		mu.Lock()
 		consumeErrs = append(consumeErrs, e)
 		mu.Unlock()

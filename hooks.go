@@ -1,8 +1,7 @@
 package expset
 
 import (
-	"strconv"
-	"strings"
+	"context"
 	"time"
 )
 
@@ -11,33 +10,36 @@ import (
 // a metrics library (see the expsetprom module for a collector built on
 // it). Every field is optional; a nil func costs nothing. Hooks run
 // synchronously on the goroutine that made the call, often concurrently, so
-// they must be fast and safe for simultaneous use. Fields may be added in
-// later versions; set them by name.
+// they must be fast and safe for simultaneous use. Each receives the context
+// of the call it reports (for a background loop, the loop's context), so a
+// tracer can join the caller's span, and the shard the call went to as a
+// value (-1 when it spans several). Fields may be added in later versions;
+// set them by name.
 type Hooks struct {
 	// OnCall follows every script round trip: Set and Quota calls, sweeps
 	// and event handling alike.
-	OnCall func(CallInfo)
+	OnCall func(ctx context.Context, ci CallInfo)
 	// OnAcquire follows every Acquire that Redis answered.
-	OnAcquire func(AcquireInfo)
+	OnAcquire func(ctx context.Context, ai AcquireInfo)
 	// OnSweep follows every batch a Sweeper sweeps, and every other sweep
 	// call whose event retention trimmed the stream (Batch false).
-	OnSweep func(SweepInfo)
+	OnSweep func(ctx context.Context, si SweepInfo)
 	// OnEvent follows every handler call of Set.Consume, and every burial
 	// of an event whose last handler call never finished, or that could not
 	// be read as an event: each dead letter reaches it exactly once, with
 	// DeadLettered set.
-	OnEvent func(EventInfo)
+	OnEvent func(ctx context.Context, ei EventInfo)
 	// OnError receives every error a background loop (Sweeper.Run,
 	// Set.Consume) survives and will retry. When nil, those errors go to
 	// log/slog's default logger at warning level, at most one line per op
 	// and shard every 10 seconds, each with the count of errors not logged
 	// since ("suppressed"). Errors that end a loop (misuse) are returned by
 	// it instead, and errors after its ctx ended are not reported.
-	OnError func(ErrorInfo)
+	OnError func(ctx context.Context, ei ErrorInfo)
 
 	// OnWait follows every Quota.AcquireWait that waited, when it ends:
 	// admitted, or given up. Waits counted, time waited and given up.
-	OnWait func(WaitInfo)
+	OnWait func(ctx context.Context, wi WaitInfo)
 }
 
 // CallInfo describes one script round trip.
@@ -82,24 +84,6 @@ type EventInfo struct {
 // WithHooks installs hooks on the set (default none).
 func WithHooks(h Hooks) Option {
 	return setOption("WithHooks", func(c *setConfig) error { c.hooks = h; return nil })
-}
-
-// shardOfKey reads S back from a key of the form expset:{name:S}:..., which
-// this package builds; -1 when key is not one.
-func shardOfKey(key string) int {
-	end := strings.IndexByte(key, '}')
-	if end < 0 {
-		return -1
-	}
-	colon := strings.LastIndexByte(key[:end], ':')
-	if colon < 0 {
-		return -1
-	}
-	n, err := strconv.Atoi(key[colon+1 : end])
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // WaitInfo describes one Quota.AcquireWait that had to wait (one admitted

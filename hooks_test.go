@@ -20,7 +20,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 			shards    = map[int]bool{}
 		)
 		h := Hooks{
-			OnCall: func(c CallInfo) {
+			OnCall: func(_ context.Context, c CallInfo) {
 				mu.Lock()
 				defer mu.Unlock()
 				calls[c.Op]++
@@ -32,7 +32,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 					t.Errorf("call %s took %v", c.Op, c.Duration)
 				}
 			},
-			OnAcquire: func(a AcquireInfo) {
+			OnAcquire: func(_ context.Context, a AcquireInfo) {
 				mu.Lock()
 				defer mu.Unlock()
 				decisions = append(decisions, a.Decision)
@@ -74,22 +74,6 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 	})
 }
 
-func TestShardOfKey(t *testing.T) {
-	t.Parallel()
-	for key, want := range map[string]int{
-		"expset:{orders:3}:o:user":     3,
-		"expset:{a:b:15}:o:{x:7}":      15,
-		"expset:{orders:0}:due":        0,
-		"expset:{orders}:meta":         -1,
-		"nothing":                      -1,
-		"expset:{orders:x}:o:{y:9}zzz": -1,
-	} {
-		if got := shardOfKey(key); got != want {
-			t.Errorf("shardOfKey(%q) = %d, want %d", key, got, want)
-		}
-	}
-}
-
 func TestHooksSeeSweepsAndEvents(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -99,8 +83,8 @@ func TestHooksSeeSweepsAndEvents(t *testing.T) {
 			events []EventInfo
 		)
 		h := Hooks{
-			OnSweep: func(si SweepInfo) { mu.Lock(); sweeps = append(sweeps, si); mu.Unlock() },
-			OnEvent: func(ei EventInfo) { mu.Lock(); events = append(events, ei); mu.Unlock() },
+			OnSweep: func(_ context.Context, si SweepInfo) { mu.Lock(); sweeps = append(sweeps, si); mu.Unlock() },
+			OnEvent: func(_ context.Context, ei EventInfo) { mu.Lock(); events = append(events, ei); mu.Unlock() },
 		}
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage(), WithShards(1), WithHooks(h))
 		expire(t, s, clk, 3) // sweeps 3 members
@@ -147,6 +131,51 @@ func TestHooksSeeSweepsAndEvents(t *testing.T) {
 		}
 		if ok != 2 || failed != 1 || dead != 1 {
 			t.Errorf("OnEvent saw %d ok, %d failed, %d dead-lettered (%+v); want 2, 1, 1", ok, failed, dead, events)
+		}
+	})
+}
+
+// TestHooksCarryTheCallersContextAndShard checks that OnCall and OnAcquire
+// receive the context the caller passed (so a tracer joins its span) and
+// the shard of the owner the call was for.
+func TestHooksCarryTheCallersContextAndShard(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	eachBackend(t, func(t *testing.T, b backend) {
+		var (
+			mu      sync.Mutex
+			seen    []string
+			shards  []int
+			foreign int
+		)
+		note := func(ctx context.Context, op string, shard int) {
+			mu.Lock()
+			defer mu.Unlock()
+			v, _ := ctx.Value(key{}).(string)
+			if v != "span-1" {
+				foreign++
+				return
+			}
+			seen = append(seen, op)
+			shards = append(shards, shard)
+		}
+		s, _ := newTestSet(t, b, WithShards(8), WithHooks(Hooks{
+			OnCall:    func(ctx context.Context, ci CallInfo) { note(ctx, ci.Op, ci.Shard) },
+			OnAcquire: func(ctx context.Context, ai AcquireInfo) { note(ctx, "decision", ai.Shard) },
+		}))
+		q := must[*Quota](t)(NewQuota(s, 2))
+		ctx := context.WithValue(context.Background(), key{}, "span-1")
+		must[time.Time](t)(s.Add(ctx, "alice", "m", time.Minute))
+		must[Decision](t)(q.Acquire(ctx, "alice", "n", time.Minute))
+		mu.Lock()
+		defer mu.Unlock()
+		if foreign != 0 || len(seen) != 3 || seen[0] != "add" || seen[1] != "acquire" || seen[2] != "decision" {
+			t.Fatalf("hooks saw %v (%d without the caller's context), want add, acquire, decision", seen, foreign)
+		}
+		for _, sh := range shards {
+			if sh != s.ShardOf("alice") {
+				t.Fatalf("shards %v, want %d each", shards, s.ShardOf("alice"))
+			}
 		}
 	})
 }

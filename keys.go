@@ -55,6 +55,7 @@ type shardKeys struct {
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
 	wake    string // the shard's wake-up channel
+	shard   int    // S: the shard these keys belong to
 }
 
 func newShardKeys(name string, shard int) shardKeys {
@@ -72,6 +73,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		line:    tag + "w:",
 		leases:  tag + "wl:",
 		wake:    tag + "wake",
+		shard:   shard,
 	}
 }
 

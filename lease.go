@@ -30,7 +30,7 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 	renew := func() {
 		defer running.Done()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.beat, time.Second))
-		v, err := c.set.run(rctx, "renew", scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
+		v, err := c.set.run(rctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
 		cancel()
 		if err != nil {
 			c.set.reportError(ctx, "consume", shard, err, c.beat)

@@ -174,7 +174,7 @@ func (s *Set) reportError(ctx context.Context, op string, shard int, err error, 
 		return
 	}
 	if h := s.hooks.OnError; h != nil {
-		h(ErrorInfo{Set: s.name, Op: op, Shard: shard, Err: err, Retry: retry})
+		h(ctx, ErrorInfo{Set: s.name, Op: op, Shard: shard, Err: err, Retry: retry})
 		return
 	}
 	s.errLog.log(ctx, s.name, op, shard, err, retry)

@@ -153,7 +153,7 @@ func TestErrorLogRateLimitsPerOpAndShard(t *testing.T) {
 
 func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
 	var got []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(e ErrorInfo) { got = append(got, e) }}}
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) { got = append(got, e) }}}
 	boom := errors.New("boom")
 	ctx := context.Background()
 	s.reportError(ctx, "sweep", 4, boom, time.Second)
@@ -183,7 +183,7 @@ func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var reported []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(e ErrorInfo) {
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) {
 		mu.Lock()
 		reported = append(reported, e)
 		mu.Unlock()

@@ -117,18 +117,18 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 
 // acquire runs one prepared Acquire.
 func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
-	v, err := q.set.run(ctx, "acquire", scriptAcquire, c.keys, c.args...)
+	v, err := q.set.run(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args...)
 	if err != nil {
 		return Decision{}, err
 	}
-	return q.set.decided(c, v)
+	return q.set.decided(ctx, c, v)
 }
 
 // decided parses an acquire reply and reports it to Hooks.OnAcquire.
-func (s *Set) decided(c acquireCall, v any) (Decision, error) {
+func (s *Set) decided(ctx context.Context, c acquireCall, v any) (Decision, error) {
 	d, err := parseDecision(v, c.limit)
 	if err == nil && s.hooks.OnAcquire != nil {
-		s.hooks.OnAcquire(AcquireInfo{Set: s.name, Shard: shardOfKey(c.keys[0]), Decision: d})
+		s.hooks.OnAcquire(ctx, AcquireInfo{Set: s.name, Shard: c.shard, Decision: d})
 	}
 	return d, err
 }
@@ -136,6 +136,7 @@ func (s *Set) decided(c acquireCall, v any) (Decision, error) {
 // acquireCall is one validated Acquire: the script's keys and arguments and
 // the limit it applies.
 type acquireCall struct {
+	shard int
 	keys  []string
 	args  []any
 	limit int
@@ -184,7 +185,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 		keys = []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner,
 			sk.receipt + strconv.Itoa(len(owner)) + ":" + owner + member}
 	}
-	return acquireCall{keys: keys, args: args, limit: limit}, nil
+	return acquireCall{shard: s.ShardOf(owner), keys: keys, args: args, limit: limit}, nil
 }
 
 func parseDecision(v any, limit int) (Decision, error) {

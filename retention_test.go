@@ -31,7 +31,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hooked int
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
-			WithHooks(Hooks{OnSweep: func(si SweepInfo) { hooked += si.Trimmed }}))
+			WithHooks(Hooks{OnSweep: func(_ context.Context, si SweepInfo) { hooked += si.Trimmed }}))
 		ctx := context.Background()
 		for i := range 12 {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))

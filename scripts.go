@@ -71,12 +71,13 @@ func luaSource(names ...string) string {
 
 // scriptCall is one script run of a batch sent with runPipelined.
 type scriptCall struct {
-	op   string
-	sc   *redis.Script
-	keys []string
-	args []any
-	v    any   // the reply (nil for a nil reply)
-	err  error // wrapped as Set.run wraps it
+	op    string
+	shard int
+	sc    *redis.Script
+	keys  []string
+	args  []any
+	v     any   // the reply (nil for a nil reply)
+	err   error // wrapped as Set.run wraps it
 }
 
 // runPipelined runs calls in one pipeline (one round trip per node): each
@@ -86,7 +87,7 @@ type scriptCall struct {
 func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 	if len(calls) == 1 {
 		c := calls[0]
-		c.v, c.err = s.run(ctx, c.op, c.sc, c.keys, c.args...)
+		c.v, c.err = s.run(ctx, c.op, c.shard, c.sc, c.keys, c.args...)
 		return
 	}
 	start := time.Now()
@@ -100,7 +101,7 @@ func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 	for i, c := range calls {
 		v, err := cmds[i].Result()
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			c.v, c.err = s.run(ctx, c.op, c.sc, c.keys, c.args...)
+			c.v, c.err = s.run(ctx, c.op, c.shard, c.sc, c.keys, c.args...)
 			continue
 		}
 		if errors.Is(err, redis.Nil) {
@@ -111,7 +112,7 @@ func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 		}
 		c.v, c.err = v, err
 		if s.hooks.OnCall != nil {
-			s.hooks.OnCall(CallInfo{Set: s.name, Op: c.op, Shard: shardOfKey(c.keys[0]), Duration: took, Err: err})
+			s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: c.op, Shard: c.shard, Duration: took, Err: err})
 		}
 	}
 }

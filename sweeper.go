@@ -216,7 +216,7 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 	for _, o := range owners {
 		keys = append(keys, sk.payload+o)
 	}
-	v, err := w.set.run(ctx, "sweep", scriptSweep, keys, args...)
+	v, err := w.set.run(ctx, "sweep", sk.shard, scriptSweep, keys, args...)
 	if err != nil {
 		return sweepReply{}, err
 	}
@@ -228,7 +228,7 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		r.stats.Batches = 1
 	}
 	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
-		h(SweepInfo{Set: w.set.name, Shard: shardOfKey(sk.due), Batch: len(owners) > 0, Owners: r.stats.Owners,
+		h(ctx, SweepInfo{Set: w.set.name, Shard: sk.shard, Batch: len(owners) > 0, Owners: r.stats.Owners,
 			Expired: r.stats.Expired, Lateness: r.stats.MaxLateness, Trimmed: r.stats.Trimmed})
 	}
 	return r, err

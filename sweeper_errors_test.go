@@ -125,7 +125,7 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 		logs := captureSlog(t)
 		var mu sync.Mutex
 		var got []ErrorInfo
-		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(e ErrorInfo) {
+		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()
@@ -189,7 +189,7 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var errs []error
-		s.hooks.OnError = func(ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
 			mu.Lock()
 			errs = append(errs, ei.Err)
 			mu.Unlock()
@@ -226,7 +226,7 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	var mu sync.Mutex
 	var got []ErrorInfo
 	s, clk := newTestSet(t, backend{name: "miniredis", rdb: rdb, mr: mr}, WithShards(2), WithExpiryEvents(),
-		WithHooks(Hooks{OnError: func(e ErrorInfo) {
+		WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()

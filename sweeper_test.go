@@ -315,7 +315,7 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		seeded := seedStaggered(t, s, 20, 3, 5)
 		var mu sync.Mutex
 		var got SweepStats
-		s.hooks.OnSweep = func(si SweepInfo) {
+		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) {
 			mu.Lock()
 			got.add(sweepStatsOf(si))
 			mu.Unlock()
@@ -442,7 +442,7 @@ func TestLeaseStolen(t *testing.T) {
 		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
-		s.hooks.OnError = func(ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
 			mu.Lock()
 			lost = append(lost, ei.Err)
 			mu.Unlock()

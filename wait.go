@@ -63,7 +63,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	start := time.Now()
 	w, err := r.enter(ctx, s, owner, c.limit)
 	if err != nil {
-		return Decision{}, s.waited(w, start, false, err)
+		return Decision{}, s.waited(ctx, w, start, false, err)
 	}
 	defer r.exit(w)
 
@@ -83,7 +83,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	backoff := 10 * time.Millisecond
 	uncertain := false // a call may have admitted the member without our knowing
 	for {
-		v, err := s.run(ctx, "acquire", scriptAcquire, keys, args...)
+		v, err := s.run(ctx, "acquire", c.shard, scriptAcquire, keys, args...)
 		uncertain = err != nil
 		if err == nil {
 			backoff = 10 * time.Millisecond
@@ -91,17 +91,17 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 			if perr != nil {
 				err, uncertain = perr, true
 			} else if !queued {
-				d, err := s.decided(acquireCall{keys: keys, limit: c.limit}, v)
+				d, err := s.decided(ctx, acquireCall{shard: c.shard, keys: keys, limit: c.limit}, v)
 				if err == nil {
 					if d.Existing {
 						// The member held a slot already (held before, or a
 						// retried admission): no ticket may stay behind.
 						r.leave(s, w)
 					}
-					return d, s.waited(w, start, true, nil)
+					return d, s.waited(ctx, w, start, true, nil)
 				}
 				uncertain = true
-				return Decision{}, s.waited(w, start, false, r.giveUp(s, w, owner, member, uncertain, err))
+				return Decision{}, s.waited(ctx, w, start, false, r.giveUp(s, w, owner, member, uncertain, err))
 			} else {
 				w.rank.Store(int64(rank))
 				timerC = nil
@@ -119,7 +119,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 		}
 		if err != nil {
 			if ctx.Err() != nil || !transient(err) {
-				return Decision{}, s.waited(w, start, false, r.giveUp(s, w, owner, member, uncertain, err))
+				return Decision{}, s.waited(ctx, w, start, false, r.giveUp(s, w, owner, member, uncertain, err))
 			}
 			// A transient failure (the connection, a failover): try again,
 			// holding the place, until ctx ends.
@@ -134,7 +134,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 		}
 		select {
 		case <-ctx.Done():
-			return Decision{}, s.waited(w, start, false, r.giveUp(s, w, owner, member, uncertain, ctx.Err()))
+			return Decision{}, s.waited(ctx, w, start, false, r.giveUp(s, w, owner, member, uncertain, ctx.Err()))
 		case <-w.wake:
 		case <-timerC:
 		}
@@ -183,18 +183,18 @@ func (r *waitRoom) giveUp(s *Set, w *waiter, owner, member string, uncertain boo
 func (r *waitRoom) leave(s *Set, w *waiter) error {
 	ctx, cancel := context.WithTimeout(context.Background(), waitCleanup)
 	defer cancel()
-	_, err := s.run(ctx, "wait-leave", scriptLeave, w.keys, s.now(), w.ticket)
+	_, err := s.run(ctx, "wait-leave", w.shard, scriptLeave, w.keys, s.now(), w.ticket)
 	return err
 }
 
 // waited reports a finished wait to Hooks.OnWait and returns err.
-func (s *Set) waited(w *waiter, start time.Time, admitted bool, err error) error {
+func (s *Set) waited(ctx context.Context, w *waiter, start time.Time, admitted bool, err error) error {
 	if s.hooks.OnWait != nil {
 		shard := -1
 		if w != nil {
 			shard = w.shard
 		}
-		s.hooks.OnWait(WaitInfo{Set: s.name, Shard: shard, Waited: time.Since(start), Admitted: admitted, Err: err})
+		s.hooks.OnWait(ctx, WaitInfo{Set: s.name, Shard: shard, Waited: time.Since(start), Admitted: admitted, Err: err})
 	}
 	return err
 }

@@ -70,7 +70,11 @@ type waitRecorder struct {
 	infos []WaitInfo
 }
 
-func (r *waitRecorder) hook(wi WaitInfo) { r.mu.Lock(); r.infos = append(r.infos, wi); r.mu.Unlock() }
+func (r *waitRecorder) hook(_ context.Context, wi WaitInfo) {
+	r.mu.Lock()
+	r.infos = append(r.infos, wi)
+	r.mu.Unlock()
+}
 
 func (r *waitRecorder) counts() (admitted, gaveUp int) {
 	r.mu.Lock()

@@ -356,7 +356,7 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 		for _, t := range b.tickets {
 			args = append(args, t)
 		}
-		v, err := s.run(ctx, "wait-renew", scriptRenew, b.keys, args...)
+		v, err := s.run(ctx, "wait-renew", b.shard, scriptRenew, b.keys, args...)
 		xs, ok := v.([]any)
 		if err == nil && (!ok || len(xs) < 1) {
 			err = unexpected("wait_renew.lua", v)

@@ -17,6 +17,8 @@
 package expsetprom
 
 import (
+	"context"
+
 	"time"
 
 	"github.com/expset/expset"
@@ -133,11 +135,11 @@ func NewCollector(opts ...Option) *Collector {
 	return c
 }
 
-// Hooks returns the hooks that feed the collector; pass them to expset.New
+// Hooks returns the hooks that feed the collector; pass them to expset.Open
 // with expset.WithHooks.
 func (c *Collector) Hooks() expset.Hooks {
 	return expset.Hooks{
-		OnCall: func(ci expset.CallInfo) {
+		OnCall: func(_ context.Context, ci expset.CallInfo) {
 			result := "ok"
 			if ci.Err != nil {
 				result = "error"
@@ -145,7 +147,7 @@ func (c *Collector) Hooks() expset.Hooks {
 			c.calls.WithLabelValues(ci.Set, ci.Op, result).Inc()
 			c.callTime.WithLabelValues(ci.Set, ci.Op).Observe(ci.Duration.Seconds())
 		},
-		OnAcquire: func(ai expset.AcquireInfo) {
+		OnAcquire: func(_ context.Context, ai expset.AcquireInfo) {
 			outcome := "denied"
 			switch {
 			case ai.Decision.Existing:
@@ -158,7 +160,7 @@ func (c *Collector) Hooks() expset.Hooks {
 				c.evicted.WithLabelValues(ai.Set).Add(float64(n))
 			}
 		},
-		OnSweep: func(si expset.SweepInfo) {
+		OnSweep: func(_ context.Context, si expset.SweepInfo) {
 			if si.Trimmed > 0 {
 				c.trimmed.WithLabelValues(si.Set).Add(float64(si.Trimmed))
 			}
@@ -172,7 +174,7 @@ func (c *Collector) Hooks() expset.Hooks {
 				c.lateness.WithLabelValues(si.Set).Observe(si.Lateness.Seconds())
 			}
 		},
-		OnEvent: func(ei expset.EventInfo) {
+		OnEvent: func(_ context.Context, ei expset.EventInfo) {
 			result := "ok"
 			switch {
 			case ei.DeadLettered:
@@ -182,10 +184,10 @@ func (c *Collector) Hooks() expset.Hooks {
 			}
 			c.events.WithLabelValues(ei.Set, result).Inc()
 		},
-		OnError: func(ei expset.ErrorInfo) {
+		OnError: func(_ context.Context, ei expset.ErrorInfo) {
 			c.errors.WithLabelValues(ei.Set, ei.Op).Inc()
 		},
-		OnWait: func(wi expset.WaitInfo) {
+		OnWait: func(_ context.Context, wi expset.WaitInfo) {
 			outcome := "given_up"
 			if wi.Admitted {
 				outcome = "admitted"

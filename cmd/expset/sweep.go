@@ -48,7 +48,7 @@ type sweepProgress struct {
 	total   expset.SweepStats // what Run swept, batch by batch (MeanLateness not kept)
 }
 
-func (p *sweepProgress) onSweep(si expset.SweepInfo) {
+func (p *sweepProgress) onSweep(_ context.Context, si expset.SweepInfo) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.expired += si.Expired
@@ -149,7 +149,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	if err != nil {
 		return noSet(err, name, c)
 	}
-	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(ei expset.ErrorInfo) {
+	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.ErrorInfo) {
 		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
 	}})}
 	if cfg.Events {
