@@ -7,9 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// The operator's calls, apart from the everyday API: the recorded
+// configuration (ReadConfiguration), Drop, Stats, dead letters (DeadLetters,
+// Kick, DeleteDeadLetters), ReadEvents and the keys a set uses (OwnerKey,
+// EventsKey, DeadLettersKey), for tools such as the expset command.
 
 // Configuration is what the first Open of a set recorded in Redis, in the
 // hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
@@ -212,9 +218,9 @@ func (c Configuration) optionsText() string {
 	return out
 }
 
-// Options returns the options that open a set with this configuration, for
-// tools that attach to a set they did not create (see ReadConfiguration).
-func (c Configuration) Options() []Option {
+// recordedOptions returns the options that open a set with this
+// configuration (WithRecordedConfiguration).
+func (c Configuration) recordedOptions() []Option {
 	opts := []Option{WithShards(c.Shards)}
 	if c.Events {
 		opts = append(opts, WithExpiryEvents())
@@ -226,4 +232,400 @@ func (c Configuration) Options() []Option {
 		opts = append(opts, WithSweepIndex())
 	}
 	return opts
+}
+
+// statsOwnerScan is how many due owners of a shard Stats reads to count the
+// members due; with more due, ShardStats.Partial is set.
+const statsOwnerScan = 1000
+
+// ShardStats describes one shard, for operators (the CLI's `expset stats`).
+// A shard with 1200 owners indexed, 3 of them holding 7 expired members the
+// sweeper has not reached yet, the oldest 2s overdue, reports Owners=1200,
+// OwnersDue=3, MembersDue=7 and OldestDue two seconds before Now.
+type ShardStats struct {
+	Shard      int
+	Now        time.Time // the "now" the numbers are taken at (server TIME or WithClock)
+	Owners     int64     // owners in the due index: every owner with members, plus stale entries
+	OwnersDue  int64     // index entries due now: owners the next sweep will visit
+	MembersDue int64     // expired members not yet swept, counted over the first 1000 due owners
+	Partial    bool      // more than 1000 owners are due: MembersDue counts only the first 1000's
+	OldestDue  time.Time // the earliest deadline among those members; zero when none
+	Events     int64     // expiry events in the stream: not yet handled, or pending
+	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
+	Dead       int64     // dead letters
+	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
+	Leased     bool      // a sweeper holds the shard's lease
+}
+
+// Stats returns the state of every shard. The numbers of one shard are read
+// together but not atomically, and shards one after another.
+func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
+	now, err := s.statsNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nowArg := strconv.FormatInt(now, 10)
+	type shardCmds struct {
+		owners, ownersDue, events, dead, leased *redis.IntCmd
+		due                                     *redis.StringSliceCmd
+		trimmed                                 *redis.StringCmd
+	}
+	cmds := make([]shardCmds, len(s.shards))
+	pipe := s.rdb.Pipeline()
+	for i, sk := range s.shards {
+		cmds[i] = shardCmds{
+			owners:    pipe.ZCard(ctx, sk.due),
+			ownersDue: pipe.ZCount(ctx, sk.due, "-inf", nowArg),
+			due:       pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: sk.due, Start: "-inf", Stop: nowArg, ByScore: true, Count: statsOwnerScan}),
+			events:    pipe.XLen(ctx, sk.events),
+			dead:      pipe.XLen(ctx, sk.dead),
+			leased:    pipe.Exists(ctx, sk.lease),
+			trimmed:   pipe.Get(ctx, sk.trimmed),
+		}
+	}
+	// A missing counter answers redis.Nil, which Exec may report instead of
+	// another command's error: check each command.
+	_, _ = pipe.Exec(ctx)
+	for i := range cmds {
+		c := &cmds[i]
+		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.leased, c.trimmed} {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+			}
+		}
+	}
+
+	// Second round: members due of the due owners, and the groups' pending
+	// counts of streams that exist.
+	type ownerCmds struct {
+		count *redis.IntCmd
+		first *redis.ZSliceCmd
+	}
+	owners := make([][]ownerCmds, len(s.shards))
+	groups := make([]*redis.XInfoGroupsCmd, len(s.shards))
+	pipe = s.rdb.Pipeline()
+	for i, sk := range s.shards {
+		for _, o := range cmds[i].due.Val() {
+			owners[i] = append(owners[i], ownerCmds{
+				count: pipe.ZCount(ctx, sk.owner+o, "-inf", nowArg),
+				first: pipe.ZRangeWithScores(ctx, sk.owner+o, 0, 0),
+			})
+		}
+		groups[i] = pipe.XInfoGroups(ctx, sk.events)
+	}
+	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
+
+	out := make([]ShardStats, len(s.shards))
+	for i := range s.shards {
+		st := ShardStats{
+			Shard:     i,
+			Now:       msTime(now),
+			Owners:    cmds[i].owners.Val(),
+			OwnersDue: cmds[i].ownersDue.Val(),
+			Events:    cmds[i].events.Val(),
+			Dead:      cmds[i].dead.Val(),
+			Trimmed:   counter(cmds[i].trimmed),
+			Leased:    cmds[i].leased.Val() == 1,
+		}
+		st.Partial = st.OwnersDue > statsOwnerScan
+		for _, oc := range owners[i] {
+			if err := oc.count.Err(); err != nil {
+				return nil, fmt.Errorf("expset: stats of %q, shard %d (%s): %w", s.name, i, s.shards[i].due, err)
+			}
+			st.MembersDue += oc.count.Val()
+			if z := oc.first.Val(); len(z) == 1 && int64(z[0].Score) <= now {
+				if d := msTime(int64(z[0].Score)); st.OldestDue.IsZero() || d.Before(st.OldestDue) {
+					st.OldestDue = d
+				}
+			}
+		}
+		if g := groups[i]; g.Err() == nil {
+			for _, x := range g.Val() {
+				st.Pending += x.Pending
+			}
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+// counter reads a counter's GET: 0 when it does not exist (or holds
+// something other than an integer).
+func counter(c *redis.StringCmd) int64 {
+	n, err := c.Int64()
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// statsNow returns now in ms: the set's clock, or the server's TIME.
+func (s *Set) statsNow(ctx context.Context) (int64, error) {
+	if s.clock != nil {
+		return s.clock().UnixMilli(), nil
+	}
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+	}
+	return t.UnixMilli(), nil
+}
+
+// DeadLetter is an expiry event that failed every attempt Consume allowed
+// (WithMaxAttempts) and now waits in its shard's dead-letter stream until it
+// is kicked back (Kick) or deleted (DeleteDeadLetters).
+type DeadLetter struct {
+	Shard    int
+	ID       string    // the dead letter's ID in the shard's dead-letter stream
+	Event    Expiry    // the event; Attempt is the number of deliveries it had, ID its former ID
+	Group    string    // the consumer group that gave up on it
+	Consumer string    // the consumer that buried it
+	Error    string    // the last handler error, or why it was never acknowledged
+	Buried   time.Time // when it was buried (the server's clock), to the millisecond
+}
+
+// DeadLetters returns up to count dead letters (count <= 0: all) of one
+// shard, or of every shard with shard -1, oldest first within a shard and
+// in shard order.
+func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, error) {
+	if err := s.opened(); err != nil {
+		return nil, err
+	}
+	lo, hi, err := s.shardRange(shard)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	for i := lo; i < hi; i++ {
+		left := int64(count - len(out))
+		if count > 0 && left <= 0 {
+			break
+		}
+		key := s.shards[i].dead
+		var msgs []redis.XMessage
+		if count > 0 {
+			msgs, err = s.rdb.XRangeN(ctx, key, "-", "+", left).Result()
+		} else {
+			msgs, err = s.rdb.XRange(ctx, key, "-", "+").Result()
+		}
+		if err != nil {
+			return out, fmt.Errorf("expset: read %s: %w", key, err)
+		}
+		for _, m := range msgs {
+			d, err := parseDeadLetter(i, m)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (s *Set) shardRange(shard int) (lo, hi int, err error) {
+	switch {
+	case shard == allShards:
+		return 0, len(s.shards), nil
+	case shard < 0 || shard >= len(s.shards):
+		return 0, 0, fmt.Errorf("%w: shard %d (want 0 to %d, or -1 for all)", ErrInvalidOption, shard, len(s.shards)-1)
+	}
+	return shard, shard + 1, nil
+}
+
+func parseDeadLetter(shard int, m redis.XMessage) (DeadLetter, error) {
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	a, err := strconv.Atoi(str("a"))
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("%w: malformed dead letter %s: %v", ErrUnexpectedReply, m.ID, m.Values)
+	}
+	e, err := parseExpiry(shard, redis.XMessage{ID: str("id"), Values: m.Values}, a)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	d := DeadLetter{Shard: shard, ID: m.ID, Event: e, Group: str("g"), Consumer: str("c"), Error: str("err")}
+	if ms, _, ok := strings.Cut(m.ID, "-"); ok {
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			d.Buried = msTime(n)
+		}
+	}
+	return d, nil
+}
+
+// Kick puts dead letters back on their shards' event streams as fresh
+// events, delivered again from attempt 1, and removes them from the
+// dead-letter streams, each in one step. It returns how many it found and
+// kicked (a dead letter already kicked or deleted is not counted).
+func (s *Set) Kick(ctx context.Context, letters ...DeadLetter) (int, error) {
+	return s.eachDeadShard(ctx, letters, func(ctx context.Context, sk *shardKeys, ids []any) (int64, error) {
+		v, err := s.run(ctx, "kick", sk.shard, scriptKick, []string{sk.dead, sk.events}, ids...)
+		if err != nil {
+			return 0, err
+		}
+		n, ok := asInt64(v)
+		if !ok {
+			return 0, unexpected("kick.lua", v)
+		}
+		return n, nil
+	})
+}
+
+// DeleteDeadLetters deletes dead letters for good and returns how many it
+// found.
+func (s *Set) DeleteDeadLetters(ctx context.Context, letters ...DeadLetter) (int, error) {
+	return s.eachDeadShard(ctx, letters, func(ctx context.Context, sk *shardKeys, ids []any) (int64, error) {
+		strs := make([]string, len(ids))
+		for i, id := range ids {
+			strs[i] = id.(string)
+		}
+		n, err := s.rdb.XDel(ctx, sk.dead, strs...).Result()
+		if err != nil {
+			return 0, fmt.Errorf("expset: delete from %s: %w", sk.dead, err)
+		}
+		return n, nil
+	})
+}
+
+// eachDeadShard groups letters by shard and calls fn with at most maxBatch
+// IDs at a time, adding up what it returns.
+func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(context.Context, *shardKeys, []any) (int64, error)) (int, error) {
+	if err := s.opened(); err != nil {
+		return 0, err
+	}
+	byShard := map[int][]any{}
+	var order []int
+	for _, d := range letters {
+		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == allShards {
+			return 0, fmt.Errorf("%w: dead letter %s of shard %d", ErrInvalidOption, d.ID, d.Shard)
+		}
+		if !validStreamID(d.ID) {
+			return 0, fmt.Errorf("%w: dead letter ID %q of shard %d is not a stream ID (ms-seq)", ErrInvalidOption, d.ID, d.Shard)
+		}
+		if _, seen := byShard[d.Shard]; !seen {
+			order = append(order, d.Shard)
+		}
+		byShard[d.Shard] = append(byShard[d.Shard], d.ID)
+	}
+	total := 0
+	for _, shard := range order {
+		ids := byShard[shard]
+		for len(ids) > 0 {
+			batch := ids[:min(len(ids), maxBatch)]
+			ids = ids[len(batch):]
+			n, err := fn(ctx, &s.shards[shard], batch)
+			total += int(n)
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// validStreamID reports whether id is a complete Redis stream ID, "ms-seq"
+// with both parts unsigned 64-bit decimals, so that a malformed one is
+// rejected before any shard is touched.
+func validStreamID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}
+
+// OwnerKey returns the Redis key of owner's sorted set, for operators and
+// tools that read it directly ("" for a zero or nil Set).
+func (s *Set) OwnerKey(owner string) string {
+	if s.Shards() == 0 {
+		return ""
+	}
+	return s.shards[s.ShardOf(owner)].owner + owner
+}
+
+// EventsKey returns the Redis key of shard's expiry event stream, for
+// operators and tools that name it; "" when shard is not 0 to Shards()-1.
+func (s *Set) EventsKey(shard int) string {
+	if shard < 0 || shard >= s.Shards() {
+		return ""
+	}
+	return s.shards[shard].events
+}
+
+// DeadLettersKey returns the Redis key of shard's dead-letter stream; "" when
+// shard is not 0 to Shards()-1.
+func (s *Set) DeadLettersKey(shard int) string {
+	if shard < 0 || shard >= s.Shards() {
+		return ""
+	}
+	return s.shards[shard].dead
+}
+
+// ReadEvents returns up to count expiry events (1 to 1000) of one shard's
+// stream whose IDs come after after, and the ID to pass as after next time.
+// It only reads (XREAD, outside any consumer group): nothing is delivered,
+// claimed or acknowledged, so a tool watching the stream (expset events tail)
+// takes nothing from the consumers. after "$" starts after the newest event
+// the stream holds now; "0-0" starts at its oldest. With block over zero it
+// waits up to block (at least 1ms) for an event when there is none yet,
+// holding a connection meanwhile; with zero it returns at once. The events
+// returned have Attempt 0: they were not delivered. A malformed entry ends the
+// read with ErrUnexpectedReply, the events before it, and an ID past it.
+//
+// An event leaves its stream once every consumer group has handled it: a
+// read that does not wait may miss an event handled in between. A reader blocked in ReadEvents when an
+// event is written gets it before any other command runs.
+func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int, block time.Duration) ([]Expiry, string, error) {
+	if err := s.opened(); err != nil {
+		return nil, after, err
+	}
+	if !s.events {
+		return nil, after, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
+	}
+	if _, _, err := s.shardRange(shard); err != nil || shard == allShards {
+		return nil, after, fmt.Errorf("%w: shard %d (want 0 to %d)", ErrInvalidOption, shard, len(s.shards)-1)
+	}
+	if after != "$" && after != "0" && !validStreamID(after) {
+		return nil, after, fmt.Errorf("%w: after %q: want \"$\", \"0\" or a stream ID (ms-seq)", ErrInvalidOption, after)
+	}
+	if count < 1 || count > maxBatch {
+		return nil, after, fmt.Errorf("%w: count %d (want 1 to %d)", ErrInvalidOption, count, maxBatch)
+	}
+	key := s.shards[shard].events
+	if after == "$" {
+		last, err := s.rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
+		if err != nil {
+			return nil, after, fmt.Errorf("expset: read %s: %w", key, err)
+		}
+		after = "0-0"
+		if len(last) == 1 {
+			after = last[0].ID
+		}
+	}
+	args := &redis.XReadArgs{Streams: []string{key, after}, Count: int64(count), Block: -1}
+	if block > 0 {
+		args.Block = max(block, time.Millisecond) // BLOCK 0 would wait forever
+	}
+	res, err := s.rdb.XRead(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, after, nil
+	}
+	if err != nil {
+		return nil, after, fmt.Errorf("expset: read %s: %w", key, err)
+	}
+	var out []Expiry
+	for _, st := range res {
+		for _, m := range st.Messages {
+			after = m.ID
+			e, err := parseExpiry(shard, m, 0)
+			if err != nil {
+				return out, after, err
+			}
+			out = append(out, e)
+		}
+	}
+	return out, after, nil
 }

@@ -513,7 +513,7 @@ func hostileCases() []hostileCase {
 			if err != nil {
 				return out + "; " + err.Error(), nil
 			}
-			s, err := Open(e.ctx, e.rdb, other, c.Options()...)
+			s, err := Open(e.ctx, e.rdb, other, c.recordedOptions()...)
 			if err != nil {
 				return "", err
 			}

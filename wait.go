@@ -2,10 +2,16 @@ package expset
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -223,4 +229,384 @@ func transient(err error) bool {
 func (r *waitRoom) ticketID() string {
 	r.seq++
 	return r.id + "-" + strconv.FormatUint(r.seq, 10)
+}
+
+// waitRoom holds a Set's waiters in this process: their tickets, one wake-up
+// subscription per shard that has waiters, and one keep-alive goroutine.
+// Everything starts with the first waiter and stops when the last one
+// leaves, so an idle Set runs no goroutine and holds no connection. The zero
+// value is ready to use.
+type waitRoom struct {
+	mu      sync.Mutex
+	id      string                        // random ticket prefix, set on first use
+	seq     uint64                        // tickets issued
+	waiters map[string]*waiter            // by ticket
+	lines   map[string]map[string]*waiter // line key -> ticket -> waiter
+	subs    map[int]*wakeSub              // by shard
+	keep    *keepAlive                    // nil when no one waits
+	plain   atomic.Int32                  // 0 unknown, 1 sharded pub/sub, 2 plain (no SPUBLISH)
+}
+
+// waiter is one AcquireWait in progress.
+type waiter struct {
+	ticket string
+	shard  int
+	limit  int
+	keys   []string      // the owner's leases and line keys
+	wake   chan struct{} // a wake-up for this waiter (buffer 1)
+	rank   atomic.Int64  // its rank at its last call (-1 before the first)
+}
+
+// signal wakes w without blocking; a wake-up already pending is enough.
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enter registers a waiter for owner and returns once the shard's wake-up
+// subscription is in place, so no wake-up sent after its first call is
+// missed.
+func (r *waitRoom) enter(ctx context.Context, s *Set, owner string, limit int) (*waiter, error) {
+	sk := &s.shards[s.ShardOf(owner)]
+	r.mu.Lock()
+	if r.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		r.id = hex.EncodeToString(b[:])
+		r.waiters = map[string]*waiter{}
+		r.lines = map[string]map[string]*waiter{}
+		r.subs = map[int]*wakeSub{}
+	}
+	w := &waiter{ticket: r.ticketID(), shard: s.ShardOf(owner), limit: limit,
+		keys: []string{sk.leases + owner, sk.line + owner}, wake: make(chan struct{}, 1)}
+	w.rank.Store(-1)
+	r.waiters[w.ticket] = w
+	line := r.lines[w.keys[1]]
+	if line == nil {
+		line = map[string]*waiter{}
+		r.lines[w.keys[1]] = line
+	}
+	line[w.ticket] = w
+	sub := r.subs[w.shard]
+	if sub == nil {
+		sub = newWakeSub(r, s, w.shard)
+		r.subs[w.shard] = sub
+	}
+	if r.keep == nil {
+		r.keep = newKeepAlive(r, s)
+	}
+	r.mu.Unlock()
+
+	select {
+	case <-sub.ready:
+	case <-ctx.Done():
+		r.exit(w)
+		return w, ctx.Err()
+	}
+	if sub.err != nil {
+		r.exit(w)
+		return w, sub.err
+	}
+	return w, nil
+}
+
+// exit unregisters w; the last waiter of a shard closes its subscription,
+// the last waiter of all stops the keep-alive. It waits for what it stops.
+func (r *waitRoom) exit(w *waiter) {
+	r.mu.Lock()
+	if r.waiters[w.ticket] != w {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.waiters, w.ticket)
+	line := r.lines[w.keys[1]]
+	delete(line, w.ticket)
+	if len(line) == 0 {
+		delete(r.lines, w.keys[1])
+	}
+	var sub *wakeSub
+	if !r.shardBusy(w.shard) {
+		sub = r.subs[w.shard]
+		delete(r.subs, w.shard)
+	}
+	var keep *keepAlive
+	if len(r.waiters) == 0 {
+		keep, r.keep = r.keep, nil
+	}
+	r.mu.Unlock()
+	if sub != nil {
+		sub.close()
+	}
+	if keep != nil {
+		keep.stop()
+	}
+}
+
+// shardBusy reports whether a waiter of shard remains (r.mu held).
+func (r *waitRoom) shardBusy(shard int) bool {
+	for _, w := range r.waiters {
+		if w.shard == shard {
+			return true
+		}
+	}
+	return false
+}
+
+// wakeTicket wakes the waiter holding ticket, if it is in this process.
+func (r *waitRoom) wakeTicket(ticket string) {
+	r.mu.Lock()
+	w := r.waiters[ticket]
+	r.mu.Unlock()
+	if w != nil {
+		w.signal()
+	}
+}
+
+// wakeSub is one shard's wake-up subscription: SSUBSCRIBE to the shard's
+// channel (SUBSCRIBE where the server lacks sharded pub/sub), read by one
+// goroutine that wakes the waiter each message names. go-redis
+// re-subscribes after a reconnect or a failover; each (re)subscription asks
+// the keep-alive to run at once, which wakes any head whose wake-up was lost
+// meanwhile.
+type wakeSub struct {
+	ready  chan struct{} // closed once subscribed, or failed (err)
+	err    error
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	closed bool
+}
+
+func newWakeSub(r *waitRoom, s *Set, shard int) *wakeSub {
+	ctx, cancel := context.WithCancel(context.Background())
+	sub := &wakeSub{ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go sub.run(ctx, r, s, shard)
+	return sub
+}
+
+// close ends the subscription and waits for its goroutine.
+func (sub *wakeSub) close() {
+	sub.mu.Lock()
+	sub.closed = true
+	ps := sub.ps
+	sub.mu.Unlock()
+	sub.cancel()
+	if ps != nil {
+		_ = ps.Close() // unblocks a pending read
+	}
+	<-sub.done
+}
+
+func (sub *wakeSub) run(ctx context.Context, r *waitRoom, s *Set, shard int) {
+	defer close(sub.done)
+	ps, err := r.subscribe(ctx, s, s.shards[shard].wake, sub)
+	if err != nil {
+		sub.err = err
+		close(sub.ready)
+		return
+	}
+	close(sub.ready)
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 3*waitRenew)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if netTimeout(err) {
+				// Quiet for a while: a ping finds a dead connection, which
+				// the next read replaces (re-subscribing).
+				err = ps.Ping(ctx)
+				if err == nil {
+					continue
+				}
+			}
+			s.reportError(ctx, "wait-subscribe", shard, err, backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, waitRenew)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			r.wakeTicket(m.Payload)
+		case *redis.Subscription:
+			r.kick()
+		}
+	}
+}
+
+// subscribe subscribes sub to ch and waits for the confirmation:
+// SSUBSCRIBE, or SUBSCRIBE when the server has no SPUBLISH (wait_gate.lua
+// publishes the same way). sub.close may interrupt it.
+func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string, sub *wakeSub) (*redis.PubSub, error) {
+	if r.plain.Load() == 0 {
+		// An empty message reaches no waiter: receivers ignore it.
+		err := s.rdb.Do(ctx, "SPUBLISH", ch, "").Err()
+		switch {
+		case err == nil:
+			r.plain.Store(1)
+		case strings.Contains(strings.ToLower(err.Error()), "unknown command"):
+			r.plain.Store(2)
+		default:
+			return nil, err
+		}
+	}
+	var ps *redis.PubSub
+	if r.plain.Load() == 2 {
+		ps = s.rdb.Subscribe(ctx, ch)
+	} else {
+		ps = s.rdb.SSubscribe(ctx, ch)
+	}
+	sub.mu.Lock()
+	closed := sub.closed
+	if !closed {
+		sub.ps = ps // from now on, close unblocks the reads below
+	}
+	sub.mu.Unlock()
+	if closed {
+		_ = ps.Close()
+		return nil, context.Canceled
+	}
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, waitCleanup)
+		if err != nil {
+			_ = ps.Close()
+			return nil, err
+		}
+		if _, ok := msg.(*redis.Subscription); ok {
+			return ps, nil
+		}
+	}
+}
+
+// keepAlive renews the leases of the room's tickets every waitRenew: one
+// script call per owner line, whatever the number of waiters on it.
+type keepAlive struct {
+	kick   chan struct{} // run now, waking every local head (a wake-up may have been lost)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newKeepAlive(r *waitRoom, s *Set) *keepAlive {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &keepAlive{kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	go k.run(ctx, r, s)
+	return k
+}
+
+func (k *keepAlive) stop() {
+	k.cancel()
+	<-k.done
+}
+
+// kick makes the keep-alive run now.
+func (r *waitRoom) kick() {
+	r.mu.Lock()
+	k := r.keep
+	r.mu.Unlock()
+	if k != nil {
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (k *keepAlive) run(ctx context.Context, r *waitRoom, s *Set) {
+	defer close(k.done)
+	t := time.NewTicker(waitRenew)
+	defer t.Stop()
+	for {
+		force := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-k.kick:
+			force = true
+		}
+		r.renewAll(ctx, s, force)
+	}
+}
+
+// renewAll renews every line's tickets of this process; it wakes a local
+// head that does not know it is the head (or every local head, with force:
+// after a re-subscription, when a wake-up may have been lost) and every
+// waiter whose ticket lapsed (it joins again, at the back).
+func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
+	type batch struct {
+		keys    []string
+		shard   int
+		tickets []string
+	}
+	var batches []batch
+	r.mu.Lock()
+	for _, line := range r.lines {
+		var b batch
+		for t, w := range line {
+			if b.keys == nil {
+				b.keys, b.shard = w.keys, w.shard
+			}
+			b.tickets = append(b.tickets, t)
+			if len(b.tickets) == maxBatch {
+				batches = append(batches, b)
+				b = batch{keys: w.keys, shard: w.shard}
+			}
+		}
+		if len(b.tickets) > 0 {
+			batches = append(batches, b)
+		}
+	}
+	r.mu.Unlock()
+	for _, b := range batches {
+		args := make([]any, 0, 2+len(b.tickets))
+		args = append(args, s.now(), waitLease.Milliseconds())
+		for _, t := range b.tickets {
+			args = append(args, t)
+		}
+		v, err := s.run(ctx, "wait-renew", b.shard, scriptRenew, b.keys, args...)
+		xs, ok := v.([]any)
+		if err == nil && (!ok || len(xs) < 1) {
+			err = unexpected("wait_renew.lua", v)
+		}
+		if err != nil {
+			// The next round retries; the tickets' leases outlast a few
+			// failed rounds.
+			s.reportError(ctx, "wait-renew", b.shard, err, waitRenew)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		r.mu.Lock()
+		if head, _ := asString(xs[0]); head != "" {
+			if w := r.waiters[head]; w != nil && (force || w.rank.Load() != 0) {
+				w.signal()
+			}
+		}
+		for _, e := range xs[1:] {
+			if t, _ := asString(e); r.waiters[t] != nil {
+				r.waiters[t].signal()
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+func netTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
