@@ -331,14 +331,37 @@ func start(dir, bin string, pick func() (int, error), args func(port int) []stri
 	return nil, fmt.Errorf("%s did not start: %w", bin, lastErr)
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// handedOut holds every port FreePort has returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// it never returned before in this process. The kernel hands a port freed by
+// a killed server out again; a test that got it would then serve the
+// clients of another test that are still redialling the killed server (its
+// resilient loops retry for as long as their test runs), and count their
+// connections as its own.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("redistest: no loopback port that was not handed out before")
 }
 
 func (s *Server) launch() error {
