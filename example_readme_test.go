@@ -52,13 +52,13 @@ func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) 
 		return err
 	}
 
-	// Run and Consume return nil when ctx ends and an error only for misuse.
-	// Redis errors are retried with backoff and reported to Hooks.OnError
-	// (by default, log/slog at warning level).
 	sweeper, err := expset.NewSweeper(orders)
 	if err != nil {
 		return err
 	}
+	// Run and Consume return nil when ctx ends and an error only for misuse.
+	// Redis errors are retried with backoff and reported to Hooks.OnError
+	// (by default, log/slog at warning level).
 	go func() {
 		if err := sweeper.Run(ctx); err != nil {
 			log.Fatalf("sweeper: %v", err)
