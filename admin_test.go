@@ -233,3 +233,19 @@ func TestShardKeysOwned(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenRecordedMissingSet: WithRecordedConfiguration on a name with no
+// recorded configuration fails with ErrNotFound and records nothing.
+func TestOpenRecordedMissingSet(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		name := uniqueName(t, b.rdb)
+		if _, err := Open(ctx, b.rdb, name, WithRecordedConfiguration()); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Open of an unrecorded set: %v, want ErrNotFound", err)
+		}
+		if n := b.rdb.Exists(ctx, metaKey(name)).Val(); n != 0 {
+			t.Fatalf("Open of an unrecorded set wrote its configuration")
+		}
+	})
+}
