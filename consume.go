@@ -188,6 +188,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 	if err := applyOptions(inConsume, &options{consume: &cfg}, opts); err != nil {
 		return nil, err
 	}
+	beat := max(cfg.visibility/3, time.Millisecond)
 	c := &consumer{
 		set: s, group: group, name: name, handle: handle, cfg: cfg,
 		shards:     make([]consumerShard, len(s.shards)),
@@ -195,7 +196,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		claimEvery: min(max(cfg.visibility/4, cfg.poll), 5*time.Second),
 		pruneIdle:  2*cfg.visibility + 10*cfg.poll,
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
-		beat:       max(cfg.visibility/3, time.Millisecond),
+		beat:       beat,
+		ackWithin:  min(beat, maxAckDelay),
 	}
 	for i := range c.shards {
 		c.shards[i].cursor = "0-0"
@@ -232,6 +234,14 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	return e, nil
 }
 
+// maxAckDelay is the longest an acknowledgement waits in a consumer's
+// buffer while handler calls go on (a third of the visibility timeout when
+// that is shorter): the acknowledgements of handled events are sent in
+// batches, one script per shard, when a round's events are all handled, when
+// the oldest has waited this long (with the next handler call's start, or
+// during a handler call that lasts), and when Consume stops.
+const maxAckDelay = 100 * time.Millisecond
+
 // finishTimeout bounds the Redis calls that settle an event after its
 // handler returned, and those of a stopping Consume: they run even when ctx
 // has just ended.
@@ -246,6 +256,8 @@ type consumer struct {
 	cfg         consumeConfig
 	shards      []consumerShard
 	acks        [][]string    // per shard: IDs handled (or not meant for the group), not yet acknowledged
+	ackLease    time.Time     // the oldest lease start among acks (zero when none): they are sent by ackLease + ackWithin
+	ackWithin   time.Duration // how long acks may wait: min(beat, maxAckDelay)
 	claimEvery  time.Duration // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration // consumers idle this long with nothing pending are removed
 	visMs       int64         // the visibility timeout in ms
@@ -267,6 +279,7 @@ type delivery struct {
 	shard  int
 	id     string
 	values map[string]any
+	at     time.Time // when the read or claim that took it was sent: its lease started after
 }
 
 // round does one pass over the shards that are not backing off: it makes
@@ -356,6 +369,7 @@ func (c *consumer) read(ctx context.Context, shards []int) []delivery {
 			Count: int64(c.cfg.batch), Block: -1,
 		})
 	}
+	at := time.Now()
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var out []delivery
 	for k, i := range shards {
@@ -369,7 +383,7 @@ func (c *consumer) read(ctx context.Context, shards []int) []delivery {
 		c.shards[i].bo.ok()
 		for _, st := range res {
 			for _, m := range st.Messages {
-				out = append(out, delivery{shard: i, id: m.ID, values: m.Values})
+				out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at})
 			}
 		}
 	}
@@ -383,6 +397,7 @@ func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 	sk := &c.set.shards[i]
 	sh := &c.shards[i]
 	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.visibility)
+	at := time.Now()
 	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.events, sk.dead, sk.att},
 		c.group, c.name, c.visMs, sh.cursor, c.cfg.batch, c.cfg.maxAttempts, reason)
 	if err != nil {
@@ -411,7 +426,7 @@ func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 			c.event(ctx, i, used, errors.New(reason), true)
 			continue
 		}
-		out = append(out, delivery{shard: i, id: id, values: values})
+		out = append(out, delivery{shard: i, id: id, values: values, at: at})
 	}
 	return out, nil
 }
@@ -476,7 +491,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	if g, ok := d.values["g"].(string); ok && g != c.group {
 		// A dead letter of another group, kicked back: not for this one.
-		c.acks[d.shard] = append(c.acks[d.shard], d.id)
+		c.bufferAck(ctx, d.shard, d.id, d.at)
 		return nil
 	}
 	e, perr := parseExpiry(d.shard, redis.XMessage{ID: d.id, Values: d.values}, 0)
@@ -488,14 +503,14 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		}
 		return err
 	}
-	attempt, err := c.begin(ctx, d)
+	attempt, leased, err := c.begin(ctx, d)
 	if err != nil || attempt <= 0 {
 		// Another consumer holds it, or its last attempt never finished
 		// (a claim buries it): no call.
 		return err
 	}
 	e.Attempt = attempt
-	herr := c.call(ctx, d.shard, d.id, e)
+	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
 
 	// Settle what the handler decided even when ctx has just ended.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
@@ -503,10 +518,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	switch {
 	case herr == nil:
 		c.event(ctx, d.shard, attempt, nil, false)
-		c.acks[d.shard] = append(c.acks[d.shard], d.id)
-		if len(c.acks[d.shard]) >= maxBatch {
-			c.flushAcks(ctx)
-		}
+		c.bufferAck(ctx, d.shard, d.id, leased)
 		return nil
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
@@ -531,23 +543,28 @@ func (c *consumer) leaseKeys(shard int) []string {
 }
 
 // begin starts the handler call of d, in one round trip with the
-// acknowledgements waiting: it returns the attempt number, 0 when another
-// consumer holds the event, -1 when its every attempt is used.
-func (c *consumer) begin(ctx context.Context, d delivery) (int, error) {
+// acknowledgements waiting when they are due: it returns the attempt
+// number, 0 when another consumer holds the event, -1 when its every
+// attempt is used, and when the lease taken started (at the latest).
+func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error) {
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	acks := c.ackCalls()
+	leased := time.Now()
+	var acks []*scriptCall
+	if c.acksDue(leased) {
+		acks = c.ackCalls()
+	}
 	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
 		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
-		return 0, b.err
+		return 0, leased, b.err
 	}
 	n, ok := asInt64(b.v)
 	if !ok {
-		return 0, unexpected("begin.lua", b.v)
+		return 0, leased, unexpected("begin.lua", b.v)
 	}
 	if ackErr != nil {
 		// An acknowledgement failed: handle nothing new until it is
@@ -555,12 +572,30 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, error) {
 		// while another handler call runs. The attempt is given back.
 		if n > 0 {
 			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id); err != nil {
-				return 0, err
+				return 0, leased, err
 			}
 		}
-		return 0, errAcksPending
+		return 0, leased, errAcksPending
 	}
-	return int(n), nil
+	return int(n), leased, nil
+}
+
+// bufferAck adds id, of shard, whose lease started at leased, to the
+// acknowledgements waiting; a shard's full batch is sent at once.
+func (c *consumer) bufferAck(ctx context.Context, shard int, id string, leased time.Time) {
+	c.acks[shard] = append(c.acks[shard], id)
+	if c.ackLease.IsZero() || leased.Before(c.ackLease) {
+		c.ackLease = leased
+	}
+	if len(c.acks[shard]) >= maxBatch {
+		c.flushAcks(ctx)
+	}
+}
+
+// acksDue reports whether acknowledgements wait and the oldest has waited
+// its time at now.
+func (c *consumer) acksDue(now time.Time) bool {
+	return !c.ackLease.IsZero() && !now.Before(c.ackLease.Add(c.ackWithin))
 }
 
 // errAcksPending stops a batch: an acknowledgement failed (and was
@@ -590,28 +625,54 @@ func (c *consumer) ackCalls() []*scriptCall {
 // stay, their shards back off, and the first error is returned.
 func (c *consumer) ackDone(ctx context.Context, calls []*scriptCall) error {
 	var first error
-	for i := range c.acks {
-		c.acks[i] = c.acks[i][:0]
-	}
-	for _, a := range calls {
-		if a.err == nil {
-			continue
-		}
-		i := a.shard
-		for _, id := range a.args[1:] {
-			c.acks[i] = append(c.acks[i], id.(string))
-		}
-		if isNoGroup(a.err) {
-			// The stream is gone, and the event with it: nothing to
-			// acknowledge.
-			c.acks[i] = c.acks[i][:0]
-		}
-		c.fail(ctx, i, a.err)
+	for _, a := range c.ackSettle(calls) {
+		c.fail(ctx, a.shard, a.err)
 		if first == nil {
 			first = a.err
 		}
 	}
 	return first
+}
+
+// ackSettle drops the acknowledgements of calls (all of them, when calls
+// holds every one waiting, as ackCalls made them) that went through, keeps
+// those that failed and returns their calls.
+func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	for i := range c.acks {
+		c.acks[i] = c.acks[i][:0]
+	}
+	var failed []*scriptCall
+	for _, a := range calls {
+		if a.err == nil {
+			continue
+		}
+		failed = append(failed, a)
+		if isNoGroup(a.err) {
+			// The stream is gone, and the event with it: nothing to
+			// acknowledge.
+			continue
+		}
+		for _, id := range a.args[1:] {
+			c.acks[a.shard] = append(c.acks[a.shard], id.(string))
+		}
+	}
+	if !c.acksWaiting() {
+		c.ackLease = time.Time{}
+	}
+	return failed
+}
+
+// acksWaiting reports whether any acknowledgement waits.
+func (c *consumer) acksWaiting() bool {
+	for _, ids := range c.acks {
+		if len(ids) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // flushAcks sends the acknowledgements waiting, even when ctx has just
@@ -773,16 +834,18 @@ func (s *Set) declareGroups(ctx context.Context) error {
 	return nil
 }
 
-// call makes one handler call of e under a lease: every c.beat until the
-// handler returns, begin.lua renews the entry's idle time in the group's
-// pending list, if this consumer still holds it. The handler's context ends
-// with ctx, when a renewal finds the event held by another consumer or
-// acknowledged (cause ErrHandlerLeaseLost), or after WithMaxHandlingTime
-// (cause ErrHandlerTimeout). Renewals go on after that, until the handler
-// returns: no other consumer takes an event whose handler call is still
-// running. A renewal that fails for a Redis error is reported and tried again
-// at the next beat.
-func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) error {
+// call makes one handler call of e under a lease taken at leased: every
+// c.beat until the handler returns, begin.lua renews the entry's idle time in
+// the group's pending list, if this consumer still holds it. The handler's
+// context ends with ctx, when a renewal finds the event held by another
+// consumer or acknowledged (cause ErrHandlerLeaseLost), or after
+// WithMaxHandlingTime (cause ErrHandlerTimeout). Renewals go on after that,
+// until the handler returns: no other consumer takes an event whose handler
+// call is still running. A renewal that fails for a Redis error is reported
+// and tried again at the next beat. Acknowledgements waiting are sent when
+// they are due while the call runs (see flushDuringCall). call returns when
+// the last renewal that succeeded was sent, and the handler's error.
+func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, leased time.Time) (time.Time, error) {
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
 	hctx, cancel := context.WithTimeoutCause(hctx, c.cfg.maxHandling, ErrHandlerTimeout)
@@ -793,9 +856,30 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 		stopped bool
 		running sync.WaitGroup
 		timer   *time.Timer
+		flush   *time.Timer
 	)
-	renew := func() {
-		defer running.Done()
+	// every runs f on its own goroutine after d, then again after what f
+	// returns (when > 0), until the handler has returned.
+	every := func(d time.Duration, f func() time.Duration) *time.Timer {
+		var t *time.Timer
+		run := func() {
+			defer running.Done()
+			next := f()
+			mu.Lock()
+			if !stopped && next > 0 {
+				running.Add(1)
+				t.Reset(next)
+			}
+			mu.Unlock()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		running.Add(1)
+		t = time.AfterFunc(d, run)
+		return t
+	}
+	timer = every(c.beat, func() time.Duration {
+		sent := time.Now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.beat, time.Second))
 		v, err := c.set.run(rctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
 		cancel()
@@ -803,29 +887,54 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 			c.set.reportError(ctx, "consume", shard, err, c.beat)
 		} else if n, _ := asInt64(v); n != 1 {
 			lost(ErrHandlerLeaseLost)
+		} else {
+			mu.Lock()
+			leased = sent
+			mu.Unlock()
 		}
-		mu.Lock()
-		if !stopped {
-			running.Add(1)
-			timer.Reset(c.beat)
-		}
-		mu.Unlock()
+		return c.beat
+	})
+	if !c.ackLease.IsZero() {
+		// Consume's goroutine touches c.acks again only once this timer's
+		// runs are over (running.Wait below).
+		flush = every(max(time.Until(c.ackLease.Add(c.ackWithin)), 0), func() time.Duration {
+			return c.flushDuringCall(ctx)
+		})
 	}
-	mu.Lock()
-	running.Add(1)
-	timer = time.AfterFunc(c.beat, renew)
-	mu.Unlock()
 
 	err := c.handle(hctx, e)
 
 	mu.Lock()
 	stopped = true
-	if timer.Stop() {
-		running.Done() // the renewal scheduled will not run
+	for _, t := range []*time.Timer{timer, flush} {
+		if t != nil && t.Stop() {
+			running.Done() // the run scheduled will not happen
+		}
 	}
+	l := leased
 	mu.Unlock()
 	running.Wait()
-	return err
+	return l, err
+}
+
+// flushDuringCall sends the acknowledgements waiting while a handler call
+// runs, so that a handled event's lease does not lapse in the buffer
+// however long the call lasts. A failure is reported and tried again a beat
+// later (the returned wait; 0 once all went through); what is still waiting
+// when the call returns goes with the next handler call's start.
+func (c *consumer) flushDuringCall(ctx context.Context) time.Duration {
+	acks := c.ackCalls()
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	c.set.runPipelined(wctx, acks)
+	cancel()
+	failed := c.ackSettle(acks)
+	for _, a := range failed {
+		c.set.reportError(ctx, "consume", a.shard, a.err, c.beat)
+	}
+	if c.acksWaiting() {
+		return c.beat
+	}
+	return 0
 }
 
 // Reason says why a member left its set and produced an event: it reached
