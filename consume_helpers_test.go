@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,8 +17,20 @@ import (
 // handler has it. The handlers of other events are never called.
 func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...Option) Expiry {
 	t.Helper()
+	_, e, _ := crashAfter(t, rdb, s, group, name, 0, opts...)
+	return e
+}
+
+// crashAfter is crashInHandler after handled handler calls that returned nil
+// (returned first, in call order): the crash comes in the next call. It
+// also returns the time from the first call to the crashing one.
+func crashAfter(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, handled int, opts ...Option) ([]Expiry, Expiry, time.Duration) {
+	t.Helper()
 	quiet := WithHooks(Hooks{OnError: func(context.Context, ErrorInfo) {}})
 	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))
+	var ok []Expiry // written by the handler only, read once got has its event
+	var first time.Time
+	var took time.Duration
 	got := make(chan Expiry, 1)
 	release := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -25,6 +38,14 @@ func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name
 	go func() {
 		defer close(done)
 		_ = doomed.Consume(ctx, group, name, func(_ context.Context, e Expiry) error {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			if len(ok) < handled {
+				ok = append(ok, e)
+				return nil
+			}
+			took = time.Since(first)
 			select {
 			case got <- e:
 			default:
@@ -42,11 +63,11 @@ func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name
 	})
 	select {
 	case e := <-got:
-		return e
+		return ok, e, took
 	case <-done:
 		t.Fatal("the doomed Consume returned before its handler was called")
 	}
-	return Expiry{}
+	return nil, Expiry{}, 0
 }
 
 // consumers lists the consumers of group on every shard of s (shard/name).

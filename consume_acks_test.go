@@ -1,0 +1,207 @@
+package expset
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Tests of how Consume acknowledges handled events: in batches, never so
+// late that a lease lapses, and never lost on shutdown.
+
+// callCounter counts Hooks.OnCall calls by op.
+type callCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *callCounter) hooks() Hooks {
+	return Hooks{OnCall: func(_ context.Context, ci CallInfo) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n == nil {
+			c.n = map[string]int{}
+		}
+		c.n[ci.Op]++
+	}}
+}
+
+func (c *callCounter) count(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+// TestConsumeAcksInBatches: the events of one read are acknowledged by one
+// script call per shard (here one, at most a few on a slow machine), not one
+// per event, and every event is handled once, acknowledged and deleted.
+func TestConsumeAcksInBatches(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 20
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, n)
+		var calls callCounter
+		observed := must[*Set](t)(Open(context.Background(), b.rdb, s.Name(), WithHooks(calls.hooks()), WithRecordedConfiguration()))
+		h := newHandledBy()
+		stop := consumeInBackground(t, observed, "g", "c", func(_ context.Context, e Expiry) error {
+			return h.call("c", e, nil)
+		}, WithVisibilityTimeout(time.Minute), WithPollInterval(5*time.Millisecond), WithReadBatch(n))
+		waitFor(t, "every event handled and acknowledged", func() bool { return h.count() == n && shardsIdle(s, 0) })
+		stop()
+		for _, e := range h.events() {
+			if e.Attempt != 1 {
+				t.Errorf("%s: attempt %d, want 1", eventKey(e), e.Attempt)
+			}
+		}
+		if got := len(h.events()); got != n {
+			t.Errorf("%d handler calls, want %d", got, n)
+		}
+		// Every event's ack waits at most 100ms: 20 handler calls take
+		// longer than that only on a very slow machine.
+		if acks, begins := calls.count("ack"), calls.count("begin"); acks > 4 || begins != n {
+			t.Fatalf("%d ack script calls and %d begin calls for %d events, want 1 ack call (at most 4) and %d begins", acks, begins, n, n)
+		}
+	})
+}
+
+// TestConsumeCrashBeforeAckFlushRedelivers: a consumer dies after its
+// handler returned nil for two events, before their acknowledgements were
+// sent (they wait for the batch), and in the handler call of a third. A
+// consumer of the same group then handles all three again, each with
+// Attempt 2 (one handler call each before), and the rest with Attempt 1:
+// at least once holds, nothing is lost or dead-lettered, and the counts stay
+// exact.
+func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 5
+		const vis = 2 * time.Second // acknowledgements wait up to 100ms
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, n)
+		ok, crashed, took := crashAfter(t, b.client(t), s, "g", "doomed", 2, WithVisibilityTimeout(vis), WithPollInterval(5*time.Millisecond))
+		// The acknowledgements of ok waited for the batch unless the three
+		// calls began about 100ms apart or more (then they may have gone
+		// with the third call's start).
+		quick := took < 50*time.Millisecond
+		if !quick {
+			t.Logf("the three calls took %v: the first two may have been acknowledged", took)
+		}
+		handledBefore := map[string]bool{eventKey(crashed): true}
+		for _, e := range ok {
+			handledBefore[eventKey(e)] = true
+		}
+		h := newHandledBy()
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			return h.call("heir", e, nil)
+		}, WithVisibilityTimeout(vis), WithPollInterval(5*time.Millisecond))
+		waitFor(t, "every event handled and acknowledged", func() bool { return h.count() >= n-len(ok) && shardsIdle(s, 0) })
+		stop()
+		for _, e := range h.events() {
+			k := eventKey(e)
+			switch {
+			case k == eventKey(crashed) && e.Attempt != 2:
+				t.Errorf("%s: the crash cut its handler call short; attempt %d, want 2", k, e.Attempt)
+			case handledBefore[k] && k != eventKey(crashed) && e.Attempt != 2:
+				t.Errorf("%s: handled once, its acknowledgement lost with the consumer; attempt %d, want 2", k, e.Attempt)
+			case !handledBefore[k] && e.Attempt != 1:
+				t.Errorf("%s: never handled before; attempt %d, want 1", k, e.Attempt)
+			}
+		}
+		if got, want := len(h.events()), n; got != want && quick {
+			t.Errorf("the heir made %d handler calls, want %d (the 2 handled whose acknowledgements were lost, the crashed one and the 2 never reached)", got, want)
+		}
+		if d := deadKeys(t, s); len(d) != 0 {
+			t.Fatalf("dead letters: %v", d)
+		}
+	})
+}
+
+// TestConsumeShutdownFlushesAcks: the acknowledgements waiting when
+// Consume's context ends are sent before it returns: nothing is left
+// pending or in the stream, and nothing is handled twice.
+func TestConsumeShutdownFlushesAcks(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 5
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, n)
+		h := newHandledBy()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		err := s.Consume(ctx, "g", "c", func(_ context.Context, e Expiry) error {
+			if h.call("c", e, nil); h.count() == n {
+				cancel()
+			}
+			return nil
+		}, WithVisibilityTimeout(time.Minute), WithPollInterval(5*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !shardsIdle(s, 0) {
+			t.Fatalf("after Consume returned: %+v, want no events and nothing pending", must[[]ShardStats](t)(s.Stats(context.Background())))
+		}
+		if got := len(h.events()); got != n {
+			t.Fatalf("%d handler calls, want %d", got, n)
+		}
+	})
+}
+
+// TestConsumeLongCallKeepsAcksFlowing: an event handled (nil) before a
+// handler call that lasts three visibility timeouts is acknowledged while
+// that call runs, not after it: another consumer of the group never claims
+// it, and with WithMaxAttempts(1) it is never dead-lettered.
+func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const vis = 300 * time.Millisecond
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 2)
+		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
+		h := newHandledBy()
+		var calls atomic.Int32
+		long := make(chan string, 1)
+		longDone := make(chan struct{})
+		stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
+			if calls.Add(1) == 2 {
+				long <- eventKey(e)
+				time.Sleep(3 * vis) // ignores its context; its lease is renewed
+				defer close(longDone)
+			}
+			return h.call("a", e, nil)
+		}, opts...)
+		longKey := <-long
+		stopB := consumeInBackground(t, s, "g", "b", func(_ context.Context, e Expiry) error {
+			t.Errorf("b got %s (attempt %d): a held every event", eventKey(e), e.Attempt)
+			return h.call("b", e, nil)
+		}, opts...)
+		// The first event's acknowledgement lands while the long call runs.
+		acked := false
+		waitFor(t, "the first event acknowledged, or the long call's end", func() bool {
+			select {
+			case <-longDone:
+				return true
+			default:
+			}
+			acked = must[[]ShardStats](t)(s.Stats(context.Background()))[0].Pending == 1
+			return acked
+		})
+		if !acked {
+			t.Fatal("the long call ended before the first event was acknowledged")
+		}
+		<-longDone
+		waitFor(t, "both events handled and acknowledged", func() bool { return h.count() == 2 && shardsIdle(s, 0) })
+		stopA()
+		stopB()
+		if d := deadKeys(t, s); len(d) != 0 {
+			t.Fatalf("dead letters of events handled with nil: %v (the long call was %s)", d, longKey)
+		}
+		for _, e := range h.events() {
+			if e.Attempt != 1 {
+				t.Errorf("%s: attempt %d, want 1", eventKey(e), e.Attempt)
+			}
+		}
+	})
+}
