@@ -137,6 +137,7 @@ func workloads(e *env, levers bool) ([]workload, error) {
 	ws = append(ws, acquireManyWorkload())
 	ws = append(ws, setWorkloads()...)
 	ws = append(ws, sweepWorkloads()...)
+	ws = append(ws, consumeWorkloads()...)
 	ws = append(ws, recipes...)
 	if levers {
 		lw, err := leverWorkloads(e)

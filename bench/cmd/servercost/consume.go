@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/expset/expset"
+	"github.com/redis/go-redis/v9"
+)
+
+// consumeGroup is the consumer group the consume workloads read as.
+const consumeGroup = "bench"
+
+// consumeWorkload is one Set.Consume, with a handler that does nothing, of
+// the events of e.n owners' expired members (swept in prep, not counted):
+// instructions per event handled, reads, begins, acknowledgements and the
+// consumer's shutdown included. groups are declared besides consumeGroup
+// (none consume: each event then stays until they do).
+func consumeWorkload(name, what string, groups []string, opts ...expset.Option) workload {
+	return workload{name: "consume/" + name, unit: "event", vs: "consume/bare", what: what,
+		prep: func(ctx context.Context, e *env) (job, error) {
+			s, n, err := seedEvents(ctx, e, groups)
+			if err != nil {
+				return job{}, err
+			}
+			return job{calls: 1, units: n, do: func(ctx context.Context, _ int) error {
+				var handled atomic.Int64
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				err := s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
+					if handled.Add(1) == int64(n) {
+						cancel()
+					}
+					return nil
+				}, opts...)
+				if err == nil && handled.Load() != int64(n) {
+					err = fmt.Errorf("handled %d events, want %d", handled.Load(), n)
+				}
+				return err
+			}}, nil
+		}}
+}
+
+// bareConsumeWorkload is the floor for the same work written directly: one
+// pipelined XREADGROUP (COUNT 100) of every shard's stream, then XACK and
+// XDEL of what was read, until every event is read.
+func bareConsumeWorkload() workload {
+	return workload{name: "consume/bare", unit: "event",
+		what: "bare loop: pipelined XREADGROUP COUNT 100 of every shard, then XACK + XDEL of what was read",
+		prep: func(ctx context.Context, e *env) (job, error) {
+			s, n, err := seedEvents(ctx, e, nil)
+			if err != nil {
+				return job{}, err
+			}
+			streams := make([]string, s.Shards())
+			for i := range streams {
+				streams[i] = "expset:{" + s.Name() + ":" + strconv.Itoa(i) + "}:ev"
+				if err := e.rdb.XGroupCreateMkStream(ctx, streams[i], consumeGroup, "0").Err(); err != nil {
+					return job{}, err
+				}
+			}
+			return job{calls: 1, units: n, do: func(ctx context.Context, _ int) error {
+				for done := 0; done < n; {
+					pipe := e.rdb.Pipeline()
+					reads := make([]*redis.XStreamSliceCmd, len(streams))
+					for i, st := range streams {
+						reads[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: consumeGroup, Consumer: "c1", Streams: []string{st, ">"}, Count: 100, Block: -1})
+					}
+					_, _ = pipe.Exec(ctx)
+					ack := e.rdb.Pipeline()
+					for i, r := range reads {
+						res, err := r.Result()
+						if err == redis.Nil {
+							continue
+						}
+						if err != nil {
+							return err
+						}
+						for _, x := range res {
+							ids := make([]string, len(x.Messages))
+							for j, m := range x.Messages {
+								ids[j] = m.ID
+							}
+							if len(ids) > 0 {
+								ack.XAck(ctx, streams[i], consumeGroup, ids...)
+								ack.XDel(ctx, streams[i], ids...)
+								done += len(ids)
+							}
+						}
+					}
+					if ack.Len() == 0 {
+						return fmt.Errorf("streams empty after %d of %d events", done, n)
+					}
+					if _, err := ack.Exec(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			}}, nil
+		}}
+}
+
+// seedEvents opens a set with expiry events (and groups declared), gives
+// e.n owners one expired member each and sweeps them into events; it
+// returns the set and the number of events.
+func seedEvents(ctx context.Context, e *env, groups []string) (*expset.Set, int, error) {
+	opts := []expset.Option{expset.WithExpiryEvents()}
+	if len(groups) > 0 {
+		opts = append(opts, expset.WithConsumerGroups(append([]string{consumeGroup}, groups...)...))
+	}
+	s, err := expset.Open(ctx, e.rdb, setName, opts...)
+	if err != nil {
+		return nil, 0, err
+	}
+	owners, err := seedExpired(ctx, e, s, 1, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	w, err := expset.NewSweeper(s)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := w.SweepOnce(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if st.Expired != len(owners) {
+		return nil, 0, fmt.Errorf("swept %d members, want %d", st.Expired, len(owners))
+	}
+	return s, st.Expired, nil
+}
+
+// consumeWorkloads are the bare floor and Consume with its defaults, with
+// WithReadBatch(100), and with a second group declared (fan-out: each event
+// stays for it).
+func consumeWorkloads() []workload {
+	return []workload{
+		bareConsumeWorkload(),
+		consumeWorkload("defaults", "Set.Consume, defaults (WithReadBatch 10), no-op handler", nil),
+		consumeWorkload("batch100", "Set.Consume, WithReadBatch(100), no-op handler", nil, expset.WithReadBatch(100)),
+		consumeWorkload("fan-out", "Set.Consume, defaults, a second group declared and not consuming", []string{"other"}),
+	}
+}
