@@ -197,7 +197,6 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		pruneIdle:  2*cfg.visibility + 10*cfg.poll,
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
 		beat:       beat,
-		ackWithin:  min(beat, maxAckDelay),
 	}
 	for i := range c.shards {
 		c.shards[i].cursor = "0-0"
@@ -235,11 +234,11 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 }
 
 // maxAckDelay is the longest an acknowledgement waits in a consumer's
-// buffer while handler calls go on (a third of the visibility timeout when
-// that is shorter): the acknowledgements of handled events are sent in
-// batches, one script per shard, when a round's events are all handled, when
-// the oldest has waited this long (with the next handler call's start, or
-// during a handler call that lasts), and when Consume stops.
+// buffer while handler calls go on: the acknowledgements of handled events
+// are sent in batches, one script per shard, when a round's events are all
+// handled, when one has waited this long or its lease has run for a third
+// of the visibility timeout (with the next handler call's start, or during
+// a handler call that lasts), and when Consume stops.
 const maxAckDelay = 100 * time.Millisecond
 
 // finishTimeout bounds the Redis calls that settle an event after its
@@ -256,8 +255,7 @@ type consumer struct {
 	cfg         consumeConfig
 	shards      []consumerShard
 	acks        [][]string    // per shard: IDs handled (or not meant for the group), not yet acknowledged
-	ackLease    time.Time     // the oldest lease start among acks (zero when none): they are sent by ackLease + ackWithin
-	ackWithin   time.Duration // how long acks may wait: min(beat, maxAckDelay)
+	ackDue      time.Time     // when acks must be sent (zero when none wait)
 	claimEvery  time.Duration // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration // consumers idle this long with nothing pending are removed
 	visMs       int64         // the visibility timeout in ms
@@ -556,15 +554,19 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 		acks = c.ackCalls()
 	}
 	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts}}
+		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 3}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
 		return 0, leased, b.err
 	}
-	n, ok := asInt64(b.v)
+	n, taken, ok := parseBegin(b.v)
 	if !ok {
 		return 0, leased, unexpected("begin.lua", b.v)
+	}
+	if !taken {
+		// The lease of the read or claim that took d runs on.
+		leased = d.at
 	}
 	if ackErr != nil {
 		// An acknowledgement failed: handle nothing new until it is
@@ -580,22 +582,42 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 	return int(n), leased, nil
 }
 
+// parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
+// or 0 or -1.
+func parseBegin(v any) (n int64, taken, ok bool) {
+	if xs, isList := v.([]any); isList {
+		if len(xs) != 2 {
+			return 0, false, false
+		}
+		n, ok1 := asInt64(xs[0])
+		t, ok2 := asInt64(xs[1])
+		return n, t == 1, ok1 && ok2 && n > 0
+	}
+	n, ok = asInt64(v)
+	return n, false, ok && n <= 0
+}
+
 // bufferAck adds id, of shard, whose lease started at leased, to the
-// acknowledgements waiting; a shard's full batch is sent at once.
+// acknowledgements waiting, to be sent within maxAckDelay and before its
+// lease has run for a third of the visibility timeout; a shard's full batch
+// is sent at once.
 func (c *consumer) bufferAck(ctx context.Context, shard int, id string, leased time.Time) {
 	c.acks[shard] = append(c.acks[shard], id)
-	if c.ackLease.IsZero() || leased.Before(c.ackLease) {
-		c.ackLease = leased
+	due := time.Now().Add(maxAckDelay)
+	if l := leased.Add(c.beat); l.Before(due) {
+		due = l
+	}
+	if c.ackDue.IsZero() || due.Before(c.ackDue) {
+		c.ackDue = due
 	}
 	if len(c.acks[shard]) >= maxBatch {
 		c.flushAcks(ctx)
 	}
 }
 
-// acksDue reports whether acknowledgements wait and the oldest has waited
-// its time at now.
+// acksDue reports whether acknowledgements wait and must be sent at now.
 func (c *consumer) acksDue(now time.Time) bool {
-	return !c.ackLease.IsZero() && !now.Before(c.ackLease.Add(c.ackWithin))
+	return !c.ackDue.IsZero() && !now.Before(c.ackDue)
 }
 
 // errAcksPending stops a batch: an acknowledgement failed (and was
@@ -660,7 +682,7 @@ func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
 		}
 	}
 	if !c.acksWaiting() {
-		c.ackLease = time.Time{}
+		c.ackDue = time.Time{}
 	}
 	return failed
 }
@@ -894,10 +916,10 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, lea
 		}
 		return c.beat
 	})
-	if !c.ackLease.IsZero() {
+	if !c.ackDue.IsZero() {
 		// Consume's goroutine touches c.acks again only once this timer's
 		// runs are over (running.Wait below).
-		flush = every(max(time.Until(c.ackLease.Add(c.ackWithin)), 0), func() time.Duration {
+		flush = every(max(time.Until(c.ackDue), 0), func() time.Duration {
 			return c.flushDuringCall(ctx)
 		})
 	}

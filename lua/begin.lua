@@ -9,6 +9,8 @@
 -- ARGV[4]  mode: "b" begins a handler call, "t" extends the lease of one
 -- ARGV[5]  visibility timeout in ms (mode b)
 -- ARGV[6]  attempts allowed, WithMaxAttempts (mode b)
+-- ARGV[7]  idle time in ms under which this consumer's own lease is kept as
+--          it is (mode b; a third of the visibility timeout)
 --
 -- The lease of a handler call is the entry's idle time in the group's
 -- pending list: XCLAIM ... JUSTID to this consumer sets it to 0 (and leaves
@@ -16,12 +18,16 @@
 -- the visibility timeout.
 -- Mode b: the entry must be pending in the group, held by this consumer or
 -- idle for at least the visibility timeout (then nobody else may take it
--- now), with attempts left. It is taken, and its attempts go up by one.
+-- now), with attempts left. Its attempts go up by one, and it is taken
+-- unless this consumer took it less than ARGV[7] ms ago (read or claimed it
+-- just now): then that lease runs on, renewed before it can lapse, and the
+-- XCLAIM, a lookup of the entry in the stream, is saved.
 -- Mode t: the entry must be pending and held by this consumer; its idle time
 -- goes back to 0.
--- Reply: mode b, the attempt number of the call (1 for the first); mode t,
--- 1. 0 when the conditions do not hold (another consumer holds the event, or
--- it was acknowledged); -1 (mode b) when every attempt is used.
+-- Reply: mode b, {the attempt number of the call (1 for the first), 1 when
+-- taken now or 0 when the lease taken ARGV[7] ms ago at most runs on}; mode
+-- t, 1. 0 when the conditions do not hold (another consumer holds the
+-- event, or it was acknowledged); -1 (mode b) when every attempt is used.
 local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local holder, idle = pending_of(stream, group, id)
 if ARGV[4] == 't' then
@@ -39,5 +45,9 @@ local used = tonumber(call('HGET', att, field) or '0')
 if used >= tonumber(ARGV[6]) then
   return -1
 end
-call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
-return call('HINCRBY', att, field, 1)
+local taken = 0
+if holder ~= consumer or idle >= tonumber(ARGV[7]) then
+  call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  taken = 1
+end
+return {call('HINCRBY', att, field, 1), taken}
