@@ -126,8 +126,10 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // timeout, so no other consumer takes it, and the handler's context ends
 // when ctx ends, when the lease is lost (context.Cause ErrHandlerLeaseLost),
 // or after WithMaxHandlingTime (ErrHandlerTimeout). When handle returns nil
-// the event is acknowledged (with the next event's start, in one round
-// trip). When it fails, the event is delivered again, to any consumer of the
+// the event is acknowledged, in a batch per shard: when the events of the
+// read are handled, within 100ms, before a third of the visibility timeout
+// into its lease, and when Consume stops (a consumer that dies first leaves
+// them to be handled again). When it fails, the event is delivered again, to any consumer of the
 // group, once the visibility timeout has passed; when the call that fails is
 // attempt WithMaxAttempts, the event moves to the shard's dead-letter stream
 // with the error (see DeadLetters, Kick). An event whose last attempt never
