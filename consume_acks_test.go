@@ -34,6 +34,15 @@ func (c *callCounter) count(op string) int {
 	return c.n[op]
 }
 
+// oneShardEvents returns a set of one shard, with events and payloads,
+// whose stream holds n events (owners o0.., member m, payloads p0..).
+func oneShardEvents(t *testing.T, b backend, n int) *Set {
+	t.Helper()
+	s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+	expire(t, s, clk, n)
+	return s
+}
+
 // TestConsumeAcksInBatches: the events of one read are acknowledged by one
 // script call per shard (here one, at most a few on a slow machine), not one
 // per event, and every event is handled once, acknowledged and deleted.
@@ -41,8 +50,7 @@ func TestConsumeAcksInBatches(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 20
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		expire(t, s, clk, n)
+		s := oneShardEvents(t, b, n)
 		var calls callCounter
 		observed := must[*Set](t)(Open(context.Background(), b.rdb, s.Name(), WithHooks(calls.hooks()), WithRecordedConfiguration()))
 		h := newHandledBy()
@@ -79,8 +87,7 @@ func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 5
 		const vis = 2 * time.Second // acknowledgements wait up to 100ms
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		expire(t, s, clk, n)
+		s := oneShardEvents(t, b, n)
 		ok, crashed, took := crashAfter(t, b.client(t), s, "g", "doomed", 2, WithVisibilityTimeout(vis), WithPollInterval(5*time.Millisecond))
 		// The acknowledgements of ok waited for the batch unless the three
 		// calls began about 100ms apart or more (then they may have gone
@@ -126,8 +133,7 @@ func TestConsumeShutdownFlushesAcks(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 5
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		expire(t, s, clk, n)
+		s := oneShardEvents(t, b, n)
 		h := newHandledBy()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -157,8 +163,7 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 300 * time.Millisecond
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		expire(t, s, clk, 2)
+		s := oneShardEvents(t, b, 2)
 		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
 		h := newHandledBy()
 		var calls atomic.Int32

@@ -152,8 +152,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 250 * time.Millisecond
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		expire(t, s, clk, 10)
+		s := oneShardEvents(t, b, 10)
 		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()
 		hung := make(chan string, 1)

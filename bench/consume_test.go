@@ -2,12 +2,12 @@ package bench
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/barestream"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,46 +90,10 @@ func runConsume(b *testing.B, srv server, opts []expset.Option, bare bool) float
 }
 
 // bareConsume reads, acknowledges and deletes n events from every shard's
-// stream with plain commands, pipelined per round.
+// stream with plain commands, pipelined per round (barestream.Consume).
 func bareConsume(b *testing.B, rdb *redis.Client, s *expset.Set, group string, n int) {
 	ctx := context.Background()
-	streams := make([]string, s.Shards())
-	for i := range streams {
-		streams[i] = "expset:{" + s.Name() + ":" + strconv.Itoa(i) + "}:ev"
-		err := rdb.XGroupCreateMkStream(ctx, streams[i], group, "0").Err()
-		fatalIf(b, err, "xgroup create")
-	}
-	done := 0
-	for done < n {
-		pipe := rdb.Pipeline()
-		reads := make([]*redis.XStreamSliceCmd, len(streams))
-		for i, st := range streams {
-			reads[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c1", Streams: []string{st, ">"}, Count: 100, Block: -1})
-		}
-		_, _ = pipe.Exec(ctx)
-		ack := rdb.Pipeline()
-		for i, r := range reads {
-			res, err := r.Result()
-			if err == redis.Nil {
-				continue
-			}
-			fatalIf(b, err, "xreadgroup")
-			for _, x := range res {
-				ids := make([]string, len(x.Messages))
-				for j, m := range x.Messages {
-					ids[j] = m.ID
-				}
-				if len(ids) > 0 {
-					ack.XAck(ctx, streams[i], group, ids...)
-					ack.XDel(ctx, streams[i], ids...)
-					done += len(ids)
-				}
-			}
-		}
-		if ack.Len() == 0 {
-			b.Fatalf("streams empty after %d of %d events", done, n)
-		}
-		_, err := ack.Exec(ctx)
-		fatalIf(b, err, "xack")
-	}
+	streams, err := barestream.Streams(ctx, rdb, s.Name(), s.Shards(), group)
+	fatalIf(b, err, "streams")
+	fatalIf(b, barestream.Consume(ctx, rdb, streams, group, n), "bare consume")
 }

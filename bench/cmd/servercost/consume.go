@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/expset/expset"
-	"github.com/redis/go-redis/v9"
+	"github.com/expset/expset/internal/barestream"
 )
 
 // consumeGroup is the consumer group the consume workloads read as.
@@ -54,50 +53,12 @@ func bareConsumeWorkload() workload {
 			if err != nil {
 				return job{}, err
 			}
-			streams := make([]string, s.Shards())
-			for i := range streams {
-				streams[i] = "expset:{" + s.Name() + ":" + strconv.Itoa(i) + "}:ev"
-				if err := e.rdb.XGroupCreateMkStream(ctx, streams[i], consumeGroup, "0").Err(); err != nil {
-					return job{}, err
-				}
+			streams, err := barestream.Streams(ctx, e.rdb, s.Name(), s.Shards(), consumeGroup)
+			if err != nil {
+				return job{}, err
 			}
 			return job{calls: 1, units: n, do: func(ctx context.Context, _ int) error {
-				for done := 0; done < n; {
-					pipe := e.rdb.Pipeline()
-					reads := make([]*redis.XStreamSliceCmd, len(streams))
-					for i, st := range streams {
-						reads[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: consumeGroup, Consumer: "c1", Streams: []string{st, ">"}, Count: 100, Block: -1})
-					}
-					_, _ = pipe.Exec(ctx)
-					ack := e.rdb.Pipeline()
-					for i, r := range reads {
-						res, err := r.Result()
-						if err == redis.Nil {
-							continue
-						}
-						if err != nil {
-							return err
-						}
-						for _, x := range res {
-							ids := make([]string, len(x.Messages))
-							for j, m := range x.Messages {
-								ids[j] = m.ID
-							}
-							if len(ids) > 0 {
-								ack.XAck(ctx, streams[i], consumeGroup, ids...)
-								ack.XDel(ctx, streams[i], ids...)
-								done += len(ids)
-							}
-						}
-					}
-					if ack.Len() == 0 {
-						return fmt.Errorf("streams empty after %d of %d events", done, n)
-					}
-					if _, err := ack.Exec(ctx); err != nil {
-						return err
-					}
-				}
-				return nil
+				return barestream.Consume(ctx, e.rdb, streams, consumeGroup, n)
 			}}, nil
 		}}
 }
