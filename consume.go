@@ -556,7 +556,7 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 		acks = c.ackCalls()
 	}
 	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 3}}
+		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
@@ -859,7 +859,7 @@ func (s *Set) declareGroups(ctx context.Context) error {
 }
 
 // call makes one handler call of e under a lease taken at leased: every
-// c.beat until the handler returns, begin.lua renews the entry's idle time in
+// c.beat from leased until the handler returns, begin.lua renews the entry's idle time in
 // the group's pending list, if this consumer still holds it. The handler's
 // context ends with ctx, when a renewal finds the event held by another
 // consumer or acknowledged (cause ErrHandlerLeaseLost), or after
@@ -902,7 +902,9 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, lea
 		t = time.AfterFunc(d, run)
 		return t
 	}
-	timer = every(c.beat, func() time.Duration {
+	// The first renewal comes a beat after the lease began (the read's,
+	// when the call kept it), the next ones a beat apart.
+	timer = every(max(c.beat-time.Since(leased), 0), func() time.Duration {
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.beat, time.Second))
 		v, err := c.set.run(rctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")

@@ -10,7 +10,7 @@
 -- ARGV[5]  visibility timeout in ms (mode b)
 -- ARGV[6]  attempts allowed, WithMaxAttempts (mode b)
 -- ARGV[7]  idle time in ms under which this consumer's own lease is kept as
---          it is (mode b; a third of the visibility timeout)
+--          it is (mode b; a sixth of the visibility timeout)
 --
 -- The lease of a handler call is the entry's idle time in the group's
 -- pending list: XCLAIM ... JUSTID to this consumer sets it to 0 (and leaves
