@@ -129,10 +129,10 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // the event is acknowledged, in a batch per shard: when the events of the
 // read are handled, within 100ms, before a third of the visibility timeout
 // into its lease, and when Consume stops (a consumer that dies first leaves
-// them to be handled again). When it fails, the event is delivered again, to any consumer of the
-// group, once the visibility timeout has passed; when the call that fails is
-// attempt WithMaxAttempts, the event moves to the shard's dead-letter stream
-// with the error (see DeadLetters, Kick). An event whose last attempt never
+// them to be handled again). When it fails, the event is delivered again,
+// to any consumer of the group, once the visibility timeout has passed;
+// when the call that fails is attempt WithMaxAttempts, the event moves to
+// the shard's dead-letter stream with the error (see DeadLetters, Kick). An event whose last attempt never
 // returned (the consumer died, or lost Redis for longer than the visibility
 // timeout) is dead-lettered by the consumer that finds it. Nothing else is:
 // an event that no handler call failed on is never dead-lettered, except an
@@ -859,8 +859,8 @@ func (s *Set) declareGroups(ctx context.Context) error {
 }
 
 // call makes one handler call of e under a lease taken at leased: every
-// c.beat from leased until the handler returns, begin.lua renews the entry's idle time in
-// the group's pending list, if this consumer still holds it. The handler's
+// c.beat from leased until the handler returns, begin.lua renews the entry's
+// idle time in the group's pending list, if this consumer still holds it. The handler's
 // context ends with ctx, when a renewal finds the event held by another
 // consumer or acknowledged (cause ErrHandlerLeaseLost), or after
 // WithMaxHandlingTime (cause ErrHandlerTimeout). Renewals go on after that,
