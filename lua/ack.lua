@@ -19,5 +19,9 @@ for i = 2, #ARGV do
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
-forget(stream, ids, group)
+if n > 0 then
+  -- (None pending: acknowledged before, and forgotten then, or the stream
+  -- is gone, deleted with its events.)
+  forget(stream, ids, group)
+end
 return n
