@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Tests of how Consume acknowledges handled events: in batches, never so
@@ -208,6 +210,48 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 			if e.Attempt != 1 {
 				t.Errorf("%s: attempt %d, want 1", eventKey(e), e.Attempt)
 			}
+		}
+	})
+}
+
+// TestConsumeDestroyedGroupLeavesNothing: events a group held when it was
+// destroyed (XGROUP DESTROY, as docs/events.md tells to retire a group)
+// leave the stream with the next acknowledgement of the groups left, once
+// those have finished them, instead of waiting for retention (which would
+// count them as trimmed).
+func TestConsumeDestroyedGroupLeavesNothing(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		stream := s.shards[0].events
+		if err := b.rdb.XGroupCreateMkStream(ctx, stream, "retired", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, clk, 5)
+		// The retired group reads (holds) every event, then is destroyed.
+		if err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "retired", Consumer: "r", Streams: []string{stream, ">"}, Count: 10, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		h := newHandledBy()
+		stop := consumeInBackground(t, s, "live", "c", func(_ context.Context, e Expiry) error {
+			return h.call("c", e, nil)
+		}, steady...)
+		livePending := func() int64 {
+			return must[*redis.XPending](t)(b.rdb.XPending(ctx, stream, "live").Result()).Count
+		}
+		waitFor(t, "the live group done with the first 5", func() bool { return h.count() == 5 && livePending() == 0 })
+		if n := must[int64](t)(b.rdb.XLen(ctx, stream).Result()); n != 5 {
+			t.Fatalf("%d entries while the retired group holds 5, want 5", n)
+		}
+		if err := b.rdb.XGroupDestroy(ctx, stream, "retired").Err(); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, clk, 3)
+		waitFor(t, "the live group done with 3 more", func() bool { return h.count() == 8 && livePending() == 0 })
+		stop()
+		if n := must[int64](t)(b.rdb.XLen(ctx, stream).Result()); n != 0 {
+			t.Fatalf("%d entries left after every remaining group finished them, want 0", n)
 		}
 	})
 }
