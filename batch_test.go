@@ -101,11 +101,11 @@ func TestAcquireManyBadInput(t *testing.T) {
 			bad  AcquireRequest
 			want error
 		}{
-			{AcquireRequest{Owner: "", Member: "n", TTL: time.Minute}, ErrInvalidOwner},
-			{AcquireRequest{Owner: "u", Member: "", TTL: time.Minute}, ErrInvalidMember},
-			{AcquireRequest{Owner: "u", Member: "n"}, ErrInvalidTTL},
-			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []CallOption{WithLimit(0)}}, ErrInvalidLimit},
-			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []CallOption{WithPayload([]byte("x"))}}, ErrInvalidPayload},
+			{AcquireRequest{Owner: "", Member: "n", TTL: time.Minute}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "", TTL: time.Minute}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "n"}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []CallOption{WithLimit(0)}}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []CallOption{WithPayload([]byte("x"))}}, ErrInvalidArgument},
 		} {
 			d, err := q.AcquireMany(ctx, []AcquireRequest{good, good, c.bad, good})
 			if !errors.Is(err, c.want) || d != nil {

@@ -100,7 +100,7 @@ func WithPollInterval(d time.Duration) Option {
 
 // WithMaxHandlingTime bounds one handler call (default
 // 1m; 1ms to 24h): the handler's context ends then,
-// with context.Cause ErrHandlerTimeout. A call that returns an error after
+// with context.DeadlineExceeded (also its context.Cause). A call that returns an error after
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
 // the event (and its Consume) for as long as it runs.
@@ -124,8 +124,8 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
 // while it runs, the event's lease is renewed every third of the visibility
 // timeout, so no other consumer takes it, and the handler's context ends
-// when ctx ends, when the lease is lost (context.Cause ErrHandlerLeaseLost),
-// or after WithMaxHandlingTime (ErrHandlerTimeout). When handle returns nil
+// when ctx ends, when the lease is lost (context.Cause ErrLeaseLost),
+// or after WithMaxHandlingTime (context.DeadlineExceeded). When handle returns nil
 // the event is acknowledged (with the next event's start, in one round
 // trip). When it fails, the event is delivered again, to any consumer of the
 // group, once the visibility timeout has passed; when the call that fails is
@@ -149,8 +149,8 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // ends, events read and not yet handed to handle go back for prompt
 // redelivery with no attempt counted, handled events are acknowledged, and
 // the consumer leaves its group when it holds nothing; Consume then returns
-// nil. It returns an error only for misuse, at once: ErrInvalidConsumer,
-// ErrInvalidOption, ErrNoEvents. Options: WithVisibilityTimeout,
+// nil. It returns an error only for misuse, at once: ErrInvalidArgument
+// (a bad group, consumer or option, or a set without expiry events). Options: WithVisibilityTimeout,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
@@ -168,7 +168,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		return nil, err
 	}
 	if !s.events {
-		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
+		return nil, fmt.Errorf("%w: set %q has no expiry events: open it WithExpiryEvents to consume them", ErrInvalidArgument, s.name)
 	}
 	for _, n := range []string{group, name} {
 		if err := validateConsumerName(n); err != nil {
@@ -176,7 +176,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		}
 	}
 	if handle == nil {
-		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
 	cfg := consumeConfig{
 		visibility:  defaultVisibilityTimeout,
@@ -205,7 +205,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 
 func validateConsumerName(n string) error {
 	if n == "" || len(n) > maxConsumerLen {
-		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, maxConsumerLen)
+		return fmt.Errorf("%w: consumer group or consumer name %q must be 1 to %d bytes", ErrInvalidArgument, n, maxConsumerLen)
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	var ok4 bool
 	e.Reason, ok4 = parseReason(m.Values["r"])
 	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
-		return e, fmt.Errorf("%w: malformed expiry event %s: %v", ErrUnexpectedReply, m.ID, m.Values)
+		return e, fmt.Errorf("%w: malformed expiry event %s: %v", errUnexpectedReply, m.ID, m.Values)
 	}
 	e.Deadline = msTime(ms)
 	if p, ok := m.Values["p"].(string); ok {
@@ -727,7 +727,7 @@ func WithConsumerGroups(groups ...string) Option {
 	return setOption("WithConsumerGroups", func(c *setConfig) error {
 		for _, g := range groups {
 			if g == "" || len(g) > maxConsumerLen {
-				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, maxConsumerLen)
+				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidArgument, g, maxConsumerLen)
 			}
 		}
 		c.groups = append(c.groups, groups...)
@@ -777,15 +777,15 @@ func (s *Set) declareGroups(ctx context.Context) error {
 // handler returns, begin.lua renews the entry's idle time in the group's
 // pending list, if this consumer still holds it. The handler's context ends
 // with ctx, when a renewal finds the event held by another consumer or
-// acknowledged (cause ErrHandlerLeaseLost), or after WithMaxHandlingTime
-// (cause ErrHandlerTimeout). Renewals go on after that, until the handler
+// acknowledged (cause ErrLeaseLost), or after WithMaxHandlingTime
+// (cause context.DeadlineExceeded). Renewals go on after that, until the handler
 // returns: no other consumer takes an event whose handler call is still
 // running. A renewal that fails for a Redis error is reported and tried again
 // at the next beat.
 func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) error {
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	hctx, cancel := context.WithTimeoutCause(hctx, c.cfg.maxHandling, ErrHandlerTimeout)
+	hctx, cancel := context.WithTimeout(hctx, c.cfg.maxHandling)
 	defer cancel()
 
 	var (
@@ -802,7 +802,7 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 		if err != nil {
 			c.set.reportError(ctx, "consume", shard, err, c.beat)
 		} else if n, _ := asInt64(v); n != 1 {
-			lost(ErrHandlerLeaseLost)
+			lost(ErrLeaseLost)
 		}
 		mu.Lock()
 		if !stopped {

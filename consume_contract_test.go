@@ -191,8 +191,8 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 }
 
 // TestConsumeHandlerContext: the handler's context ends when its lease is
-// lost (another consumer took the event: cause ErrHandlerLeaseLost) and
-// after WithMaxHandlingTime (cause ErrHandlerTimeout); a call that fails so
+// lost (another consumer took the event: cause ErrLeaseLost) and
+// after WithMaxHandlingTime (cause context.DeadlineExceeded); a call that fails so
 // used its attempt. A lease is renewed while the call runs.
 func TestConsumeHandlerContext(t *testing.T) {
 	noLeaks(t)
@@ -217,8 +217,8 @@ func TestConsumeHandlerContext(t *testing.T) {
 			}
 			return nil
 		}, WithVisibilityTimeout(30*time.Millisecond), WithPollInterval(5*time.Millisecond), WithMaxHandlingTime(100*time.Millisecond))
-		if c := <-causes; !errors.Is(c, ErrHandlerTimeout) {
-			t.Fatalf("cause %v, want ErrHandlerTimeout", c)
+		if c := <-causes; !errors.Is(c, context.DeadlineExceeded) {
+			t.Fatalf("cause %v, want context.DeadlineExceeded", c)
 		}
 		waitFor(t, "the second attempt", func() bool { return shardsIdle(s, 0) })
 		stop()
@@ -240,8 +240,8 @@ func TestConsumeHandlerContext(t *testing.T) {
 		if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.events, Group: "g", Consumer: "thief", Messages: []string{e.ID}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if c := <-causes; !errors.Is(c, ErrHandlerLeaseLost) {
-			t.Fatalf("cause %v, want ErrHandlerLeaseLost", c)
+		if c := <-causes; !errors.Is(c, ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", c)
 		}
 		stop()
 	})

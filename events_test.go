@@ -172,7 +172,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 		if one := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 1)); len(one) != 1 {
 			t.Errorf("DeadLetters(count 1): %d", len(one))
 		}
-		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidOption) {
+		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("DeadLetters(shard 2 of 2): %v", err)
 		}
 		for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
@@ -188,16 +188,16 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 			func() (int, error) { return s.Kick(ctx, dead[0], bad) },
 			func() (int, error) { return s.DeleteDeadLetters(ctx, dead[0], bad) },
 		} {
-			if n, err := call(); n != 0 || !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidOption", n, err)
+			if n, err := call(); n != 0 || !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidArgument", n, err)
 			}
 		}
 		if again := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(again) != len(dead) {
 			t.Fatalf("a rejected call changed the dead letters: %d, want %d", len(again), len(dead))
 		}
 		for _, after := range []string{"", "x", "1-", "-1", "1-2-3"} {
-			if _, _, err := s.ReadEvents(ctx, 0, after, 10, 0); !errors.Is(err, ErrInvalidOption) {
-				t.Errorf("ReadEvents(after %q): %v, want ErrInvalidOption", after, err)
+			if _, _, err := s.ReadEvents(ctx, 0, after, 10, 0); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("ReadEvents(after %q): %v, want ErrInvalidArgument", after, err)
 			}
 		}
 
@@ -282,31 +282,31 @@ func TestConsumeInvalid(t *testing.T) {
 			opts        []Option
 			want        error
 		}{
-			{"", "c", ok, nil, ErrInvalidConsumer},
-			{"g", "", ok, nil, ErrInvalidConsumer},
-			{long, "c", ok, nil, ErrInvalidConsumer},
-			{"g", "c", nil, nil, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithVisibilityTimeout(0)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidOption},
+			{"", "c", ok, nil, ErrInvalidArgument},
+			{"g", "", ok, nil, ErrInvalidArgument},
+			{long, "c", ok, nil, ErrInvalidArgument},
+			{"g", "c", nil, nil, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithVisibilityTimeout(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidArgument},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
 			}
 		}
 		plain, _ := newTestSet(t, b)
-		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
+		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("Consume without events: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups with an empty name: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups with a long name: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
+		if _, err := Open(context.Background(), b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups without events: %v", err)
 		}
 		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {

@@ -146,8 +146,8 @@ func TestEvictionReceiptTTLOption(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := must[*Set](t)(Open(context.Background(), redis.NewClient(&redis.Options{Addr: mr.Addr()}), "n"))
 	for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {
-		if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(d)); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("WithEvictionReceiptTTL(%v): %v, want ErrInvalidOption", d, err)
+		if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(d)); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("WithEvictionReceiptTTL(%v): %v, want ErrInvalidArgument", d, err)
 		}
 	}
 	if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(time.Millisecond)); err != nil {

@@ -111,7 +111,7 @@ func ExampleSweeper_Run() {
 
 	plain, _ := expset.Open(context.Background(), rdb, "sessions")
 	_, err = expset.NewSweeper(plain)
-	fmt.Println("a set with no due index has no sweeper:", errors.Is(err, expset.ErrNoIndex))
+	fmt.Println("a set with no due index has no sweeper:", errors.Is(err, expset.ErrInvalidArgument))
 	// Output:
 	// expired: alice order-1
 	// sweeper stopped: <nil>

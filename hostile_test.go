@@ -174,7 +174,7 @@ func hostileCases() []hostileCase {
 		if strings.HasPrefix(o.desc, "`") {
 			in = "owner " + o.desc
 		}
-		err := errIf(good, ErrInvalidOwner)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
 			d, err := e.s.Add(e.ctx, v, "m", time.Minute)
 			if err == nil {
@@ -240,7 +240,7 @@ func hostileCases() []hostileCase {
 		if strings.HasPrefix(m.desc, "`") {
 			in = "member " + m.desc
 		}
-		err := errIf(good, ErrInvalidMember)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
 			d, err := e.s.Add(e.ctx, owner, v, time.Minute)
 			if err == nil {
@@ -281,7 +281,7 @@ func hostileCases() []hostileCase {
 		})
 	}
 
-	// ttls: truncated to whole milliseconds, 1ms to MaxTTL.
+	// ttls: truncated to whole milliseconds, 1ms to 100 years.
 	ttls := []struct {
 		desc string
 		d    time.Duration
@@ -294,14 +294,14 @@ func hostileCases() []hostileCase {
 		{"ttl 999µs", 999 * time.Microsecond, ""},
 		{"ttl 1ms", time.Millisecond, "now+1ms"},
 		{"ttl 1.5ms (truncated)", 1500 * time.Microsecond, "now+1ms"},
-		{"ttl MaxTTL (100 years)", MaxTTL, "now+876000h0m0s"},
-		{"ttl MaxTTL+1ns", MaxTTL + 1, ""},
-		{"ttl MaxTTL+1ms", MaxTTL + time.Millisecond, ""},
+		{"ttl maxTTL (100 years)", maxTTL, "now+876000h0m0s"},
+		{"ttl maxTTL+1ns", maxTTL + 1, ""},
+		{"ttl maxTTL+1ms", maxTTL + time.Millisecond, ""},
 		{"ttl math.MaxInt64", math.MaxInt64, ""},
 	}
 	for i, tt := range ttls {
 		d, good := tt.d, tt.got != ""
-		err := errIf(good, ErrInvalidTTL)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", tt.desc, err, tt.got, func(e *hostileEnv) (string, error) {
 			dl, err := e.s.Add(e.ctx, "ttl", "m", d)
 			e.settle("ttl", d)
@@ -332,7 +332,7 @@ func hostileCases() []hostileCase {
 	}
 	for i, l := range limits {
 		n, good := l.n, l.good
-		err := errIf(good, ErrInvalidLimit)
+		err := errIf(good, ErrInvalidArgument)
 		row("NewQuota", "limit "+l.desc, err, ok(good, "limit "+strconv.Itoa(n)), func(e *hostileEnv) (string, error) {
 			q, err := NewQuota(e.s, n)
 			if err != nil {
@@ -346,11 +346,11 @@ func hostileCases() []hostileCase {
 			return e.decision(d), err
 		})
 	}
-	row("Set.Add", "WithLimit(2)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithLimit(2)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(2))
 		return "", err
 	})
-	row("Set.Add", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithLimit(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
@@ -376,20 +376,20 @@ func hostileCases() []hostileCase {
 	})
 
 	// Payloads.
-	row("Set.Add", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.plain.Add(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.Acquire", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Set.Add", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.Acquire", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
@@ -421,48 +421,48 @@ func hostileCases() []hostileCase {
 	})
 	// Quota.AcquireWait checks its input as Acquire does, before it joins
 	// any line; with room it is admitted at once, like Acquire.
-	row("Quota.AcquireWait", "owner empty", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "owner empty", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "", "m", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, long(maxOwnerLen+1), "m", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "member empty", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "member empty", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "member of 1 MiB", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "member of 1 MiB", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", huge, time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl 0", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl 0", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", 0)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl -1ns", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl -1ns", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", -1)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl math.MaxInt64", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl math.MaxInt64", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", math.MaxInt64)
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithLimit(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithLimit(maxLimit+1)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithLimit(maxLimit+1)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(maxLimit+1))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
@@ -477,15 +477,15 @@ func hostileCases() []hostileCase {
 		}
 		return "limit " + strconv.Itoa(q.Limit()), nil
 	})
-	row("NewQuota", "nil Set", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "nil Set", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(nil, 3)
 		return "", err
 	})
-	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(0))
 		return "", err
 	})
-	row("NewQuota", "WithEvictionReceiptTTL(25h)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "WithEvictionReceiptTTL(25h)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(25*time.Hour))
 		return "", err
 	})
@@ -530,7 +530,7 @@ func hostileCases() []hostileCase {
 		count int64
 	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count maxAfterCount+1", maxAfterCount + 1}} {
 		count := n.count
-		row("Codec.After", n.desc, ErrInvalidCount, "", func(e *hostileEnv) (string, error) {
+		row("Codec.After", n.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			c, err := NewCodec(Twitter)
 			if err != nil {
 				return "", err
@@ -559,7 +559,7 @@ func hostileCases() []hostileCase {
 	})
 
 	// Zero values and nil pointers: every call that can reach Redis fails
-	// with ErrNotOpened instead of panicking; the accessors give zeros.
+	// with ErrInvalidArgument instead of panicking; the accessors give zeros.
 	setCalls := []struct {
 		call string
 		run  func(e *hostileEnv, s *Set) error
@@ -588,9 +588,9 @@ func hostileCases() []hostileCase {
 		s    *Set
 	}{{"zero Set", &Set{}}, {"nil *Set", nil}} {
 		for _, c := range setCalls {
-			run, s, want := c.run, z.s, error(ErrNotOpened)
+			run, s, want := c.run, z.s, error(ErrInvalidArgument)
 			if s == nil && (c.call == "NewQuota" || c.call == "NewSweeper") {
-				want = ErrInvalidOption // a nil Set given to a constructor
+				want = ErrInvalidArgument // a nil Set given to a constructor
 			}
 			row(c.call, z.desc, want, "", func(e *hostileEnv) (string, error) { return "", run(e, s) })
 		}
@@ -613,7 +613,7 @@ func hostileCases() []hostileCase {
 	}{{"zero Quota", &Quota{}}, {"nil *Quota", nil}} {
 		for _, c := range quotaCalls {
 			run, q := c.run, z.q
-			row(c.call, z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
+			row(c.call, z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
 		}
 		q := z.q
 		row("Quota.Limit, Set", z.desc, nil, "0, <nil>", func(e *hostileEnv) (string, error) {
@@ -625,11 +625,11 @@ func hostileCases() []hostileCase {
 		w    *Sweeper
 	}{{"zero Sweeper", &Sweeper{}}, {"nil *Sweeper", nil}} {
 		w := z.w
-		row("Sweeper.SweepOnce", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+		row("Sweeper.SweepOnce", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := w.SweepOnce(e.ctx)
 			return "", err
 		})
-		row("Sweeper.Run", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+		row("Sweeper.Run", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			return "", w.Run(e.ctx)
 		})
 	}
@@ -643,19 +643,19 @@ func hostileCases() []hostileCase {
 	}
 	for _, nc := range nilClients {
 		c := nc.c
-		row("New", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("New", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Open(context.Background(), c, "x")
 			return "", err
 		})
-		row("Open", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("Open", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Open(e.ctx, c, "x")
 			return "", err
 		})
-		row("ReadConfiguration", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("ReadConfiguration", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := ReadConfiguration(e.ctx, c, "x")
 			return "", err
 		})
-		row("Drop", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("Drop", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Drop(e.ctx, c, "x")
 			return "", err
 		})
@@ -668,7 +668,7 @@ func hostileCases() []hostileCase {
 	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(maxShards+1)", maxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
 	for _, so := range shardOpts {
 		n := so.n
-		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidOption, name: "shards-bad",
+		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidArgument, name: "shards-bad",
 			run: func(e *hostileEnv) (string, error) {
 				_, err := Open(context.Background(), e.rdb, e.named("shards-bad"), WithShards(n))
 				return "", err
@@ -679,9 +679,9 @@ func hostileCases() []hostileCase {
 		opts []Option
 		want error
 	}{
-		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidConsumer},
-		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidConsumer},
-		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidOption},
+		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidArgument},
+		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidArgument},
+		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidArgument},
 	}
 	for _, g := range groupOpts {
 		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
@@ -745,7 +745,7 @@ func hostileCases() []hostileCase {
 			}
 			return e.named(v)
 		}
-		err := errIf(good, ErrInvalidName)
+		err := errIf(good, ErrInvalidArgument)
 		cs = append(cs,
 			hostileCase{call: "New", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
 				s, err := Open(context.Background(), e.rdb, name(e))
@@ -858,7 +858,7 @@ any bytes from 1 to 1024 of them work, each owner in its own key.
 Not in the table, because it is the caller's bug, as in the standard
 library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics).
 A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` is in it: every call that
-would reach Redis fails with ` + "`ErrNotOpened`" + ` (create them with New, Open,
+would reach Redis fails with ` + "`ErrInvalidArgument`" + ` (create them with Open,
 NewQuota and NewSweeper), and the accessors return zeros.
 ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` take any string and
 touch no Redis.
@@ -881,11 +881,8 @@ func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 // sentinelName returns the exported name of a sentinel error.
 func sentinelName(err error) string {
 	for name, e := range map[string]error{
-		"ErrNotFound": ErrNotFound, "ErrInvalidName": ErrInvalidName, "ErrInvalidOwner": ErrInvalidOwner,
-		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
-		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
-		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount, "ErrInvalidConsumer": ErrInvalidConsumer,
+		"ErrNotFound": ErrNotFound, "ErrInvalidArgument": ErrInvalidArgument,
+		"ErrConfigMismatch": ErrConfigMismatch, "errUnexpectedReply": errUnexpectedReply,
 	} {
 		if e == err {
 			return name

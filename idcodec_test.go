@@ -195,8 +195,8 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 			l := base
 			tt.edit(&l)
 			c, err := NewCodec(l, tt.opt)
-			if !errors.Is(err, ErrInvalidLayout) || c != nil {
-				t.Fatalf("NewCodec = %v, %v; want ErrInvalidLayout", c, err)
+			if !errors.Is(err, ErrInvalidArgument) || c != nil {
+				t.Fatalf("NewCodec = %v, %v; want ErrInvalidArgument", c, err)
 			}
 			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid snowflake layout: Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("error %q does not name Twitter and %q", msg, tt.wantMsg)
@@ -223,7 +223,7 @@ func TestCodecHorizon(t *testing.T) {
 	}
 	past := compose(l, 1<<41, 0, 0)
 	_, err := c.Score(past)
-	if !errors.Is(err, ErrInvalidID) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
 		t.Errorf("Score(past horizon) error = %v", err)
 	}
 	if got := c.ScoreAt(c.Horizon().Add(time.Hour)); got != 1<<53 {
@@ -244,8 +244,8 @@ func TestCodecInvalidID(t *testing.T) {
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		for _, id := range []int64{-1, math.MinInt64} {
 			s, err := c.Score(id)
-			if !errors.Is(err, ErrInvalidID) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
-				t.Errorf("Score(%d) = %v, %v; want ErrInvalidID naming it", id, s, err)
+			if !errors.Is(err, ErrInvalidArgument) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
+				t.Errorf("Score(%d) = %v, %v; want ErrInvalidArgument naming it", id, s, err)
 			}
 			if m := c.Member(id); m != "" {
 				t.Errorf("Member(%d) = %q, want \"\"", id, m)
@@ -256,8 +256,8 @@ func TestCodecInvalidID(t *testing.T) {
 		}
 	})
 	var zero Codec
-	if _, err := zero.Score(0); !errors.Is(err, ErrInvalidLayout) {
-		t.Errorf("zero Codec Score = %v, want ErrInvalidLayout", err)
+	if _, err := zero.Score(0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("zero Codec Score = %v, want ErrInvalidArgument", err)
 	}
 	if got := zero.ScoreAt(time.Now()); got != 0 {
 		t.Errorf("zero Codec ScoreAt = %v", got)
@@ -274,8 +274,8 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 		"０215857550229364736", strings.Repeat("9", 100),
 	} {
 		id, err := c.ParseMember(s)
-		if !errors.Is(err, ErrMalformedMember) || id != 0 {
-			t.Errorf("ParseMember(%q) = %d, %v; want ErrMalformedMember", s, id, err)
+		if !errors.Is(err, ErrInvalidArgument) || id != 0 {
+			t.Errorf("ParseMember(%q) = %d, %v; want ErrInvalidArgument", s, id, err)
 		}
 	}
 	for _, id := range []int64{0, 1, 215857550229364736, math.MaxInt64} {
@@ -610,7 +610,7 @@ func FuzzCodec(f *testing.F) {
 			l.SeqBits = 63 - l.TimeBits - l.NodeBits
 			var err error
 			if c, err = NewCodec(l, codecStrategies[strategy].opt); err != nil {
-				if !errors.Is(err, ErrInvalidLayout) {
+				if !errors.Is(err, ErrInvalidArgument) {
 					t.Fatalf("NewCodec(%+v): %v", l, err)
 				}
 				return
@@ -620,12 +620,12 @@ func FuzzCodec(f *testing.F) {
 			if c.Member(id) != member {
 				t.Fatalf("ParseMember(%q) = %d, which Member writes as %q", member, id, c.Member(id))
 			}
-		} else if !errors.Is(err, ErrMalformedMember) {
+		} else if !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("ParseMember(%q): %v", member, err)
 		}
 		for _, id := range []int64{a, b} {
 			valid := id >= 0 && c.Time(id).Before(c.Horizon())
-			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidID) {
+			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("Score(%d) with horizon %v: %v", id, c.Horizon(), err)
 			}
 			if !valid {

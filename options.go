@@ -8,16 +8,15 @@ import (
 // defaultShards is the shard count of a set opened without WithShards.
 const defaultShards = 16
 
-// MaxTTL is the longest ttl a call accepts: deadlines stay far inside the
-// range a double holds exactly.
-const MaxTTL = 100 * 365 * 24 * time.Hour
+// maxTTL is the longest ttl a call accepts (100 years): deadlines stay far
+// inside the range a double holds exactly.
+const maxTTL = 100 * 365 * 24 * time.Hour
 
 // Option configures Open, NewQuota, NewSweeper, Consume or NewCodec: each
 // option's doc says which. Options apply in order, the later winning where
 // two set one thing. The first invalid option (out of range, or given where
 // it does not apply) fails the call that was given it, with an error matching
-// ErrInvalidOption (or the sentinel of the argument, such as
-// ErrInvalidConsumer) that names the option; nothing is written then. The
+// ErrInvalidArgument that names the option; nothing is written then. The
 // zero Option does nothing.
 type Option struct {
 	name  string // "WithShards", for errors
@@ -78,7 +77,7 @@ func applyOptions(where scope, o *options, opts []Option) error {
 			continue
 		}
 		if opt.where != where {
-			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidOption, opt.name, opt.where, where)
+			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidArgument, opt.name, opt.where, where)
 		}
 		if err := opt.apply(o); err != nil {
 			return err
@@ -87,11 +86,11 @@ func applyOptions(where scope, o *options, opts []Option) error {
 	return nil
 }
 
-// inRange returns an ErrInvalidOption error naming opt when v is outside
+// inRange returns an ErrInvalidArgument error naming opt when v is outside
 // lo..hi.
 func inRange[T int | time.Duration](opt string, v, lo, hi T) error {
 	if v < lo || v > hi {
-		return fmt.Errorf("%w: %s(%v): want %v to %v", ErrInvalidOption, opt, v, lo, hi)
+		return fmt.Errorf("%w: %s(%v): want %v to %v", ErrInvalidArgument, opt, v, lo, hi)
 	}
 	return nil
 }
@@ -187,7 +186,7 @@ type retention struct {
 
 // WithEventRetention bounds each shard's event stream, whether or not any
 // consumer reads it: events older than maxAge (by their stream ID, the
-// server's clock when the sweeper wrote them; 1s to MaxTTL) and, past maxLen
+// server's clock when the sweeper wrote them; 1s to 100 years) and, past maxLen
 // events in a shard's stream (1 to 2^30), the oldest ones are
 // removed. Default 7 days and 100,000 events per shard. The sweeper trims,
 // in the script that writes events,
@@ -200,14 +199,14 @@ type retention struct {
 // ShardStats.Trimmed, SweepInfo.Trimmed). Dead letters are not trimmed. The
 // retention is not recorded in Redis: every process that sweeps the set
 // should give the same. Applies only to a set WithExpiryEvents (Open fails
-// with ErrInvalidOption otherwise).
+// with ErrInvalidArgument otherwise).
 func WithEventRetention(maxAge time.Duration, maxLen int) Option {
 	return setOption("WithEventRetention", func(c *setConfig) error {
 		switch {
-		case maxAge < time.Second || maxAge > MaxTTL:
-			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidOption, maxAge, MaxTTL)
+		case maxAge < time.Second || maxAge > maxTTL:
+			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidArgument, maxAge, maxTTL)
 		case maxLen < 1 || maxLen > maxEventMaxLen:
-			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, maxEventMaxLen)
+			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidArgument, maxLen, maxEventMaxLen)
 		}
 		c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
 		return nil
@@ -242,12 +241,12 @@ func WithPayload(p []byte) CallOption {
 }
 
 // WithLimit overrides the quota's limit for one Acquire: a VIP owner allowed
-// more, say (1 to 2^30). Add rejects it with ErrInvalidOption.
+// more, say (1 to 2^30). Add rejects it with ErrInvalidArgument.
 func WithLimit(n int) CallOption {
 	return func(c *callConfig) {
 		if n < 1 || n > maxLimit {
 			if c.err == nil {
-				c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, maxLimit)
+				c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidArgument, n, maxLimit)
 			}
 			return
 		}

@@ -63,8 +63,8 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 			}
 			f := foreign[call]
 			err = run(f, first)
-			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), f.name+" is an option of "+f.where.String()+", not of "+call) {
-				t.Errorf("%s(%s): %v, want ErrInvalidOption naming where it belongs", call, f.name, err)
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), f.name+" is an option of "+f.where.String()+", not of "+call) {
+				t.Errorf("%s(%s): %v, want ErrInvalidArgument naming where it belongs", call, f.name, err)
 			}
 		}
 	})

@@ -18,7 +18,7 @@ import (
 // number of concurrent callers can over-admit. A Quota is safe for
 // simultaneous use by multiple goroutines; several quotas with different
 // limits may share one Set. The zero value is not usable: a zero or nil
-// *Quota's calls fail with ErrNotOpened; create one with NewQuota.
+// *Quota's calls fail with ErrInvalidArgument; create one with NewQuota.
 type Quota struct {
 	set        *Set
 	limit      int
@@ -46,13 +46,13 @@ type Decision struct {
 // WithRefreshOnReacquire.
 func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: NewQuota of a nil Set: open it with Open", ErrInvalidArgument)
 	}
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
 	if limit < 1 || limit > maxLimit {
-		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, maxLimit)
+		return nil, fmt.Errorf("%w: limit %d (want 1 to %d)", ErrInvalidArgument, limit, maxLimit)
 	}
 	q := &Quota{set: s, limit: limit, receiptTTL: defaultEvictionReceiptTTL}
 	if err := applyOptions(inQuota, &options{quota: q}, opts); err != nil {
@@ -77,10 +77,10 @@ func (q *Quota) Set() *Set {
 	return q.set
 }
 
-// opened returns ErrNotOpened for a nil or zero Quota.
+// opened returns ErrInvalidArgument for a nil or zero Quota.
 func (q *Quota) opened() error {
 	if q == nil || q.set == nil || q.limit < 1 {
-		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrNotOpened)
+		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrInvalidArgument)
 	}
 	return q.set.opened()
 }
@@ -249,7 +249,7 @@ type AcquireRequest struct {
 // one entry per request, in order: nil where the request succeeded (its
 // Decision is valid), the request's error where it failed (its Decision is
 // the zero Decision: not allowed). errors.Is and errors.As see every non-nil
-// entry, so errors.Is(err, ErrUnexpectedReply) or a network error match.
+// entry, so errors.Is(err, errUnexpectedReply) or a network error match.
 type BatchError struct {
 	Errs []error
 }
@@ -295,8 +295,7 @@ func (e *BatchError) Unwrap() []error {
 // b and denies c).
 //
 // Every request is validated first: a bad one fails the whole call with an
-// error that names its index and wraps the sentinel (ErrInvalidOwner,
-// ErrInvalidTTL, ...), and nothing is sent. Otherwise AcquireMany returns one
+// error that names its index and wraps ErrInvalidArgument, and nothing is sent. Otherwise AcquireMany returns one
 // Decision per request, in order. When some requests fail in Redis (a
 // network error, a key of another type), it still returns every Decision
 // together with a *BatchError saying which failed; the others took effect.

@@ -43,7 +43,7 @@ func TestReadEventsTakesNothingFromConsumers(t *testing.T) {
 		for _, bad := range []struct {
 			shard, count int
 		}{{-1, 1}, {2, 1}, {0, 0}, {0, 1001}} {
-			if _, _, err := s.ReadEvents(ctx, bad.shard, "0-0", bad.count, 0); !errors.Is(err, ErrInvalidOption) {
+			if _, _, err := s.ReadEvents(ctx, bad.shard, "0-0", bad.count, 0); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("shard %d count %d: %v", bad.shard, bad.count, err)
 			}
 		}
@@ -51,7 +51,7 @@ func TestReadEventsTakesNothingFromConsumers(t *testing.T) {
 			t.Errorf("keys %q %q %q", k, s.DeadLettersKey(1), s.EventsKey(2))
 		}
 		plain, _ := newTestSet(t, b)
-		if _, _, err := plain.ReadEvents(ctx, 0, "$", 1, 0); !errors.Is(err, ErrNoEvents) {
+		if _, _, err := plain.ReadEvents(ctx, 0, "$", 1, 0); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("no events: %v", err)
 		}
 	})

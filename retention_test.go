@@ -89,7 +89,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 }
 
 // TestEventRetentionOptions: out-of-range bounds, or retention on a set
-// without events, fail Open with ErrInvalidOption, writing nothing.
+// without events, fail Open with ErrInvalidArgument, writing nothing.
 func TestEventRetentionOptions(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
@@ -98,13 +98,13 @@ func TestEventRetentionOptions(t *testing.T) {
 		opts []Option
 	}{
 		{[]Option{WithExpiryEvents(), WithEventRetention(999*time.Millisecond, 10)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(MaxTTL+time.Millisecond, 10)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(maxTTL+time.Millisecond, 10)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, 0)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, maxEventMaxLen+1)}},
 		{[]Option{WithEventRetention(time.Hour, 10)}},
 	} {
-		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("New with %d options: %v, want ErrInvalidOption", len(c.opts), err)
+		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("New with %d options: %v, want ErrInvalidArgument", len(c.opts), err)
 		}
 	}
 	if keys := setKeys(t, rdb, "retention"); len(keys) != 0 {

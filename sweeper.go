@@ -49,7 +49,7 @@ const indexGrace = time.Hour
 //
 // A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
 // per Sweeper is what it is built for. Create one with NewSweeper: a zero
-// or nil *Sweeper's Run and SweepOnce fail with ErrNotOpened.
+// or nil *Sweeper's Run and SweepOnce fail with ErrInvalidArgument.
 type Sweeper struct {
 	set   *Set
 	locks *redislock.Client
@@ -105,16 +105,15 @@ func WithMembersPerBatch(n int) Option {
 	})
 }
 
-// NewSweeper returns a sweeper of s. It fails with ErrInvalidOption for a
-// nil s or an invalid option (the first one), and with ErrNoIndex for a set
-// that keeps no due index (opened without WithExpiryEvents or
+// NewSweeper returns a sweeper of s. It fails with ErrInvalidArgument for a
+// nil s, an invalid option (the first one), or a set that keeps no due index (opened without WithExpiryEvents or
 // WithSweepIndex).
 // Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
 // WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
 // set) report what Run sweeps and the errors it survives.
 func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidArgument)
 	}
 	if err := s.opened(); err != nil {
 		return nil, err
@@ -129,7 +128,7 @@ func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
 		return nil, err
 	}
 	if !s.index {
-		return nil, fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name)
+		return nil, fmt.Errorf("%w: set %q keeps no due index (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrInvalidArgument, s.name)
 	}
 	return &Sweeper{set: s, cfg: cfg, locks: redislock.New(s.rdb)}, nil
 }
@@ -313,10 +312,10 @@ func release(ctx context.Context, l *lease) {
 
 func (w *Sweeper) check() error {
 	if w == nil {
-		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrNotOpened)
+		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
 	if w.set == nil || w.locks == nil {
-		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrNotOpened)
+		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
 	return nil
 }
@@ -557,7 +556,7 @@ func (w *Sweeper) report(ctx context.Context, op string, shard int, err error, r
 // shape, built from the pieces in this file:
 //
 //   - loop runs rounds until ctx ends; a round's error either ends the loop
-//     (cannotHeal: ctx ended, or misuse such as ErrNoEvents) or is reported
+//     (cannotHeal: ctx ended, or misuse such as ErrInvalidArgument) or is reported
 //     and the round retried after a capped exponential backoff with jitter.
 //   - backoff is that delay, kept per loop or per shard, so one failing shard
 //     backs off while the others carry on.
@@ -631,7 +630,7 @@ func cannotHeal(ctx context.Context, err error) bool {
 
 // misuse reports whether err is a caller's mistake that retrying cannot mend.
 func misuse(err error) bool {
-	for _, m := range []error{ErrNoEvents, ErrNoIndex, ErrInvalidOption, ErrInvalidConsumer, ErrInvalidName, ErrConfigMismatch} {
+	for _, m := range []error{ErrInvalidArgument, ErrConfigMismatch} {
 		if errors.Is(err, m) {
 			return true
 		}

@@ -218,11 +218,11 @@ func TestSweeperInvalidOptions(t *testing.T) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
 		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
 			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
-			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidOption) || w != nil {
-				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidOption", o.name, w, err)
+			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
+				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidArgument", o.name, w, err)
 			}
 		}
-		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidOption) || w != nil {
+		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidArgument) || w != nil {
 			t.Errorf("nil set: %v, %v", w, err)
 		}
 	})
@@ -247,8 +247,8 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
 		checkPTTL(t, b, s.OwnerKey("v"), time.Minute)
-		if w, err := NewSweeper(s); !errors.Is(err, ErrNoIndex) || w != nil {
-			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrNoIndex", w, err)
+		if w, err := NewSweeper(s); !errors.Is(err, ErrInvalidArgument) || w != nil {
+			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrInvalidArgument", w, err)
 		}
 		// WithSweepIndex is recorded like the other options.
 		if _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {

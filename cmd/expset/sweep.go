@@ -156,7 +156,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
 	}
 	set, err := openExisting(ctx, c, name, setOpts...)
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err != nil {
@@ -169,7 +169,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
 	}
 	w, err := expset.NewSweeper(set, opts...)
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err != nil {
@@ -189,7 +189,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 		prog.mu.Unlock()
 	}
 	stop()
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	sum := sweepSummary{Set: set.Name(), Once: o.once}
