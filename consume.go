@@ -710,7 +710,7 @@ func (c *consumer) stop(ctx context.Context) {
 // Hooks.OnEvent.
 func (c *consumer) event(ctx context.Context, shard, attempt int, err error, buried bool) {
 	if h := c.set.hooks.OnEvent; h != nil {
-		h(ctx, EventInfo{Set: c.set.name, Group: c.group, Shard: shard, Attempt: attempt, Err: err, DeadLettered: buried})
+		h(ctx, CallInfo{Set: c.set.name, Op: "event", Shard: shard, Err: err}, EventInfo{Group: c.group, Attempt: attempt, DeadLettered: buried})
 	}
 }
 

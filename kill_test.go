@@ -96,8 +96,8 @@ func helperMain(role string) error {
 		out.Unlock()
 	}
 	var swept atomic.Int64
-	hooks := Hooks{OnSweep: func(_ context.Context, si SweepInfo) {
-		say("swept %d %d", si.Shard, swept.Add(int64(si.Expired)))
+	hooks := Hooks{OnSweep: func(_ context.Context, ci CallInfo, si SweepStats) {
+		say("swept %d %d", ci.Shard, swept.Add(int64(si.Expired)))
 		time.Sleep(2 * time.Millisecond)
 	}}
 	ctx := context.Background()
@@ -333,8 +333,13 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		var mu sync.Mutex
 		var survivor SweepStats
 		var sweepErrs []error
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) { mu.Lock(); survivor.add(sweepStatsOf(si)); mu.Unlock() }
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) { mu.Lock(); sweepErrs = append(sweepErrs, ei.Err); mu.Unlock() }
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) { mu.Lock(); survivor.add(si); mu.Unlock() }
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
+			mu.Lock()
+			sweepErrs = append(sweepErrs, ei.Err)
+			mu.Unlock()
+		}
 		stop := runSweeper(t, newSweeper(t, s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle)))
 
 		last := h.waitLine("a tenth of the members swept", func(l string) bool {

@@ -152,13 +152,16 @@ func TestErrorLogRateLimitsPerOpAndShard(t *testing.T) {
 }
 
 func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
-	var got []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) { got = append(got, e) }}}
+	var got []errorReport
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+		e := errorReport{ci, retry}
+		got = append(got, e)
+	}}}
 	boom := errors.New("boom")
 	ctx := context.Background()
 	s.reportError(ctx, "sweep", 4, boom, time.Second)
 	s.reportError(ctx, "sweep", 4, boom, time.Second) // the hook sees every error
-	if len(got) != 2 || got[0] != (ErrorInfo{Set: "orders", Op: "sweep", Shard: 4, Err: boom, Retry: time.Second}) {
+	if len(got) != 2 || got[0] != (errorReport{CallInfo{Set: "orders", Op: "sweep", Shard: 4, Err: boom}, time.Second}) {
 		t.Fatalf("hook got %+v", got)
 	}
 	ended, cancel := context.WithCancel(ctx)
@@ -182,8 +185,9 @@ func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
 func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var reported []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+	var reported []errorReport
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+		e := errorReport{ci, retry}
 		mu.Lock()
 		reported = append(reported, e)
 		mu.Unlock()

@@ -196,7 +196,7 @@ type retention struct {
 // consumer group that needs it: retention is the one way an expiry event is
 // dropped without a handler having returned nil for it or it being
 // dead-lettered. Each shard counts what retention removed (Stats,
-// ShardStats.Trimmed, SweepInfo.Trimmed). Dead letters are not trimmed. The
+// ShardStats.Trimmed, the Trimmed of the SweepStats Hooks.OnSweep receives). Dead letters are not trimmed. The
 // retention is not recorded in Redis: every process that sweeps the set
 // should give the same. Applies only to a set WithExpiryEvents (Open fails
 // with ErrInvalidArgument otherwise).

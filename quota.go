@@ -132,7 +132,7 @@ func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
 func (s *Set) decided(ctx context.Context, c acquireCall, v any) (Decision, error) {
 	d, err := parseDecision(v, c.limit)
 	if err == nil && s.hooks.OnAcquire != nil {
-		s.hooks.OnAcquire(ctx, AcquireInfo{Set: s.name, Shard: c.shard, Decision: d})
+		s.hooks.OnAcquire(ctx, CallInfo{Set: s.name, Op: "acquire", Shard: c.shard}, d)
 	}
 	return d, err
 }

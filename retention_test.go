@@ -24,14 +24,14 @@ func trimmedTotal(t *testing.T, s *Set) int64 {
 
 // TestEventRetentionMaxLen: with no consumer at all, a sweep that writes 12
 // events to a stream retained at 5 leaves the 5 latest, and the 7 trimmed
-// are counted in SweepStats, Stats and SweepInfo; later sweeps add to the
+// are counted in SweepStats, Stats and Hooks.OnSweep; later sweeps add to the
 // count.
 func TestEventRetentionMaxLen(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hooked int
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
-			WithHooks(Hooks{OnSweep: func(_ context.Context, si SweepInfo) { hooked += si.Trimmed }}))
+			WithHooks(Hooks{OnSweep: func(_ context.Context, ci CallInfo, si SweepStats) { hooked += si.Trimmed }}))
 		ctx := context.Background()
 		for i := range 12 {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))

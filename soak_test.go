@@ -449,8 +449,9 @@ func TestSoak(t *testing.T) {
 	var stops []func()
 	for i := 0; i < 2; i++ {
 		s := open()
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) { mu.Lock(); swept.add(sweepStatsOf(si)); mu.Unlock() }
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) { mu.Lock(); swept.add(si); mu.Unlock() }
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			if errors.Is(ei.Err, ErrLeaseLost) {
 				mu.Lock()
 				leaseLost++

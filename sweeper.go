@@ -229,8 +229,9 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		r.stats.Batches = 1
 	}
 	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
-		h(ctx, SweepInfo{Set: w.set.name, Shard: sk.shard, Batch: len(owners) > 0, Owners: r.stats.Owners,
-			Expired: r.stats.Expired, Lateness: r.stats.MaxLateness, Trimmed: r.stats.Trimmed})
+		var st SweepStats
+		st.add(r.stats) // computes MeanLateness
+		h(ctx, CallInfo{Set: w.set.name, Op: "sweep", Shard: sk.shard}, st)
 	}
 	return r, err
 }
@@ -697,16 +698,6 @@ func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, 
 	}
 }
 
-// ErrorInfo describes one error a background loop (Sweeper.Run,
-// Set.Consume) survived; the loop carries on and tries again after Retry.
-type ErrorInfo struct {
-	Set   string
-	Op    string        // what failed: "sweep", "lease", "consume", ...
-	Shard int           // the shard it is confined to, or -1 when not shard-specific
-	Err   error         // the error
-	Retry time.Duration // how long the loop waits before trying that again
-}
-
 // reportError reports an error a background loop survived: to
 // Hooks.OnError when set (every error), else to slog.Default() at warning
 // level, at most one line per op and shard every errorLogEvery, with the
@@ -717,7 +708,7 @@ func (s *Set) reportError(ctx context.Context, op string, shard int, err error, 
 		return
 	}
 	if h := s.hooks.OnError; h != nil {
-		h(ctx, ErrorInfo{Set: s.name, Op: op, Shard: shard, Err: err, Retry: retry})
+		h(ctx, CallInfo{Set: s.name, Op: op, Shard: shard, Err: err}, retry)
 		return
 	}
 	s.errLog.log(ctx, s.name, op, shard, err, retry)

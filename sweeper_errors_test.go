@@ -124,16 +124,17 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		logs := captureSlog(t)
 		var mu sync.Mutex
-		var got []ErrorInfo
-		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+		var got []errorReport
+		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()
 		}}))
-		reported := func() []ErrorInfo {
+		reported := func() []errorReport {
 			mu.Lock()
 			defer mu.Unlock()
-			return append([]ErrorInfo(nil), got...)
+			return append([]errorReport(nil), got...)
 		}
 		ctx := context.Background()
 		owners := oneOwnerPerShard(s)
@@ -189,7 +190,8 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var errs []error
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			errs = append(errs, ei.Err)
 			mu.Unlock()
@@ -224,9 +226,10 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var mu sync.Mutex
-	var got []ErrorInfo
+	var got []errorReport
 	s, clk := newTestSet(t, backend{name: "miniredis", rdb: rdb, mr: mr}, WithShards(2), WithExpiryEvents(),
-		WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+		WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()

@@ -315,9 +315,9 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		seeded := seedStaggered(t, s, 20, 3, 5)
 		var mu sync.Mutex
 		var got SweepStats
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) {
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) {
 			mu.Lock()
-			got.add(sweepStatsOf(si))
+			got.add(si)
 			mu.Unlock()
 		}
 		w := newSweeper(t, s, WithMaxIdle(10*time.Millisecond))
@@ -442,7 +442,8 @@ func TestLeaseStolen(t *testing.T) {
 		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			lost = append(lost, ei.Err)
 			mu.Unlock()

@@ -200,7 +200,7 @@ func (s *Set) waited(ctx context.Context, w *waiter, start time.Time, admitted b
 		if w != nil {
 			shard = w.shard
 		}
-		s.hooks.OnWait(ctx, WaitInfo{Set: s.name, Shard: shard, Waited: time.Since(start), Admitted: admitted, Err: err})
+		s.hooks.OnWait(ctx, CallInfo{Set: s.name, Op: "wait", Shard: shard, Duration: time.Since(start), Err: err})
 	}
 	return err
 }

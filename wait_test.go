@@ -67,10 +67,10 @@ func waitAsync(ctx context.Context, q *Quota, member string, opts ...CallOption)
 // waitRecorder collects Hooks.OnWait reports.
 type waitRecorder struct {
 	mu    sync.Mutex
-	infos []WaitInfo
+	infos []CallInfo
 }
 
-func (r *waitRecorder) hook(_ context.Context, wi WaitInfo) {
+func (r *waitRecorder) hook(_ context.Context, wi CallInfo) {
 	r.mu.Lock()
 	r.infos = append(r.infos, wi)
 	r.mu.Unlock()
@@ -80,7 +80,7 @@ func (r *waitRecorder) counts() (admitted, gaveUp int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, wi := range r.infos {
-		if wi.Admitted {
+		if wi.Err == nil {
 			admitted++
 		} else {
 			gaveUp++

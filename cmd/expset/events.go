@@ -142,7 +142,7 @@ func (a *app) eventsSet(ctx context.Context, name string, perShard bool) (*expse
 	}
 	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration())
 	if err == nil && !cfg.Events {
-		err = fmt.Errorf("%w: set %q was opened without WithExpiryEvents", expset.ErrInvalidArgument, name)
+		err = fmt.Errorf("set %q was opened without WithExpiryEvents: it has no events", name)
 	}
 	if err != nil {
 		c.close()
