@@ -35,7 +35,7 @@ type Expiry struct {
 	Owner    string
 	Member   string
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
-	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
+	Evicted  bool      // WithEvictOldest evicted the member before its deadline (false: it reached it)
 	Attempt  int       // the handler call this is for the event in its group: 1 for the first, 2 for the second, ...
 	Payload  []byte    // the member's payload (WithPayloadStorage), nil when it had none
 	Shard    int       // the shard whose stream carried it
@@ -221,7 +221,7 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	d, ok3 = m.Values["d"].(string)
 	ms, err := strconv.ParseInt(d, 10, 64)
 	var ok4 bool
-	e.Reason, ok4 = parseReason(m.Values["r"])
+	e.Evicted, ok4 = parseEvicted(m.Values["r"])
 	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
 		return e, fmt.Errorf("%w: malformed expiry event %s: %v", errUnexpectedReply, m.ID, m.Values)
 	}
@@ -828,35 +828,14 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 	return err
 }
 
-// Reason says why a member left its set and produced an event: it reached
-// its deadline, or a quota with WithEvictOldest evicted it to make room.
-type Reason uint8
-
-// The reasons an event can carry. The zero Reason is ReasonExpired.
-const (
-	ReasonExpired Reason = iota // the member reached its deadline
-	ReasonEvicted               // WithEvictOldest evicted it before its deadline
-)
-
-// String returns "expired" or "evicted".
-func (r Reason) String() string {
-	switch r {
-	case ReasonExpired:
-		return "expired"
-	case ReasonEvicted:
-		return "evicted"
-	}
-	return fmt.Sprintf("Reason(%d)", uint8(r))
-}
-
-// parseReason reads an event entry's r field: absent for an expiry,
+// parseEvicted reads an event entry's r field: absent for an expiry,
 // "evicted" for an eviction.
-func parseReason(v any) (Reason, bool) {
+func parseEvicted(v any) (evicted, ok bool) {
 	switch v {
 	case nil:
-		return ReasonExpired, true
+		return false, true
 	case "evicted":
-		return ReasonEvicted, true
+		return true, true
 	}
-	return 0, false
+	return false, false
 }

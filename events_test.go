@@ -414,7 +414,7 @@ func TestRewriteBehindManyExpired(t *testing.T) {
 			if n != 1 || len(eventsOf(t, s)) != 1001 {
 				t.Fatalf("%s: %d events for %s, %d in all (swept %+v); want 1 and 1001", op, n, last, len(eventsOf(t, s)), st)
 			}
-			if ms := must[[]Member](t)(s.Members(ctx, "o")); len(ms) != 1 || ms[0].ID != last || !ms[0].Deadline.Equal(d) {
+			if ms := must[[]Member](t)(s.Members(ctx, "o", 0)); len(ms) != 1 || ms[0].ID != last || !ms[0].Deadline.Equal(d) {
 				t.Fatalf("%s: members %v, want %s until %v", op, ms, last, d)
 			}
 			if p := must[[]byte](t)(s.Payload(ctx, "o", last)); string(p) != "new" {

@@ -446,16 +446,9 @@ func (s *Set) Count(ctx context.Context, owner string) (int, error) {
 	return int(n), nil
 }
 
-// Members returns owner's live members, earliest deadline first (members with
-// equal deadlines in byte order). It reads them all; an owner with a very
-// large set is better read with MembersN.
-func (s *Set) Members(ctx context.Context, owner string) ([]Member, error) {
-	return s.MembersN(ctx, owner, 0)
-}
-
-// MembersN returns at most n of owner's live members, earliest deadline
-// first; n <= 0 means all.
-func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, error) {
+// Members returns at most n of owner's live members, earliest deadline first
+// (members with equal deadlines in byte order); n <= 0 means all.
+func (s *Set) Members(ctx context.Context, owner string, n int) ([]Member, error) {
 	if err := s.checkOwner(owner); err != nil {
 		return nil, err
 	}

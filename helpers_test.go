@@ -57,6 +57,14 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	})
 }
 
+// reasonOf names why e's member left: "evicted" or "expired".
+func reasonOf(e Expiry) string {
+	if e.Evicted {
+		return "evicted"
+	}
+	return "expired"
+}
+
 // errorReport is one Hooks.OnError call, as tests record it.
 type errorReport struct {
 	CallInfo

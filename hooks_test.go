@@ -46,7 +46,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "u", "a", time.Minute))
 		must[bool](t)(s.Contains(ctx, "u", "a"))
 		must[int](t)(s.Count(ctx, "u"))
-		must[[]Member](t)(s.Members(ctx, "u"))
+		must[[]Member](t)(s.Members(ctx, "u", 0))
 		must[Decision](t)(q.Acquire(ctx, "v", "x", time.Minute))
 		must[Decision](t)(q.Acquire(ctx, "v", "y", time.Minute))
 		must[int](t)(s.Remove(ctx, "u", "a"))

@@ -199,11 +199,11 @@ func hostileCases() []hostileCase {
 			return strconv.Itoa(n), err
 		})
 		row("Set.Members", in, err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
-			ms, err := e.s.Members(e.ctx, v)
+			ms, err := e.s.Members(e.ctx, v, 0)
 			return e.members(ms), err
 		})
-		row("Set.MembersN", in+", n 1", err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
-			ms, err := e.s.MembersN(e.ctx, v, 1)
+		row("Set.Members", in+", n 1", err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
+			ms, err := e.s.Members(e.ctx, v, 1)
 			return e.members(ms), err
 		})
 		row("Set.Payload", in, err, ok(good, "no payload"), func(e *hostileEnv) (string, error) {
@@ -338,7 +338,7 @@ func hostileCases() []hostileCase {
 			if err != nil {
 				return "", err
 			}
-			return "limit " + strconv.Itoa(q.Limit()), nil
+			return "limit " + strconv.Itoa(q.limit), nil
 		})
 		owner := "limit-" + strconv.Itoa(i)
 		row("Quota.Acquire", "WithLimit("+l.desc+")", err, ok(good, fmt.Sprintf("allowed, count 1 of %d, deadline now+1m0s", n)), func(e *hostileEnv) (string, error) {
@@ -354,12 +354,12 @@ func hostileCases() []hostileCase {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
-	row("Set.MembersN", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
-		ms, err := e.s.MembersN(e.ctx, "base", -1)
+	row("Set.Members", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.Members(e.ctx, "base", -1)
 		return e.members(ms), err
 	})
-	row("Set.MembersN", "n math.MaxInt", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
-		ms, err := e.s.MembersN(e.ctx, "base", math.MaxInt)
+	row("Set.Members", "n math.MaxInt", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.Members(e.ctx, "base", math.MaxInt)
 		return e.members(ms), err
 	})
 	row("Set.Remove", "no members", nil, "0", func(e *hostileEnv) (string, error) {
@@ -475,7 +475,7 @@ func hostileCases() []hostileCase {
 		if err != nil {
 			return "", err
 		}
-		return "limit " + strconv.Itoa(q.Limit()), nil
+		return "limit " + strconv.Itoa(q.limit), nil
 	})
 	row("NewQuota", "nil Set", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(nil, 3)
@@ -570,7 +570,7 @@ func hostileCases() []hostileCase {
 		{"Set.Deadline", func(e *hostileEnv, s *Set) error { _, err := s.Deadline(e.ctx, "o", "m"); return err }},
 		{"Set.Extend", func(e *hostileEnv, s *Set) error { _, err := s.Extend(e.ctx, "o", "m", time.Minute); return err }},
 		{"Set.Count", func(e *hostileEnv, s *Set) error { _, err := s.Count(e.ctx, "o"); return err }},
-		{"Set.Members", func(e *hostileEnv, s *Set) error { _, err := s.Members(e.ctx, "o"); return err }},
+		{"Set.Members", func(e *hostileEnv, s *Set) error { _, err := s.Members(e.ctx, "o", 0); return err }},
 		{"Set.Payload", func(e *hostileEnv, s *Set) error { _, err := s.Payload(e.ctx, "o", "m"); return err }},
 		{"Set.Stats", func(e *hostileEnv, s *Set) error { _, err := s.Stats(e.ctx); return err }},
 		{"Set.ReadEvents", func(e *hostileEnv, s *Set) error { _, _, err := s.ReadEvents(e.ctx, 0, "0", 1, 0); return err }},
@@ -615,10 +615,6 @@ func hostileCases() []hostileCase {
 			run, q := c.run, z.q
 			row(c.call, z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
 		}
-		q := z.q
-		row("Quota.Limit, Set", z.desc, nil, "0, <nil>", func(e *hostileEnv) (string, error) {
-			return fmt.Sprintf("%d, %v", q.Limit(), q.Set()), nil
-		})
 	}
 	for _, z := range []struct {
 		desc string

@@ -123,25 +123,13 @@ func (s strategy) String() string {
 	return fmt.Sprintf("strategy(%d)", s)
 }
 
-// KeepTopBits keeps the 53 most significant bits of the ID: the whole time
-// field and then node and sequence bits, top down, until 53 bits are used.
-// Scores never decrease as IDs grow, so with Member as the member a sorted
-// set lists IDs in exactly ID order. IDs that differ only in their 10 low
-// bits share a score: for Twitter, up to 1024 IDs one node makes in one
-// millisecond. (In a custom layout whose node and sequence fields have
-// fewer than 10 bits together, it drops time bits too, and neighbouring
-// ticks share scores.) It is the default, and what new data should use.
-func KeepTopBits() Option {
-	return codecOption("KeepTopBits", func(c *Codec) error { c.strategy = keepTop; return nil })
-}
-
 // KeepTimeSeq keeps the time field and the whole sequence field, and drops
 // the node field (53 bits for Twitter). Every ID one node makes gets a score
 // of its own, but where the node field sits above the sequence (Twitter,
 // Discord, Instagram), IDs of different nodes in the same tick sort by
 // sequence, not by ID, and After follows that order. Where it sits below
 // (Sonyflake), the dropped bits are the lowest and the order is exact, as
-// with KeepTopBits.
+// with the default (KeepTopBits).
 func KeepTimeSeq() Option {
 	return codecOption("KeepTimeSeq", func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
 }
@@ -175,7 +163,8 @@ func KeepTimeSeq52() Option {
 // strategy, ZRANGE lists the IDs in exactly ID order. After reads the IDs
 // after a cursor ID, and ScoreAt gives the score bound of a time range.
 //
-// Which bits are kept (bit 63 is the sign bit, always 0):
+// Which bits are kept (bit 63 is the sign bit, always 0; KeepTopBits is the
+// default strategy, which takes no option):
 //
 //	Twitter, bwmarrin, Discord:  63 62          22 21       12 11        0
 //	                            +--+--------------+-----------+-----------+
@@ -231,6 +220,11 @@ func KeepTimeSeq52() Option {
 // score also returns the IDs before it that share the score: After skips
 // them.
 //
+// The order is exact (a < b implies Score(a) <= Score(b), and ZRANGE lists
+// IDs in ID order) with the default strategy, and with KeepTimeSeq or
+// KeepTimeSeq52 where the node field is the lowest field of the ID (SeqHigh
+// layouts such as Sonyflake) or has no bits.
+//
 // A Codec is immutable and safe for simultaneous use by multiple goroutines.
 // The zero Codec is not usable: build one with NewCodec.
 type Codec struct {
@@ -246,8 +240,16 @@ type Codec struct {
 	timeLimit uint64 // the first time field past the horizon
 }
 
-// NewCodec returns a Codec for IDs of layout l; by default it keeps the
-// top 53 bits (KeepTopBits). It fails with ErrInvalidArgument when TimeBits is
+// NewCodec returns a Codec for IDs of layout l. By default (KeepTopBits in
+// the tables of Codec) it keeps the 53 most significant bits of the ID: the
+// whole time field and then node and sequence bits, top down, until 53 bits
+// are used. Scores never decrease as IDs grow, so with Member as the member a
+// sorted set lists IDs in exactly ID order. IDs that differ only in their 10
+// low bits share a score: for Twitter, up to 1024 IDs one node makes in one
+// millisecond. (In a custom layout whose node and sequence fields have fewer
+// than 10 bits together, it drops time bits too, and neighbouring ticks share
+// scores.) It is what new data should use; KeepTimeSeq and KeepTimeSeq52
+// choose other bits. It fails with ErrInvalidArgument when TimeBits is
 // under 1, NodeBits or SeqBits is negative, the three do not add up to 63,
 // TimeUnit is not positive, 2^TimeBits time units overflow a time.Duration,
 // Epoch is the zero time, or KeepTimeSeq leaves the time field no room.
@@ -310,14 +312,11 @@ func NewCodec(l Layout, opts ...Option) (*Codec, error) {
 	return c, nil
 }
 
-// Layout returns the layout c was built for.
-func (c *Codec) Layout() Layout { return c.layout }
-
-// Ordered reports whether a < b implies Score(a) <= Score(b) for all IDs, so
-// that a sorted set with Member as the member lists IDs in exactly ID order.
-// It is true with KeepTopBits, and with the other strategies where the
-// dropped node bits are the lowest bits of the ID (Sonyflake).
-func (c *Codec) Ordered() bool { return c.loBits == 0 }
+// ordered reports whether a < b implies Score(a) <= Score(b) for all IDs, so
+// that a sorted set with Member as the member lists IDs in exactly ID order:
+// with the default strategy, and with the others where the dropped node bits
+// are the lowest bits of the ID (see Codec).
+func (c *Codec) ordered() bool { return c.loBits == 0 }
 
 // Horizon returns the start of the first tick whose IDs c cannot score: the
 // end of the generator's time field, or earlier when the strategy keeps fewer

@@ -90,7 +90,7 @@ func TestCodecRedisScoresBitExact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			ids := append(cornerIDs(c.Layout()), 215857550229364736, 215857550229364737)
+			ids := append(cornerIDs(c.layout), 215857550229364736, 215857550229364737)
 			want := map[string]float64{}
 			var args []any
 			for _, id := range ids {
@@ -167,10 +167,10 @@ func TestCodecRedisOrder(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			if !c.Ordered() {
+			if !c.ordered() {
 				t.Skip("this strategy does not promise ID order")
 			}
-			ids := burstIDs(c.Layout(), 1<<30)
+			ids := burstIDs(c.layout, 1<<30)
 			key := codecKey(t, rdb)
 			zaddIDs(t, rdb, c, key, ids)
 			ms, err := rdb.ZRange(context.Background(), key, 0, -1).Result()
@@ -298,7 +298,7 @@ func TestCodecRedisAfter(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			l := c.Layout()
+			l := c.layout
 			ids := burstIDs(l, 1<<30)
 			for seq := range uint64(300) { // one node's burst: one score with KeepTopBits
 				ids = append(ids, compose(l, 1<<30+5, 3, seq))
@@ -310,7 +310,7 @@ func TestCodecRedisAfter(t *testing.T) {
 				t.Fatal(err)
 			}
 			setOrder := parseCodecMembers(t, c, ms)
-			if c.Ordered() && !slices.IsSorted(setOrder) {
+			if c.ordered() && !slices.IsSorted(setOrder) {
 				t.Fatal("set order is not ID order")
 			}
 			for _, page := range []int64{1, 7, 20, 1000} {
@@ -381,7 +381,7 @@ func TestCodecRedisPrune(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			l := c.Layout()
+			l := c.layout
 			cutoff := l.Epoch.AddDate(20, 0, 0).Add(l.TimeUnit / 2)
 			tick := uint64(cutoff.Sub(l.Epoch) / l.TimeUnit)
 			ids := burstIDs(l, tick)

@@ -20,7 +20,7 @@ var codecStrategies = []struct {
 	name string
 	opt  Option
 }{
-	{"KeepTopBits", KeepTopBits()},
+	{"KeepTopBits", Option{}},
 	{"KeepTimeSeq", KeepTimeSeq()},
 	{"KeepTimeSeq52", KeepTimeSeq52()},
 }
@@ -211,7 +211,7 @@ func TestCodecHorizon(t *testing.T) {
 	t.Parallel()
 	l := Layout{Epoch: time.Unix(0, 0).UTC(), TimeUnit: time.Microsecond, TimeBits: 45, NodeBits: 6, SeqBits: 12}
 	c := mustCodec(t, l, KeepTimeSeq())
-	if c.Ordered() {
+	if c.ordered() {
 		t.Error("Ordered() = true with the node field dropped from the middle")
 	}
 	if got, want := c.Horizon(), l.Epoch.Add(time.Duration(1<<41)*time.Microsecond); !got.Equal(want) {
@@ -297,7 +297,7 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 func TestCodecScoreAt(t *testing.T) {
 	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
-		l := c.Layout()
+		l := c.layout
 		r := rand.New(rand.NewPCG(1, 2))
 		for range 2000 {
 			tick := r.Uint64N(1<<l.TimeBits - 1)
@@ -347,7 +347,7 @@ func randomID(r *rand.Rand, l Layout) int64 {
 // checkCodecPair checks the promises of c for two valid IDs a and b.
 func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	t.Helper()
-	l := c.Layout()
+	l := c.layout
 	if a > b {
 		a, b = b, a
 	}
@@ -361,7 +361,7 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 			t.Fatalf("score %v is not an exact integer below 2^53", s)
 		}
 	}
-	if c.Ordered() && sa > sb {
+	if c.ordered() && sa > sb {
 		t.Fatalf("%v: %d < %d but scores %v > %v", c.strategy, a, b, sa, sb)
 	}
 	// Scores grow with the tick; strictly where no time bit is dropped.
@@ -409,7 +409,7 @@ func TestCodecProperties(t *testing.T) {
 		rounds = 20000
 	}
 	check := func(t *testing.T, c *Codec) {
-		l := c.Layout()
+		l := c.layout
 		r := rand.New(rand.NewPCG(3, 4))
 		// Custom layouts may have a horizon before their time field ends.
 		valid := func(id int64) int64 {
@@ -453,10 +453,10 @@ func TestCodecOrderedFlag(t *testing.T) {
 	}
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		name := c.layout.Name + "/" + c.strategy.String()
-		if c.Ordered() != want[name] {
-			t.Errorf("Ordered() = %v, want %v", c.Ordered(), want[name])
+		if c.ordered() != want[name] {
+			t.Errorf("Ordered() = %v, want %v", c.ordered(), want[name])
 		}
-		l := c.Layout()
+		l := c.layout
 		a := compose(l, 7, 1, fieldMax(l.SeqBits))
 		b := compose(l, 7, 2, 0)
 		if l.SeqHigh {
@@ -464,8 +464,8 @@ func TestCodecOrderedFlag(t *testing.T) {
 		}
 		sa, _ := c.Score(a)
 		sb, _ := c.Score(b)
-		if broken := sa > sb; broken == c.Ordered() {
-			t.Errorf("ids %d < %d score %v, %v with Ordered() = %v", a, b, sa, sb, c.Ordered())
+		if broken := sa > sb; broken == c.ordered() {
+			t.Errorf("ids %d < %d score %v, %v with Ordered() = %v", a, b, sa, sb, c.ordered())
 		}
 	})
 }
@@ -495,7 +495,7 @@ func budgetRow(c *Codec) []string {
 	l := c.layout
 	var kept int
 	var parts []string
-	if c.Ordered() {
+	if c.ordered() {
 		kept = 63 - int(c.hiShift)
 		rest := kept - l.TimeBits
 		parts = append(parts, fmt.Sprintf("time %d", l.TimeBits))
@@ -526,7 +526,7 @@ func budgetRow(c *Codec) []string {
 	}
 	order := "ID order"
 	switch {
-	case c.Ordered():
+	case c.ordered():
 	case int(c.loBits) == l.SeqBits:
 		order = "time, then sequence"
 	default:
@@ -562,7 +562,7 @@ func TestCodecDocTables(t *testing.T) {
 			goLines = append(goLines, "//\t"+strings.TrimSpace(b.String()))
 			mdLines = append(mdLines, "| "+strings.Join(row, " | ")+" |")
 			// IDs per score, checked by counting: neighbours of one block.
-			if n := 1 << c.hiShift; c.Ordered() && n > 1 {
+			if n := 1 << c.hiShift; c.ordered() && n > 1 {
 				s0, _ := c.Score(int64(n) * 5)
 				s1, _ := c.Score(int64(n)*6 - 1)
 				s2, _ := c.Score(int64(n) * 6)

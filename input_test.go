@@ -43,7 +43,7 @@ func TestBadInput(t *testing.T) {
 			{"Extend zero ttl", func() error { _, err := s.Extend(ctx, "u", "m", 0); return err }, ErrInvalidArgument},
 			{"Extend empty owner", func() error { _, err := s.Extend(ctx, "", "m", time.Second); return err }, ErrInvalidArgument},
 			{"Count empty owner", func() error { _, err := s.Count(ctx, ""); return err }, ErrInvalidArgument},
-			{"Members empty owner", func() error { _, err := s.Members(ctx, ""); return err }, ErrInvalidArgument},
+			{"Members empty owner", func() error { _, err := s.Members(ctx, "", 0); return err }, ErrInvalidArgument},
 			{"Payload empty member", func() error { _, err := s.Payload(ctx, "u", ""); return err }, ErrInvalidArgument},
 			{"Acquire empty owner", func() error { _, err := q.Acquire(ctx, "", "m", time.Second); return err }, ErrInvalidArgument},
 			{"Acquire negative ttl", func() error { _, err := q.Acquire(ctx, "u", "n", -1); return err }, ErrInvalidArgument},
@@ -116,7 +116,7 @@ func TestForeignKeyType(t *testing.T) {
 		if _, err := q.Acquire(ctx, "u", "m", time.Second); err == nil {
 			t.Fatal("Acquire over a string key succeeded")
 		}
-		if _, err := s.Members(ctx, "u"); err == nil {
+		if _, err := s.Members(ctx, "u", 0); err == nil {
 			t.Fatal("Members over a string key succeeded")
 		}
 	})

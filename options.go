@@ -259,7 +259,7 @@ func WithLimit(n int) CallOption {
 // login ends the oldest"). Decision.Evicted lists what went, also on a retry
 // of the Acquire (see Quota.Acquire and WithEvictionReceiptTTL). An evicted
 // member's payload goes with it. With WithExpiryEvents each evicted member
-// produces one event, like an expiry, with Expiry.Reason ReasonEvicted, its
+// produces one event, like an expiry, with Expiry.Evicted set, its
 // deadline (not reached) and its payload.
 func WithEvictOldest() Option {
 	return quotaOption("WithEvictOldest", func(q *Quota) error { q.evict = true; return nil })

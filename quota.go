@@ -61,22 +61,6 @@ func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 	return q, nil
 }
 
-// Limit returns the quota's default limit (0 for a nil Quota).
-func (q *Quota) Limit() int {
-	if q == nil {
-		return 0
-	}
-	return q.limit
-}
-
-// Set returns the set the quota guards (nil for a nil Quota).
-func (q *Quota) Set() *Set {
-	if q == nil {
-		return nil
-	}
-	return q.set
-}
-
 // opened returns ErrInvalidArgument for a nil or zero Quota.
 func (q *Quota) opened() error {
 	if q == nil || q.set == nil || q.limit < 1 {
@@ -103,8 +87,8 @@ func (q *Quota) opened() error {
 // reports Evicted empty. A receipt is matched by the member's deadline: a
 // member released and admitted again at the very same deadline within the
 // window is reported with the evictions of its earlier admission. With
-// expiry events every evicted member also gets one event (Reason
-// ReasonEvicted), whatever happens to the reply.
+// expiry events every evicted member also gets one event (Expiry.Evicted
+// set), whatever happens to the reply.
 //
 // One call moves at most 1000 members and about 1 MiB of payloads (see
 // docs/design.md): when more members must be evicted than that (a limit

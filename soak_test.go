@@ -516,7 +516,7 @@ func TestSoak(t *testing.T) {
 		defer wg.Done()
 		for !stopWriters.Load() {
 			o := quotaOwners[audits%len(quotaOwners)]
-			ms, err := ws.Members(ctx, o)
+			ms, err := ws.Members(ctx, o, 0)
 			if err != nil || len(ms) > soakLimit {
 				t.Errorf("over-admission or error: Members(%s) = %v, %v", o, ms, err)
 				stopWriters.Store(true)
