@@ -14,7 +14,7 @@ import (
 
 // Consume defaults and limits.
 const (
-	defaultVisibilityTimeout = 30 * time.Second       // WithVisibilityTimeout
+	defaultVisibilityTimeout = 30 * time.Second       // WithLeaseTTL
 	defaultMaxAttempts       = 5                      // WithMaxAttempts
 	defaultReadBatch         = 10                     // WithReadBatch
 	defaultPollInterval      = 100 * time.Millisecond // WithPollInterval
@@ -50,20 +50,6 @@ type consumeConfig struct {
 	maxHandling time.Duration
 }
 
-// WithVisibilityTimeout sets how long an event stays with a consumer that
-// shows no sign of life (default 30s; 1ms to 24h).
-// While a handler call runs, its consumer renews its lease on the event every
-// third of this, so no other consumer takes it however long the call lasts
-// (see WithMaxHandlingTime). An event whose consumer died, or lost Redis,
-// goes to another consumer once this long has passed since the last renewal;
-// an event whose handler failed comes again this long after the failure.
-func WithVisibilityTimeout(d time.Duration) Option {
-	return consumeOption("WithVisibilityTimeout", func(c *consumeConfig) error {
-		c.visibility = d
-		return inRange("WithVisibilityTimeout", d, time.Millisecond, 24*time.Hour)
-	})
-}
-
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
 // 1 to 1000). With 1, the first failure buries it. Reading an event, holding
@@ -84,17 +70,6 @@ func WithReadBatch(n int) Option {
 	return consumeOption("WithReadBatch", func(c *consumeConfig) error {
 		c.batch = n
 		return inRange("WithReadBatch", n, 1, maxBatch)
-	})
-}
-
-// WithPollInterval sets how long Consume waits after finding every shard's
-// stream empty (default 100ms; 1ms to 1m). Reads do not
-// block in Redis, so this bounds both the idle load (one pipelined read of
-// all shards per interval) and the added delivery latency.
-func WithPollInterval(d time.Duration) Option {
-	return consumeOption("WithPollInterval", func(c *consumeConfig) error {
-		c.poll = d
-		return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
 	})
 }
 
@@ -150,7 +125,7 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // redelivery with no attempt counted, handled events are acknowledged, and
 // the consumer leaves its group when it holds nothing; Consume then returns
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
-// (a bad group, consumer or option, or a set without expiry events). Options: WithVisibilityTimeout,
+// (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)

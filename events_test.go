@@ -14,7 +14,7 @@ import (
 )
 
 // fastConsume are options that make redelivery quick in tests.
-var fastConsume = []Option{WithVisibilityTimeout(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+var fastConsume = []Option{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 
 // consumeInBackground runs s.Consume until the returned stop is called (or t
 // ends) and checks that it returned nil.
@@ -287,7 +287,7 @@ func TestConsumeInvalid(t *testing.T) {
 			{long, "c", ok, nil, ErrInvalidArgument},
 			{"g", "c", nil, nil, ErrInvalidArgument},
 			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithVisibilityTimeout(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithLeaseTTL(0)}, ErrInvalidArgument},
 			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidArgument},
 			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidArgument},
 			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidArgument},

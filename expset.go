@@ -237,18 +237,10 @@ func ttlMillis(ttl time.Duration) (int64, error) {
 	return ttl.Milliseconds(), nil
 }
 
-func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error) {
+func (s *Set) callOptions(where scope, opts []Option) (callConfig, error) {
 	var c callConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.err != nil {
-		return c, c.err
-	}
-	if c.limit != 0 && !allowLimit {
-		return c, fmt.Errorf("%w: WithLimit applies to Quota.Acquire only", ErrInvalidArgument)
+	if err := applyOptions(where, &options{call: &c}, opts); err != nil {
+		return c, err
 	}
 	if c.hasPayload {
 		if !s.payloads {
@@ -304,7 +296,7 @@ func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, k
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
 // be 1ms to 100 years. Options: WithPayload.
-func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (time.Time, error) {
+func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
 	}
@@ -312,7 +304,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	if err != nil {
 		return time.Time{}, err
 	}
-	c, err := s.callOptions(opts, false)
+	c, err := s.callOptions(inAdd, opts)
 	if err != nil {
 		return time.Time{}, err
 	}

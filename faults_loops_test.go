@@ -189,7 +189,7 @@ func TestSweeperRunSurvivesRestart(t *testing.T) {
 	redistest.SystemTest(t)
 	noLeaks(t)
 	r := newRestartRun(t)
-	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
+	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(6*time.Second))
 	var held []string
 	r.beforeKill = func() {
 		waitFor(t, "every lease held", func() bool { return !slices.Contains(r.leases(), "") })
@@ -232,8 +232,8 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	opts := []Option{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
-	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
+	opts := []Option{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(2*time.Second))
 	// Consume on a client of its own that does not retry commands, so that
 	// go-redis's retries cannot ride out the outage unseen.
 	rdb := r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })

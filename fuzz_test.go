@@ -270,9 +270,9 @@ func (r *modelRun) step(op modelOp) {
 	ttl := time.Duration(modelTTLs[op.ttl]) * r.unit
 	switch op.kind {
 	case opAcquire:
-		limit, opts := modelLimit, []CallOption(nil)
+		limit, opts := modelLimit, []Option(nil)
 		if op.limit > 0 {
-			limit, opts = op.limit, []CallOption{WithLimit(op.limit)}
+			limit, opts = op.limit, []Option{WithLimit(op.limit)}
 		}
 		got, err := r.qs[op.quota].Acquire(ctx, owner, member, ttl, opts...)
 		want := r.m.acquire(owner, member, ttl, limit, op.quota == 1, op.quota == 2)

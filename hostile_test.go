@@ -411,12 +411,12 @@ func hostileCases() []hostileCase {
 	})
 
 	// nil options and clients.
-	row("Set.Add", "a nil CallOption", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, nil)
+	row("Set.Add", "a zero Option", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, Option{})
 		return e.rt(d), err
 	})
-	row("Quota.Acquire", "a nil CallOption", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, nil)
+	row("Quota.Acquire", "a zero Option", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, Option{})
 		return e.decision(d), err
 	})
 	// Quota.AcquireWait checks its input as Acquire does, before it joins
@@ -466,8 +466,8 @@ func hostileCases() []hostileCase {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a nil CallOption, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, nil)
+	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a zero Option, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, Option{})
 		return e.decision(d), err
 	})
 	row("NewQuota", "a zero Option", nil, "limit 3", func(e *hostileEnv) (string, error) {
@@ -664,7 +664,7 @@ func hostileCases() []hostileCase {
 	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(maxShards+1)", maxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
 	for _, so := range shardOpts {
 		n := so.n
-		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidArgument, name: "shards-bad",
+		cs = append(cs, hostileCase{call: "Open", input: so.desc, want: ErrInvalidArgument, name: "shards-bad",
 			run: func(e *hostileEnv) (string, error) {
 				_, err := Open(context.Background(), e.rdb, e.named("shards-bad"), WithShards(n))
 				return "", err
@@ -680,13 +680,97 @@ func hostileCases() []hostileCase {
 		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidArgument},
 	}
 	for _, g := range groupOpts {
-		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
+		cs = append(cs, hostileCase{call: "Open", input: g.desc, want: g.want, name: "groups-bad",
 			run: func(e *hostileEnv) (string, error) {
 				_, err := Open(context.Background(), e.rdb, e.named("groups-bad"), g.opts...)
 				return "", err
 			}})
 	}
-	row("New", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
+	retentionOpts := []struct {
+		desc   string
+		maxAge time.Duration
+		maxLen int
+	}{
+		{"WithEventRetention(0, 1)", 0, 1},
+		{"WithEventRetention(999ms, 1)", time.Second - time.Millisecond, 1},
+		{"WithEventRetention(100 years + 1ms, 1)", maxTTL + time.Millisecond, 1},
+		{"WithEventRetention(-1ns, 1)", -1, 1},
+		{"WithEventRetention(1s, 0)", time.Second, 0},
+		{"WithEventRetention(1s, -1)", time.Second, -1},
+		{"WithEventRetention(1s, 2^30+1)", time.Second, maxEventMaxLen + 1},
+		{"WithEventRetention(1s, math.MinInt)", time.Second, math.MinInt},
+	}
+	for _, r := range retentionOpts {
+		cs = append(cs, hostileCase{call: "Open", input: r.desc, want: ErrInvalidArgument, name: "retention-bad",
+			run: func(e *hostileEnv) (string, error) {
+				_, err := Open(context.Background(), e.rdb, e.named("retention-bad"), WithExpiryEvents(), WithEventRetention(r.maxAge, r.maxLen))
+				return "", err
+			}})
+	}
+	row("Open", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
+		for _, o := range []Option{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
+			if _, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents(), o); err != nil {
+				return "", err
+			}
+		}
+		return "ok", nil
+	})
+
+	// Options of Consume and NewSweeper: each is checked against its call's
+	// range (WithLeaseTTL and WithPollInterval apply to both, with their own
+	// ranges). consume opens a set with events and runs Consume with an
+	// ended context: it checks its options, then returns at once.
+	consume := func(e *hostileEnv, opts ...Option) error {
+		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
+		if err != nil {
+			return err
+		}
+		done, cancel := context.WithCancel(e.ctx)
+		cancel()
+		return s.Consume(done, "g", "c", func(context.Context, Expiry) error { return nil }, opts...)
+	}
+	sweeper := func(e *hostileEnv, opts ...Option) error {
+		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
+		if err != nil {
+			return err
+		}
+		_, err = NewSweeper(s, opts...)
+		return err
+	}
+	loopOpts := []struct {
+		call string
+		desc string
+		opt  Option
+		ok   bool
+	}{
+		{"Set.Consume", "WithMaxHandlingTime(0)", WithMaxHandlingTime(0), false},
+		{"Set.Consume", "WithMaxHandlingTime(-1ns)", WithMaxHandlingTime(-1), false},
+		{"Set.Consume", "WithMaxHandlingTime(24h+1ns)", WithMaxHandlingTime(24*time.Hour + 1), false},
+		{"Set.Consume", "WithMaxHandlingTime(1ms)", WithMaxHandlingTime(time.Millisecond), true},
+		{"Set.Consume", "WithMaxHandlingTime(24h)", WithMaxHandlingTime(24 * time.Hour), true},
+		{"Set.Consume", "WithLeaseTTL(0)", WithLeaseTTL(0), false},
+		{"Set.Consume", "WithLeaseTTL(24h+1ns)", WithLeaseTTL(24*time.Hour + 1), false},
+		{"Set.Consume", "WithLeaseTTL(1ms)", WithLeaseTTL(time.Millisecond), true},
+		{"Set.Consume", "WithPollInterval(0)", WithPollInterval(0), false},
+		{"Set.Consume", "WithPollInterval(1m+1ns)", WithPollInterval(time.Minute + 1), false},
+		{"Set.Consume", "WithMembersPerBatch(5) (a Sweeper's option)", WithMembersPerBatch(5), false},
+		{"NewSweeper", "WithLeaseTTL(1ms) (under the sweeper's 30ms)", WithLeaseTTL(time.Millisecond), false},
+		{"NewSweeper", "WithLeaseTTL(1h+1ns)", WithLeaseTTL(time.Hour + 1), false},
+		{"NewSweeper", "WithLeaseTTL(30ms)", WithLeaseTTL(30 * time.Millisecond), true},
+		{"NewSweeper", "WithPollInterval(0)", WithPollInterval(0), false},
+		{"NewSweeper", "WithPollInterval(1m)", WithPollInterval(time.Minute), true},
+		{"NewSweeper", "WithMaxHandlingTime(1s) (a Consume option)", WithMaxHandlingTime(time.Second), false},
+	}
+	for _, lo := range loopOpts {
+		run := consume
+		if lo.call == "NewSweeper" {
+			run = sweeper
+		}
+		row(lo.call, lo.desc, errIf(lo.ok, ErrInvalidArgument), ok(lo.ok, "accepted"), func(e *hostileEnv) (string, error) {
+			return "accepted", run(e, lo.opt)
+		})
+	}
+	row("Open", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {
 			return "", err

@@ -44,13 +44,13 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 		own := map[string][2]Option{
 			"Open":        {WithShards(0), WithEventRetention(0, 1)},
 			"NewQuota":    {WithEvictionReceiptTTL(0), WithEvictionReceiptTTL(25 * time.Hour)},
-			"NewSweeper":  {WithMaxIdle(0), WithLeaseTTL(0)},
+			"NewSweeper":  {WithPollInterval(0), WithLeaseTTL(0)},
 			"Set.Consume": {WithReadBatch(0), WithMaxAttempts(0)},
 			"NewCodec":    {codecOption("KeepFirst", func(*Codec) error { return errors.New("first") }), codecOption("KeepSecond", func(*Codec) error { return errors.New("second") })},
 		}
 		foreign := map[string]Option{
 			"Open": WithEvictOldest(), "NewQuota": WithShards(2), "NewSweeper": WithReadBatch(5),
-			"Set.Consume": WithLeaseTTL(time.Second), "NewCodec": WithPayloadStorage(),
+			"Set.Consume": WithMembersPerBatch(5), "NewCodec": WithPayloadStorage(),
 		}
 		for call, run := range calls {
 			if err := run(Option{}); err != nil {

@@ -95,7 +95,7 @@ func (q *Quota) opened() error {
 // lowered far below the live count), Acquire evicts as many as it may,
 // reports them in Evicted, and denies with RetryAfter 0; calling it again
 // continues.
-func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
 		return Decision{}, err
@@ -131,7 +131,7 @@ type acquireCall struct {
 }
 
 // prepare validates one Acquire and builds its script call; it sends nothing.
-func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) (acquireCall, error) {
 	if err := q.opened(); err != nil {
 		return acquireCall{}, err
 	}
@@ -143,7 +143,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 	if err != nil {
 		return acquireCall{}, err
 	}
-	c, err := s.callOptions(opts, true)
+	c, err := s.callOptions(inAcquire, opts)
 	if err != nil {
 		return acquireCall{}, err
 	}
@@ -226,7 +226,7 @@ type AcquireRequest struct {
 	Owner   string
 	Member  string
 	TTL     time.Duration
-	Options []CallOption
+	Options []Option
 }
 
 // BatchError reports the requests of a batch that failed in Redis. Errs has

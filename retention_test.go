@@ -77,7 +77,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 				}
 			}
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {

@@ -460,7 +460,7 @@ func TestSoak(t *testing.T) {
 			}
 			t.Errorf("sweeper: %v", ei.Err)
 		}
-		w := newSweeper(t, s, WithLeaseTTL(time.Second), WithMaxIdle(50*time.Millisecond))
+		w := newSweeper(t, s, WithLeaseTTL(time.Second), WithPollInterval(50*time.Millisecond))
 		stops = append(stops, runSweeper(t, w))
 	}
 	var handled []handledEvent
@@ -480,7 +480,7 @@ func TestSoak(t *testing.T) {
 				return errors.New("soak: fails on its first attempt")
 			}
 			return nil
-		}, WithVisibilityTimeout(2*time.Second), WithPollInterval(10*time.Millisecond), WithReadBatch(20)))
+		}, WithLeaseTTL(2*time.Second), WithPollInterval(10*time.Millisecond), WithReadBatch(20)))
 	}
 
 	// Writers: 8 on the quota's 6 owners, 4 adding to 8 owners of their

@@ -15,7 +15,7 @@ import (
 // Sweeper defaults.
 const (
 	defaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
-	defaultMaxIdle         = time.Second      // WithMaxIdle
+	defaultMaxIdle         = time.Second      // WithPollInterval
 	defaultOwnersPerBatch  = 100              // WithOwnersPerBatch
 	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
@@ -63,29 +63,6 @@ type sweeperConfig struct {
 	members  int
 }
 
-// WithLeaseTTL sets how long a shard's lease lasts without a refresh (default
-// defaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
-// every third of it. A sweeper that dies holds its shards until its leases
-// lapse, so this is also how long its shards may go unswept.
-func WithLeaseTTL(d time.Duration) Option {
-	return sweeperOption("WithLeaseTTL", func(c *sweeperConfig) error {
-		c.leaseTTL = d
-		return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
-	})
-}
-
-// WithMaxIdle sets the longest Run waits before looking at its shards again
-// (default 1s; 1ms to 1m). Run wakes for the earliest
-// deadline the due indexes show; this cap is how soon it notices an earlier
-// deadline added by another process, and how often it tries to take shards
-// whose lease another sweeper holds.
-func WithMaxIdle(d time.Duration) Option {
-	return sweeperOption("WithMaxIdle", func(c *sweeperConfig) error {
-		c.maxIdle = d
-		return inRange("WithMaxIdle", d, time.Millisecond, time.Minute)
-	})
-}
-
 // WithOwnersPerBatch sets how many due owners one sweep script takes
 // (default 100; 1 to 1000).
 func WithOwnersPerBatch(n int) Option {
@@ -108,7 +85,7 @@ func WithMembersPerBatch(n int) Option {
 // NewSweeper returns a sweeper of s. It fails with ErrInvalidArgument for a
 // nil s, an invalid option (the first one), or a set that keeps no due index (opened without WithExpiryEvents or
 // WithSweepIndex).
-// Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
+// Options: WithLeaseTTL, WithPollInterval, WithOwnersPerBatch,
 // WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
 // set) report what Run sweeps and the errors it survives.
 func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
@@ -403,7 +380,7 @@ type shardState struct {
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
 // takes every shard whose lease is free, sweeps each when the earliest
 // deadline in its due index comes (looking at least every max idle interval,
-// WithMaxIdle), refreshes its leases about every third of their TTL, and
+// WithPollInterval), refreshes its leases about every third of their TTL, and
 // drops a shard at once when its lease is lost. Every max idle interval it
 // tries again to take the shards it does not hold, so the shards of a
 // sweeper that died are taken over once its leases lapse.

@@ -84,7 +84,7 @@ func TestRunReportsAWrongTypeShard(t *testing.T) {
 		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "shards 1 to 3 swept", func() bool {
 			for i := 1; i < 4; i++ {
@@ -144,7 +144,7 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 		if err := b.rdb.HSet(ctx, s.shards[2].events, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "three errors reported", func() bool { return len(reported()) >= 3 })
 		waitFor(t, "shards 0 and 1 swept", func() bool {
@@ -196,7 +196,7 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 			errs = append(errs, ei.Err)
 			mu.Unlock()
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "an error handled", func() bool {
 			mu.Lock()
@@ -238,7 +238,7 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	leases := func() []string {
 		return []string{rdb.Get(ctx, s.shards[0].lease).Val(), rdb.Get(ctx, s.shards[1].lease).Val()}
 	}
-	stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
+	stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
 	waitFor(t, "both leases", func() bool { l := leases(); return l[0] != "" && l[1] != "" })
 	held := leases()
 

@@ -216,7 +216,7 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
-		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
+		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
 			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
 			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
 				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidArgument", o.name, w, err)
@@ -320,7 +320,7 @@ func TestRunSweepsAndReleases(t *testing.T) {
 			got.add(si)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(10*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(10*time.Millisecond))
 		stop := runSweeper(t, w)
 		clk.Advance(3 * time.Second)
 		want := 0
@@ -383,7 +383,7 @@ func TestTwoSweepersRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
 		seeded := seedStaggered(t, s, 40, 10, 8)
-		opts := []Option{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		opts := []Option{WithPollInterval(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
 		stop1 := runSweeper(t, newSweeper(t, s, opts...))
 		stop2 := runSweeper(t, newSweeper(t, s, opts...))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -448,7 +448,7 @@ func TestLeaseStolen(t *testing.T) {
 			lost = append(lost, ei.Err)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
 		waitFor(t, "both leases", func() bool {
 			// One key per EXISTS: on a cluster the two shards' keys lie in

@@ -163,7 +163,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 
 	var total expset.SweepStats
 	opts := []expset.Option{
-		expset.WithLeaseTTL(o.leaseTTL), expset.WithMaxIdle(o.maxIdle),
+		expset.WithLeaseTTL(o.leaseTTL), expset.WithPollInterval(o.maxIdle),
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
 	}
 	w, err := expset.NewSweeper(set, opts...)
