@@ -13,9 +13,9 @@ import (
 )
 
 // The operator's calls, apart from the everyday API: the recorded
-// configuration (ReadConfiguration), Drop, Stats, dead letters (DeadLetters,
-// Kick, DeleteDeadLetters), ReadEvents and the keys a set uses (OwnerKey,
-// EventsKey, DeadLettersKey), for tools such as the expset command.
+// configuration (ReadConfiguration), Drop, Stats (with each shard's stream
+// keys), dead letters (DeadLetters, Kick, DeleteDeadLetters), ReadEvents and
+// OwnerKey, for tools such as the expset command.
 
 // Configuration is what the first Open of a set recorded in Redis, in the
 // hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
@@ -255,6 +255,9 @@ type ShardStats struct {
 	Dead       int64     // dead letters
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a sweeper holds the shard's lease
+
+	EventsKey      string // the Redis key of the shard's expiry event stream
+	DeadLettersKey string // the Redis key of the shard's dead-letter stream
 }
 
 // Stats returns the state of every shard. The numbers of one shard are read
@@ -329,6 +332,9 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Dead:      cmds[i].dead.Val(),
 			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
+
+			EventsKey:      s.shards[i].events,
+			DeadLettersKey: s.shards[i].dead,
 		}
 		st.Partial = st.OwnersDue > statsOwnerScan
 		for _, oc := range owners[i] {
@@ -544,24 +550,6 @@ func (s *Set) OwnerKey(owner string) string {
 		return ""
 	}
 	return s.shards[s.ShardOf(owner)].owner + owner
-}
-
-// EventsKey returns the Redis key of shard's expiry event stream, for
-// operators and tools that name it; "" when shard is not 0 to Shards()-1.
-func (s *Set) EventsKey(shard int) string {
-	if shard < 0 || shard >= s.Shards() {
-		return ""
-	}
-	return s.shards[shard].events
-}
-
-// DeadLettersKey returns the Redis key of shard's dead-letter stream; "" when
-// shard is not 0 to Shards()-1.
-func (s *Set) DeadLettersKey(shard int) string {
-	if shard < 0 || shard >= s.Shards() {
-		return ""
-	}
-	return s.shards[shard].dead
 }
 
 // ReadEvents returns up to count expiry events (1 to 1000) of one shard's
