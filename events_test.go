@@ -353,13 +353,14 @@ func TestStats(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "c", "m", time.Hour))
 		clk.Advance(3 * time.Second)
 		st := must[[]ShardStats](t)(s.Stats(ctx))[0]
-		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second)}
+		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second),
+			EventsKey: "expset:{" + s.Name() + ":0}:ev", DeadLettersKey: "expset:{" + s.Name() + ":0}:dead"}
 		if st != want {
 			t.Fatalf("stats %+v\nwant  %+v", st, want)
 		}
 		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		st = must[[]ShardStats](t)(s.Stats(ctx))[0]
-		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3}
+		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3, EventsKey: want.EventsKey, DeadLettersKey: want.DeadLettersKey}
 		if st != want {
 			t.Fatalf("after the sweep %+v\nwant  %+v", st, want)
 		}

@@ -198,7 +198,7 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 			if !errors.Is(err, ErrInvalidArgument) || c != nil {
 				t.Fatalf("NewCodec = %v, %v; want ErrInvalidArgument", c, err)
 			}
-			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid snowflake layout: Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
+			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid argument: snowflake layout Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("error %q does not name Twitter and %q", msg, tt.wantMsg)
 			}
 		})
