@@ -63,7 +63,7 @@ func WithMaxAttempts(n int) Option {
 
 // WithReadBatch sets how many events one read takes from each shard's
 // stream (default 10; 1 to 1000). Events read wait their
-// turn for the handler; one that waited past the visibility timeout may be
+// turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
 func WithReadBatch(n int) Option {
@@ -97,17 +97,17 @@ func WithMaxHandlingTime(d time.Duration) Option {
 //
 // handle runs in Consume's goroutine, one event at a time. Each call is one
 // attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
-// while it runs, the event's lease is renewed every third of the visibility
-// timeout, so no other consumer takes it, and the handler's context ends
+// while it runs, the event's lease is renewed every third of its TTL
+// (WithLeaseTTL), so no other consumer takes it, and the handler's context ends
 // when ctx ends, when the lease is lost (context.Cause ErrLeaseLost),
 // or after WithMaxHandlingTime (context.DeadlineExceeded). When handle returns nil
 // the event is acknowledged (with the next event's start, in one round
 // trip). When it fails, the event is delivered again, to any consumer of the
-// group, once the visibility timeout has passed; when the call that fails is
+// group, once the lease TTL has passed; when the call that fails is
 // attempt WithMaxAttempts, the event moves to the shard's dead-letter stream
 // with the error (see DeadLetters, Kick). An event whose last attempt never
-// returned (the consumer died, or lost Redis for longer than the visibility
-// timeout) is dead-lettered by the consumer that finds it. Nothing else is:
+// returned (the consumer died, or lost Redis for longer than the lease
+// TTL) is dead-lettered by the consumer that finds it. Nothing else is:
 // an event that no handler call failed on is never dead-lettered, except an
 // entry that cannot be read as an event at all, which is dead-lettered at
 // once with attempt 0.

@@ -379,9 +379,9 @@ type shardState struct {
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
 // takes every shard whose lease is free, sweeps each when the earliest
-// deadline in its due index comes (looking at least every max idle interval,
+// deadline in its due index comes (looking at least every poll interval,
 // WithPollInterval), refreshes its leases about every third of their TTL, and
-// drops a shard at once when its lease is lost. Every max idle interval it
+// drops a shard at once when its lease is lost. Every poll interval it
 // tries again to take the shards it does not hold, so the shards of a
 // sweeper that died are taken over once its leases lapse.
 //
