@@ -561,7 +561,7 @@ func (s *Set) OwnerKey(owner string) string {
 // waits up to block (at least 1ms) for an event when there is none yet,
 // holding a connection meanwhile; with zero it returns at once. The events
 // returned have Attempt 0: they were not delivered. A malformed entry ends the
-// read with errUnexpectedReply, the events before it, and an ID past it.
+// read with an "expset: unexpected reply" error, the events before it, and an ID past it.
 //
 // An event leaves its stream once every consumer group has handled it: a
 // read that does not wait may miss an event handled in between. A reader blocked in ReadEvents when an

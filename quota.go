@@ -233,7 +233,7 @@ type AcquireRequest struct {
 // one entry per request, in order: nil where the request succeeded (its
 // Decision is valid), the request's error where it failed (its Decision is
 // the zero Decision: not allowed). errors.Is and errors.As see every non-nil
-// entry, so errors.Is(err, errUnexpectedReply) or a network error match.
+// entry: a network error, a timeout or a Redis error of any request matches.
 type BatchError struct {
 	Errs []error
 }
