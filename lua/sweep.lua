@@ -54,6 +54,7 @@
 --   trimmed   events retention removed from the stream in this call
 --   due...    up to batch owners whose score is <= now, lowest score first:
 --             the owners to pass to the next call (none: the shard is swept)
+local tonumber, unpack = tonumber, unpack -- read once, not per owner
 local due, stream, flags = KEYS[1], KEYS[2], ARGV[2]
 local now = now_ms(ARGV[1])
 local NOW = string.format('%d', now)
@@ -61,8 +62,9 @@ local budget = tonumber(ARGV[3])
 local events, payloads = has(flags, 'e'), has(flags, 'p')
 local n = #ARGV - 6
 
--- PEEK: the expired members one read takes before a second read is needed.
-local PEEK = 2
+-- PEEK (without events) and POP (with events): the expired members the
+-- first read of an owner takes before a second read is needed.
+local PEEK, POP = 2, 1
 -- RANK[i] is i as a string, for the small ranks and limits of the common
 -- case.
 local RANK = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10'}
@@ -70,19 +72,35 @@ local RANK = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10'}
 local expired, late_sum, late_max, owners, stale = 0, 0, 0, 0, 0
 local bytes = BYTES_MAX
 local latest = 0 -- the latest score filed, for the index TTL (no events)
-local gone, refile = {}, {} -- owners to take out of the index; score, owner pairs to file
+local gone, ng = {}, 0 -- owners to take out of the index
+local refile, nr = {}, 0 -- score, owner pairs to file in the index
 local ds = {} -- the deadlines read, as numbers, up to the first live one
+local peek = PEEK
+if events then
+  peek = POP
+end
 for i = 1, n do
   if budget <= 0 or bytes <= 0 then
     break
   end
   local key, owner = KEYS[3 + i], ARGV[6 + i]
-  local want = PEEK
+  local want = peek
   if want > budget then
     want = budget
   end
-  local r = call('ZRANGE', key, '0', RANK[want], 'WITHSCORES')
-  local got = #r / 2
+  -- r: the owner's first members in deadline order (popped ones first).
+  -- With events the first read pops them: keys of a set with events carry
+  -- no TTL, so a key the pop empties loses nothing when members go back.
+  local r, got, popped
+  if events then
+    r = call('ZPOPMIN', key, RANK[want + 1])
+    got = #r / 2
+    popped = got
+  else
+    r = call('ZRANGE', key, '0', RANK[want], 'WITHSCORES')
+    got = #r / 2
+    popped = 0
+  end
   -- k counts the expired members read (a prefix: the read is in deadline
   -- order); live is the first live deadline read, if any.
   local k, live = 0, nil
@@ -96,18 +114,11 @@ for i = 1, n do
     ds[k] = d
   end
   if k == got and got == want + 1 and budget > want then
-    -- Every member read has expired and the budget takes more: continue by
-    -- score from the last one read, skipping the members read at that
-    -- score, for the rest of the budget plus one (the next deadline).
-    local last, skip = ds[got], 0
-    for j = 1, got do
-      if ds[j] == last then
-        skip = skip + 1
-      end
-    end
-    local m = budget - want
-    local more = call('ZRANGE', key, r[2 * got], '+inf', 'BYSCORE', 'LIMIT', RANK[skip] or string.format('%d', skip),
-      RANK[m] or string.format('%d', m), 'WITHSCORES')
+    -- Every member read has expired and the budget takes more: read on by
+    -- rank, for the rest of the budget plus one (the next deadline).
+    local from = got - popped
+    local to = from + budget - want - 1
+    local more = call('ZRANGE', key, RANK[from], RANK[to] or string.format('%d', to), 'WITHSCORES')
     for j = 1, #more do
       r[2 * got + j] = more[j]
     end
@@ -128,44 +139,40 @@ for i = 1, n do
   if k > budget then
     k = budget
   end
-  if k > 0 and (events or payloads) then
-    -- Bytes moved: what fits, in order (the first always does).
-    if payloads then
-      local ids = {}
-      for j = 1, k do
-        ids[j] = r[2 * j - 1]
-      end
-      local used
-      k, used = lib().fit(KEYS[3 + n + i], owner, ids, k, events, payloads, bytes)
-      bytes = bytes - used
-    else
-      local fixed = ENTRY_COST + #owner
-      local used = 0
-      for j = 1, k do
-        local c = fixed + #r[2 * j - 1]
-        if j > 1 and used + c > bytes then
-          k = j - 1
-          break
-        end
-        used = used + c
-      end
-      bytes = bytes - used
-    end
-  end
   if k > 0 then
+    -- Take the first k while their bytes fit (the first always does), with
+    -- their events and payloads.
+    local late_from = 1
     if payloads then
       local ids, dl = {}, {}
       for j = 1, k do
         ids[j], dl[j] = r[2 * j - 1], r[2 * j]
       end
-      lib().emit(KEYS[3 + n + i], stream, owner, ids, dl, k, events, payloads)
+      local pkey, used = KEYS[3 + n + i], 0
+      k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+      bytes = bytes - used
+      lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
     elseif events then
+      local fixed, used = ENTRY_COST + #owner, 0
       for j = 1, k do
-        call('XADD', stream, '*', 'o', owner, 'm', r[2 * j - 1], 'd', r[2 * j])
+        local m = r[2 * j - 1]
+        local c = fixed + #m
+        if j > 1 and used + c > bytes then
+          k = j - 1
+          break
+        end
+        used = used + c
+        call('XADD', stream, '*', 'o', owner, 'm', m, 'd', r[2 * j])
+        local late = now - ds[j]
+        late_sum = late_sum + late
+        if late > late_max then
+          late_max = late
+        end
       end
+      bytes = bytes - used
+      late_from = k + 1
     end
-    call('ZREMRANGEBYRANK', key, '0', RANK[k - 1] or string.format('%d', k - 1))
-    for j = 1, k do
+    for j = late_from, k do
       local late = now - ds[j]
       late_sum = late_sum + late
       if late > late_max then
@@ -178,26 +185,42 @@ for i = 1, n do
   else
     stale = stale + 1
   end
+  if k > popped then
+    local last = k - popped - 1
+    call('ZREMRANGEBYRANK', key, '0', RANK[last] or string.format('%d', last))
+  elseif k < popped then
+    -- Popped and staying (live, or past a budget): put back as read.
+    local back = {}
+    for j = k + 1, popped do
+      back[2 * (j - k) - 1] = r[2 * j]
+      back[2 * (j - k)] = r[2 * j - 1]
+    end
+    call('ZADD', key, unpack(back))
+  end
   -- The owner's earliest deadline now: the member after the ones removed.
   local first = r[2 * k + 2]
   if first then
-    refile[#refile + 1] = first
-    refile[#refile + 1] = owner
-    local f = live
-    if k < kexp then
-      f = ds[k + 1]
-    end
-    if f > latest then
-      latest = f
+    refile[nr + 1] = first
+    refile[nr + 2] = owner
+    nr = nr + 2
+    if not events then
+      local f = live
+      if k < kexp then
+        f = ds[k + 1]
+      end
+      if f > latest then
+        latest = f
+      end
     end
   else
-    gone[#gone + 1] = owner
+    ng = ng + 1
+    gone[ng] = owner
   end
 end
-if #gone > 0 then
+if ng > 0 then
   call('ZREM', due, unpack(gone))
 end
-if #refile > 0 then
+if nr > 0 then
   call('ZADD', due, unpack(refile))
 end
 
