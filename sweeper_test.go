@@ -119,12 +119,18 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 
 func TestSweepStaggered(t *testing.T) {
 	t.Parallel()
-	for _, ev := range []bool{false, true} {
-		t.Run(fmt.Sprintf("events=%v", ev), func(t *testing.T) {
+	for _, c := range []struct {
+		ev, payloads bool
+	}{{false, false}, {true, false}, {true, true}} {
+		ev := c.ev
+		t.Run(fmt.Sprintf("events=%v/payloads=%v", c.ev, c.payloads), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []Option{WithSweepIndex()}
 				if ev {
-					opts = append(opts, WithExpiryEvents(), WithPayloadStorage())
+					opts = append(opts, WithExpiryEvents())
+				}
+				if c.payloads {
+					opts = append(opts, WithPayloadStorage())
 				}
 				s, clk := newTestSet(t, b, append(opts, WithShards(4))...)
 				seeded := seedStaggered(t, s, 60, 25, 10)
