@@ -26,13 +26,18 @@
 -- outlive the latest score filed by INDEX_GRACE (see file_owner).
 --
 -- One read per owner serves both the drop and the re-filing: the owner's
--- first PEEK+1 members by rank, which hold its expired members and, after
--- them, its earliest remaining deadline. Only when all of those have expired
--- does a second read continue by score from the last one, for at most the
--- rest of the budget plus one. The index is written once per round: one ZADD
--- re-files every owner visited, one ZREM takes out the emptied ones. Every
--- argument to redis.call is a string (a number costs a %.17g formatting), and
--- each deadline read is converted to a number once. bench/README.md and
+-- first members in deadline order (PEEK+1 without events, POP+1 with),
+-- which hold its expired members and, after them, its earliest remaining
+-- deadline. With events that read is a ZPOPMIN, so an owner whose members
+-- all expired is done in one call besides its events; members it popped
+-- that stay (live, or past the budget) are put back as read, scores
+-- unchanged (keys of a set with events carry no TTL, so a key the pop
+-- emptied loses nothing). Only when every member read has expired does a
+-- second read continue by rank, for at most the rest of the budget plus
+-- one. The index is written once per round: one ZADD re-files every owner
+-- visited, one ZREM takes out the emptied ones. Every argument to
+-- redis.call is a string (a number costs a %.17g formatting), and each
+-- deadline read is converted to a number once. bench/README.md and
 -- docs/design.md ("Sweeping, per member reclaimed") have the measurements.
 --
 -- With flag e, the stream is then trimmed to the retention, exactly: entries
@@ -89,8 +94,6 @@ for i = 1, n do
     want = budget
   end
   -- r: the owner's first members in deadline order (popped ones first).
-  -- With events the first read pops them: keys of a set with events carry
-  -- no TTL, so a key the pop empties loses nothing when members go back.
   local r, got, popped
   if events then
     r = call('ZPOPMIN', key, RANK[want + 1])
