@@ -26,12 +26,12 @@
 -- outlive the latest score filed by INDEX_GRACE (see file_owner).
 --
 -- One read per owner serves both the drop and the re-filing: the owner's
--- first members in deadline order (PEEK+1 without events, POP+1 with),
--- which hold its expired members and, after them, its earliest remaining
--- deadline. With events that read is a ZPOPMIN, so an owner whose members
--- all expired is done in one call besides its events; members it popped
--- that stay (live, or past the budget) are put back as read, scores
--- unchanged (keys of a set with events carry no TTL, so a key the pop
+-- first members in deadline order (POP+1 with events and no payloads,
+-- else PEEK+1), which hold its expired members and, after them, its
+-- earliest remaining deadline. With events and no payloads that read is a
+-- ZPOPMIN, so an owner whose members all expired is done in one call
+-- besides its events; members it popped that stay (live, or past the
+-- budget) are put back as read, scores unchanged (keys of a set with events carry no TTL, so a key the pop
 -- emptied loses nothing). Only when every member read has expired does a
 -- second read continue by rank, for at most the rest of the budget plus
 -- one. The index is written once per round: one ZADD re-files every owner
@@ -67,8 +67,8 @@ local budget = tonumber(ARGV[3])
 local events, payloads = has(flags, 'e'), has(flags, 'p')
 local n = #ARGV - 6
 
--- PEEK (without events) and POP (with events): the expired members the
--- first read of an owner takes before a second read is needed.
+-- PEEK (a read) and POP (a pop, see below): the expired members the first
+-- read of an owner takes before a second read is needed.
 local PEEK, POP = 2, 1
 -- RANK[i] is i as a string, for the small ranks and limits of the common
 -- case.
@@ -80,9 +80,18 @@ local latest = 0 -- the latest score filed, for the index TTL (no events)
 local gone, ng = {}, 0 -- owners to take out of the index
 local refile, nr = {}, 0 -- score, owner pairs to file in the index
 local ds = {} -- the deadlines read, as numbers, up to the first live one
+-- With events and no payloads the first read of an owner pops. Nothing may
+-- fail between a pop and the writes that follow it (the events, the put
+-- back), or popped members would go without their events: a stream key of
+-- another type fails here, before any pop (a payload hash of another type
+-- would fail the byte count, so sets with payloads read instead).
+local pop = events and not payloads
 local peek = PEEK
-if events then
+if pop then
   peek = POP
+  if n > 0 then
+    call('XLEN', stream)
+  end
 end
 for i = 1, n do
   if budget <= 0 or bytes <= 0 then
@@ -95,7 +104,7 @@ for i = 1, n do
   end
   -- r: the owner's first members in deadline order (popped ones first).
   local r, got, popped
-  if events then
+  if pop then
     r = call('ZPOPMIN', key, RANK[want + 1])
     got = #r / 2
     popped = got
@@ -104,28 +113,10 @@ for i = 1, n do
     got = #r / 2
     popped = 0
   end
-  -- k counts the expired members read (a prefix: the read is in deadline
+  -- k counts the expired members read (a prefix: the reads are in deadline
   -- order); live is the first live deadline read, if any.
   local k, live = 0, nil
-  while k < got do
-    local d = tonumber(r[2 * k + 2])
-    if d > now then
-      live = d
-      break
-    end
-    k = k + 1
-    ds[k] = d
-  end
-  if k == got and got == want + 1 and budget > want then
-    -- Every member read has expired and the budget takes more: read on by
-    -- rank, for the rest of the budget plus one (the next deadline).
-    local from = got - popped
-    local to = from + budget - want - 1
-    local more = call('ZRANGE', key, RANK[from], RANK[to] or string.format('%d', to), 'WITHSCORES')
-    for j = 1, #more do
-      r[2 * got + j] = more[j]
-    end
-    got = got + #more / 2
+  for pass = 1, 2 do
     while k < got do
       local d = tonumber(r[2 * k + 2])
       if d > now then
@@ -135,6 +126,18 @@ for i = 1, n do
       k = k + 1
       ds[k] = d
     end
+    if pass == 2 or k < got or got <= want or budget <= want then
+      break
+    end
+    -- Every member read has expired and the budget takes more: read on by
+    -- rank, for the rest of the budget plus one (the next deadline).
+    local from = got - popped
+    local to = from + budget - want - 1
+    local more = call('ZRANGE', key, RANK[from], RANK[to] or string.format('%d', to), 'WITHSCORES')
+    for j = 1, #more do
+      r[2 * got + j] = more[j]
+    end
+    got = got + #more / 2
   end
   -- Every read took at most budget + 1 members: the one after the budget
   -- stays, expired, and keeps the owner due.
@@ -145,7 +148,6 @@ for i = 1, n do
   if k > 0 then
     -- Take the first k while their bytes fit (the first always does), with
     -- their events and payloads.
-    local late_from = 1
     if payloads then
       local ids, dl = {}, {}
       for j = 1, k do
@@ -166,16 +168,10 @@ for i = 1, n do
         end
         used = used + c
         call('XADD', stream, '*', 'o', owner, 'm', m, 'd', r[2 * j])
-        local late = now - ds[j]
-        late_sum = late_sum + late
-        if late > late_max then
-          late_max = late
-        end
       end
       bytes = bytes - used
-      late_from = k + 1
     end
-    for j = late_from, k do
+    for j = 1, k do
       local late = now - ds[j]
       late_sum = late_sum + late
       if late > late_max then
