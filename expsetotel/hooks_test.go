@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/expset/expset"
 	"github.com/expset/expset/expsetotel"
 	"github.com/expset/expset/internal/redistest"
@@ -23,19 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// eachBackend runs fn on miniredis, a real redis-server and the shared
-// three-master cluster.
-func eachBackend(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		fn(t, c)
-	})
-	t.Run("redis", func(t *testing.T) { fn(t, redistest.Client(t)) })
-	t.Run("cluster", func(t *testing.T) { fn(t, redistest.SharedCluster(t).Client(t)) })
-}
 
 // newTracing returns a tracer provider whose ended spans rec holds.
 func newTracing(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
@@ -120,7 +106,7 @@ func checkChild(t *testing.T, s sdktrace.ReadOnlySpan, parent trace.Span) {
 // and a zero-length expset.acquire.decision span with the decision, both
 // children of the caller's span.
 func TestAcquireSpans(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		tp, rec := newTracing(t)
 		var took durations
 		name := uuid.NewString()
@@ -187,7 +173,7 @@ func TestAcquireSpans(t *testing.T) {
 // TestFailedCallSpan: a round trip that fails is a span with the error
 // recorded and status Error, still a child of the caller's span.
 func TestFailedCallSpan(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		tp, rec := newTracing(t)
 		set, err := expset.Open(context.Background(), rdb, uuid.NewString(),
 			expset.WithHooks(expsetotel.Hooks(expsetotel.WithTracerProvider(tp))))
@@ -240,7 +226,7 @@ func (c *clock) advance(d time.Duration) {
 // was dead-lettered, a child of Consume's span; a failed one has status
 // Error.
 func TestEventSpans(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		tp, rec := newTracing(t)
 		clk := &clock{now: time.Now()}
 		name := uuid.NewString()
