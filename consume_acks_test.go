@@ -58,7 +58,7 @@ func TestConsumeAcksInBatches(t *testing.T) {
 		h := newHandledBy()
 		stop := consumeInBackground(t, observed, "g", "c", func(_ context.Context, e Expiry) error {
 			return h.call("c", e, nil)
-		}, WithVisibilityTimeout(time.Minute), WithPollInterval(5*time.Millisecond), WithReadBatch(n))
+		}, WithLeaseTTL(time.Minute), WithPollInterval(5*time.Millisecond), WithReadBatch(n))
 		waitFor(t, "every event handled and acknowledged", func() bool { return h.count() == n && shardsIdle(s, 0) })
 		stop()
 		for _, e := range h.events() {
@@ -90,7 +90,7 @@ func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
 		const n = 5
 		const vis = 2 * time.Second // acknowledgements wait up to 100ms
 		s := oneShardEvents(t, b, n)
-		ok, crashed, took := crashAfter(t, b.client(t), s, "g", "doomed", 2, WithVisibilityTimeout(vis), WithPollInterval(5*time.Millisecond))
+		ok, crashed, took := crashAfter(t, b.client(t), s, "g", "doomed", 2, WithLeaseTTL(vis), WithPollInterval(5*time.Millisecond))
 		// The acknowledgements of ok waited for the batch unless the three
 		// calls began about 100ms apart or more (then they may have gone
 		// with the third call's start).
@@ -105,7 +105,7 @@ func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
 		h := newHandledBy()
 		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
 			return h.call("heir", e, nil)
-		}, WithVisibilityTimeout(vis), WithPollInterval(5*time.Millisecond))
+		}, WithLeaseTTL(vis), WithPollInterval(5*time.Millisecond))
 		waitFor(t, "every event handled and acknowledged", func() bool { return h.count() >= n-len(ok) && shardsIdle(s, 0) })
 		stop()
 		for _, e := range h.events() {
@@ -144,7 +144,7 @@ func TestConsumeShutdownFlushesAcks(t *testing.T) {
 				cancel()
 			}
 			return nil
-		}, WithVisibilityTimeout(time.Minute), WithPollInterval(5*time.Millisecond))
+		}, WithLeaseTTL(time.Minute), WithPollInterval(5*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 300 * time.Millisecond
 		s := oneShardEvents(t, b, 2)
-		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
+		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
 		h := newHandledBy()
 		var calls atomic.Int32
 		long := make(chan string, 1)

@@ -26,7 +26,7 @@ func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name
 // also returns the time from the first call to the crashing one.
 func crashAfter(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, handled int, opts ...Option) ([]Expiry, Expiry, time.Duration) {
 	t.Helper()
-	quiet := WithHooks(Hooks{OnError: func(context.Context, ErrorInfo) {}})
+	quiet := WithHooks(Hooks{OnError: func(context.Context, CallInfo, time.Duration) {}})
 	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))
 	var ok []Expiry // written by the handler only, read once got has its event
 	var first time.Time
@@ -89,14 +89,24 @@ func consumers(t *testing.T, rdb redis.UniversalClient, s *Set, group string) []
 // hookRecorder keeps what Hooks.OnEvent and Hooks.OnError were given.
 type hookRecorder struct {
 	mu     sync.Mutex
-	events []EventInfo
-	errs   []ErrorInfo
+	events []eventReport
+	errs   []errorReport
 }
 
 func (h *hookRecorder) hooks() Hooks {
 	return Hooks{
-		OnEvent: func(_ context.Context, e EventInfo) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
-		OnError: func(_ context.Context, e ErrorInfo) { h.mu.Lock(); h.errs = append(h.errs, e); h.mu.Unlock() },
+		OnEvent: func(_ context.Context, ci CallInfo, ei EventInfo) {
+			e := eventReport{ci, ei}
+			h.mu.Lock()
+			h.events = append(h.events, e)
+			h.mu.Unlock()
+		},
+		OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
+			h.mu.Lock()
+			h.errs = append(h.errs, e)
+			h.mu.Unlock()
+		},
 	}
 }
 
@@ -112,10 +122,10 @@ func (h *hookRecorder) deadLettered() int {
 	return n
 }
 
-func (h *hookRecorder) errors() []ErrorInfo {
+func (h *hookRecorder) errors() []errorReport {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]ErrorInfo(nil), h.errs...)
+	return append([]errorReport(nil), h.errs...)
 }
 
 func btoi(b bool) int {

@@ -74,7 +74,7 @@ func eventsOf(t *testing.T, s *Set) []Expiry {
 }
 
 // checkSwept checks that at now every member with a deadline <= now is gone,
-// every later one is there, and the index lists exactly the owners that
+// every later one is there with its deadline unchanged, and the index lists exactly the owners that
 // still have members, each at its earliest deadline or below.
 func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, now time.Time) (expired int) {
 	t.Helper()
@@ -85,16 +85,19 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 		if err != nil {
 			t.Fatal(err)
 		}
-		have := map[string]bool{}
+		have := map[string]int64{} // member -> stored deadline
 		for _, z := range zs {
-			have[z.Member.(string)] = true
+			have[z.Member.(string)] = int64(z.Score)
 		}
 		for m, d := range ms {
+			stored, ok := have[m]
 			switch {
-			case !d.After(now) && have[m]:
+			case !d.After(now) && ok:
 				t.Errorf("%s/%s expired at %v (now %v) but is still stored", o, m, d, now)
-			case d.After(now) && !have[m]:
+			case d.After(now) && !ok:
 				t.Errorf("%s/%s live until %v (now %v) but is gone", o, m, d, now)
+			case ok && stored != d.UnixMilli():
+				t.Errorf("%s/%s stored with deadline %d, want %d", o, m, stored, d.UnixMilli())
 			}
 			if !d.After(now) {
 				expired++
@@ -119,12 +122,18 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 
 func TestSweepStaggered(t *testing.T) {
 	t.Parallel()
-	for _, ev := range []bool{false, true} {
-		t.Run(fmt.Sprintf("events=%v", ev), func(t *testing.T) {
+	for _, c := range []struct {
+		ev, payloads bool
+	}{{false, false}, {true, false}, {true, true}} {
+		ev := c.ev
+		t.Run(fmt.Sprintf("events=%v/payloads=%v", c.ev, c.payloads), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []Option{WithSweepIndex()}
 				if ev {
-					opts = append(opts, WithExpiryEvents(), WithPayloadStorage())
+					opts = append(opts, WithExpiryEvents())
+				}
+				if c.payloads {
+					opts = append(opts, WithPayloadStorage())
 				}
 				s, clk := newTestSet(t, b, append(opts, WithShards(4))...)
 				seeded := seedStaggered(t, s, 60, 25, 10)
@@ -216,13 +225,13 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
-		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
+		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
 			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
-			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidOption) || w != nil {
-				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidOption", o.name, w, err)
+			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
+				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidArgument", o.name, w, err)
 			}
 		}
-		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidOption) || w != nil {
+		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidArgument) || w != nil {
 			t.Errorf("nil set: %v, %v", w, err)
 		}
 	})
@@ -247,8 +256,8 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
 		checkPTTL(t, b, s.OwnerKey("v"), time.Minute)
-		if w, err := NewSweeper(s); !errors.Is(err, ErrNoIndex) || w != nil {
-			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrNoIndex", w, err)
+		if w, err := NewSweeper(s); !errors.Is(err, ErrInvalidArgument) || w != nil {
+			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrInvalidArgument", w, err)
 		}
 		// WithSweepIndex is recorded like the other options.
 		if _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {
@@ -315,12 +324,12 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		seeded := seedStaggered(t, s, 20, 3, 5)
 		var mu sync.Mutex
 		var got SweepStats
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) {
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) {
 			mu.Lock()
-			got.add(sweepStatsOf(si))
+			got.add(si)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(10*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(10*time.Millisecond))
 		stop := runSweeper(t, w)
 		clk.Advance(3 * time.Second)
 		want := 0
@@ -383,7 +392,7 @@ func TestTwoSweepersRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
 		seeded := seedStaggered(t, s, 40, 10, 8)
-		opts := []Option{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		opts := []Option{WithPollInterval(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
 		stop1 := runSweeper(t, newSweeper(t, s, opts...))
 		stop2 := runSweeper(t, newSweeper(t, s, opts...))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -442,12 +451,13 @@ func TestLeaseStolen(t *testing.T) {
 		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			lost = append(lost, ei.Err)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
 		waitFor(t, "both leases", func() bool {
 			// One key per EXISTS: on a cluster the two shards' keys lie in
