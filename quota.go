@@ -174,9 +174,15 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 	if q.refresh {
 		flags += "r"
 	}
-	args := []any{s.now(), ms, member, owner, flags, limit}
 	if c.hasPayload {
-		args[4] = flags + "P"
+		flags += "P"
+	}
+	// The common call sends ttl, member and limit alone (see acquire.lua).
+	args := []any{ms, member, limit}
+	if flags != "" || s.clock != nil {
+		args = append(args, flags, s.now(), owner)
+	}
+	if c.hasPayload {
 		args = append(args, c.payload)
 	}
 	keys := s.lineKeys(owner) // an evicting quota ignores the line: its keys below
@@ -192,7 +198,38 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 	return acquireCall{shard: s.ShardOf(owner), keys: keys, args: args, limit: limit}, nil
 }
 
+// waiterArgs returns c's arguments for a waiter's call (acquire.lua's flag
+// w): every argument up to the owner, with w among the flags, then the
+// ticket and its lease in ms.
+func (c acquireCall) waiterArgs(s *Set, owner, ticket string, lease time.Duration) []any {
+	args := append([]any(nil), c.args...)
+	if len(args) == 3 {
+		args = append(args, "", s.now(), owner)
+	}
+	args[3] = args[3].(string) + "w"
+	return append(args, ticket, lease.Milliseconds())
+}
+
+// parseDecision reads acquire.lua's reply: one integer (value*256 +
+// count*4 + status) or the table {status, count, deadline, retry,
+// evicted...}.
 func parseDecision(v any, limit int) (Decision, error) {
+	if x, ok := v.(int64); ok {
+		if x < 0 {
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+		d := Decision{Count: int(x >> 2 & 63), Limit: limit}
+		switch x & 3 {
+		case 0:
+			d.RetryAfter = time.Duration(x>>8) * time.Millisecond
+		case 1, 2:
+			d.Allowed, d.Existing = true, x&3 == 2
+			d.Deadline = msTime(x >> 8)
+		default:
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+		return d, nil
+	}
 	xs, ok := v.([]any)
 	if !ok || len(xs) < 4 {
 		return Decision{}, unexpected("acquire.lua", v)

@@ -18,10 +18,10 @@ var luaFS embed.FS
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
-	scriptAdd      = loadScript("add.lua")
-	scriptAcquire  = loadScript("wait_gate.lua", "acquire.lua")
-	scriptRemove   = loadScript("wait_gate.lua", "remove.lua")
-	scriptExtend   = loadScript("extend.lua")
+	scriptAdd      = loadLean("add.lua")
+	scriptAcquire  = loadLean("wait_gate.lua", "acquire.lua")
+	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
+	scriptExtend   = loadLean("extend.lua")
 	scriptDeadline = loadScript("deadline.lua")
 	scriptCount    = loadScript("count.lua")
 	scriptMembers  = loadScript("members.lua")
@@ -49,18 +49,40 @@ var (
 // MAX_BATCH (lua/prelude.lua), also the most expired members one write drops.
 const maxBatch = 1000
 
+// ttlBucket is the scripts' TTL_BUCKET (lua/prelude.lua): the owner key of a
+// set without expiry events expires at the end of its latest deadline's
+// bucket of this length, so it lives at most this long past the latest
+// deadline it was given.
+const ttlBucket = 16384 * time.Millisecond
+
 // loadScript returns lua/prelude.lua followed by lua/<names...> as one
 // script.
 func loadScript(names ...string) *redis.Script {
-	return redis.NewScript(luaSource(names...))
+	return redis.NewScript(luaSource(false, names...))
 }
 
-func luaSource(names ...string) string {
+// loadLean is loadScript for the lean scripts, whose common paths build no
+// closure: the prelude comes without its helpers section (see
+// lua/prelude.lua).
+func loadLean(names ...string) *redis.Script {
+	return redis.NewScript(luaSource(true, names...))
+}
+
+// The lines that open and close the prelude's helpers section.
+const (
+	helpersOpen  = "-- helpers {\n"
+	helpersClose = "-- } helpers\n"
+)
+
+func luaSource(lean bool, names ...string) string {
 	var src []byte
 	for _, name := range append([]string{"prelude.lua"}, names...) {
 		b, err := luaFS.ReadFile("lua/" + name)
 		if err != nil {
 			panic("expset: embedded lua/" + name + " missing: " + err.Error())
+		}
+		if lean && name == "prelude.lua" {
+			b = withoutHelpers(b)
 		}
 		if len(src) > 0 {
 			src = append(src, '\n')
@@ -68,6 +90,17 @@ func luaSource(names ...string) string {
 		src = append(src, b...)
 	}
 	return string(src)
+}
+
+// withoutHelpers returns the prelude without its helpers section.
+func withoutHelpers(prelude []byte) []byte {
+	s := string(prelude)
+	i := strings.Index(s, helpersOpen)
+	j := strings.Index(s, helpersClose)
+	if i < 0 || j < i {
+		panic("expset: lua/prelude.lua has no helpers section")
+	}
+	return []byte(s[:i] + s[j+len(helpersClose):])
 }
 
 // scriptCall is one script run of a batch sent with runPipelined.

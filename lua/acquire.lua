@@ -1,4 +1,5 @@
--- acquire.lua: the quota's atomic check-then-add (Quota.Acquire).
+-- acquire.lua: the quota's atomic check-then-add (Quota.Acquire). A lean
+-- script (see prelude): loaded without the prelude's helpers.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due   (flag i; else undeclared)
@@ -10,19 +11,25 @@
 --          with flag v KEYS[1..5])
 -- KEYS[#KEYS-1]  owner's ticket leases  expset:{name:S}:wl:<owner>  (flag w only)
 -- KEYS[#KEYS]    owner's wait line      expset:{name:S}:w:<owner>   (last; not with flag v)
--- ARGV[1]  now in ms, or "" for the server's TIME
--- ARGV[2]  ttl in ms (>= 1)
--- ARGV[3]  member
--- ARGV[4]  owner
--- ARGV[5]  flags (see prelude: e, p, P, v, r)
--- ARGV[6]  limit (>= 1)
+-- ARGV[1]  ttl in ms (>= 1)
+-- ARGV[2]  member
+-- ARGV[3]  limit (>= 1)
+-- The common call (no flags, the server's clock) sends those three; #ARGV
+-- says whether the rest follow:
+-- ARGV[4]  flags (see prelude: e, i, p, P, v, r, w)
+-- ARGV[5]  now in ms, or "" for the server's TIME
+-- ARGV[6]  owner
 -- ARGV[7]  payload, when flags has P ("" otherwise, when flag v)
 -- ARGV[8]  with flag v: how long the receipt lasts, in ms (>= 1)
 -- ARGV[#ARGV-1], ARGV[#ARGV]  with flag w (a waiter): its ticket, its lease in ms
 --
--- Reply: {status, count, deadline, retry, evicted...}
+-- Reply: one integer, value * 256 + count * 4 + status, when count < 64,
+-- nothing was evicted and value < 2^45 (exact in a double); else a table
+-- {status, count, deadline, retry, evicted...}:
 --   status    1 added, 2 already held (a retry: no second slot), 0 denied
 --   count     live members after the call
+--   value     the member's deadline in ms when added or held, the retry
+--             when denied
 --   deadline  the member's deadline in ms (0 when denied)
 --   retry     when denied, ms until enough live members expire to make room
 --             (0 after a partial eviction: call again)
@@ -37,30 +44,47 @@
 -- deadline, before expires) reports the same members. Only an eviction
 -- writes it. When more members must go than one call may move (MAX_BATCH,
 -- BYTES_MAX), the call evicts what it may and denies with retry 0.
--- A waiter (flag w) that is not admitted gets {3, count, rank, retry}: its
--- rank in the line, and (meaningful at rank 0) when to try again.
+-- A waiter (flag w) that is not admitted gets the table {3, count, rank,
+-- retry}: its rank in the line, and (meaningful at rank 0) when to try
+-- again.
 --
--- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE
--- and one ZADD, plus PEXPIRE when the new deadline is the owner's latest
--- (without events), and the index filing when the owner was empty (a ZADD;
--- without events also a ZRANGE of stale entries and a PEXPIRE): the ZRANGE
--- of the first limit+1 members gives the live count, whether the member is
--- there, the earliest and latest deadlines and whether anything expired,
--- all at once. Each redis.call costs about as much as a short script, so
--- the rarer paths build what they need (the live bound, the helpers of
--- lib()) only when they run.
-local key, member, owner, flags = KEYS[1], ARGV[3], ARGV[4], ARGV[5]
-local now = now_ms(ARGV[1])
-local limit = tonumber(ARGV[6])
-local flagged = flags ~= ''
-local events, payloads, index = false, false, false
-if flagged then
-  events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
+-- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE,
+-- an EXISTS of the wait line and one ZADD, plus a PEXPIRE when the new
+-- deadline ends in a later TTL_BUCKET than the owner's latest (without
+-- events), and with the due index a ZADD when the owner was empty or the new
+-- deadline is its earliest: the ZRANGE of the first limit+1 members gives the
+-- live count, whether the member is there, the earliest and latest deadlines
+-- and whether anything expired, all at once. Each redis.call costs about as
+-- much as a short script, so the rarer paths build what they need (the live
+-- bound, the helpers of lib()) only when they run.
+local key, member, limarg = KEYS[1], ARGV[2], ARGV[3]
+local flags = ARGV[4]
+local now
+local flagged, events, payloads, index, evict, waiter = false, false, false, false, false, false
+if flags then
+  if ARGV[5] ~= '' then
+    now = tonumber(ARGV[5])
+  end
+  if flags ~= '' then
+    local find = string.find
+    flagged = true
+    events = find(flags, 'e', 1, true) ~= nil
+    payloads = find(flags, 'p', 1, true) ~= nil
+    index = find(flags, 'i', 1, true) ~= nil
+    evict = find(flags, 'v', 1, true) ~= nil
+    waiter = find(flags, 'w', 1, true) ~= nil
+  end
 end
+if not now then
+  local t = call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local owner = ARGV[6]
+local limit = tonumber(limarg)
 
--- Read the first want+1 members. '0' and ARGV[6] go to Redis as strings: a
+-- Read the first want+1 members. '0' and ARGV[3] go to Redis as strings: a
 -- number argument costs a %.17g formatting.
-local want, wantarg = limit, ARGV[6]
+local want, wantarg = limit, limarg
 if want > 32 then
   want, wantarg = 32, '32'
 end
@@ -106,27 +130,32 @@ if not cur and not whole then
   end
 end
 
-local ttl = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[1])
 if cur then
   local d = tonumber(cur)
   local receipt
-  if flagged and has(flags, 'v') then
+  if evict then
     receipt = call('LRANGE', KEYS[5], 0, -1)
     if not (receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
       receipt = nil
     end
   end
-  if flagged and has(flags, 'r') then
+  if flagged and string.find(flags, 'r', 1, true) then
+    local old = d
     d = now + ttl
     call('ZADD', key, d, member)
     -- A refresh may move the deadline earlier than every other: the index
     -- must stay at or before the earliest deadline. r[2] is the earliest
     -- live deadline (r holds live members, earliest first).
     if index and d < tonumber(r[2]) then
-      file_owner(KEYS[2], owner, d, ttl, now, events)
+      lib().file_owner(KEYS[2], owner, d, ttl, now, events)
     end
-    keep_ttl(key, ttl, false, events)
-    if has(flags, 'P') then
+    -- The key's TTL reaches the end of old's bucket already.
+    local b = math.floor(d / TTL_BUCKET)
+    if not events and b > math.floor(old / TTL_BUCKET) then
+      call('PEXPIRE', key, string.format('%d', (b + 1) * TTL_BUCKET - now), 'GT')
+    end
+    if string.find(flags, 'P', 1, true) then
       lib().put_payload(KEYS[4], member, ARGV[7], ttl, events)
     elseif payloads then
       lib().stretch_payload(KEYS[4], ttl, events)
@@ -135,28 +164,31 @@ if cur then
       call('LSET', KEYS[5], 0, string.format('%d', d))
     end
   end
-  local reply = {2, count, d, 0}
   if receipt then
+    local reply = {2, count, d, 0}
     for i = 3, #receipt do
       reply[i + 2] = receipt[i]
     end
+    return reply
   end
-  return reply
+  if count < 64 and d < 35184372088832 then
+    return d * 256 + count * 4 + 2
+  end
+  return {2, count, d, 0}
 end
 
 -- The wait line (wait_gate.lua) has the first claim on free slots: a waiter
 -- passes its gate, and so does any other admission while a line exists
 -- (one EXISTS when nobody waits). Evicting quotas never wait.
-local waiter = flagged and has(flags, 'w')
 local queued
-if not (flagged and has(flags, 'v')) and (waiter or (count < limit and call('EXISTS', KEYS[#KEYS]) == 1)) then
+if not evict and (waiter or (count < limit and call('EXISTS', KEYS[#KEYS]) == 1)) then
   queued = waitlib().gate(KEYS[#KEYS], KEYS[#KEYS - 1], waiter and ARGV[#ARGV - 1], ARGV[#ARGV], count, limit, now)
 end
 
 local evicted
 if count >= limit or queued then
   local k = count - limit + 1
-  if not (flagged and has(flags, 'v')) then
+  if not evict then
     -- Denied: room comes when the k-th earliest live member expires (the
     -- earliest when the line holds the free slots; 1s when none is live).
     if k < 1 then
@@ -173,6 +205,9 @@ if count >= limit or queued then
     end
     if waiter then
       return {3, count, queued, retry}
+    end
+    if count < 64 and retry < 35184372088832 then
+      return retry * 256 + count * 4
     end
     return {0, count, 0, retry}
   end
@@ -207,33 +242,41 @@ if count >= limit or queued then
     evicted[1], evicted[2] = 0, count
     return evicted
   end
-  n, r, nr = 0, {}, 0 -- r is stale now
 end
 
 local d = now + ttl
--- Formatted once with %d (exact below 2^53), not twice with %.17g.
+-- Formatted once with %d (exact below 2^53), not with %.17g per use.
 local ds = string.format('%d', d)
 local fresh = count == 0 and not more
 call('ZADD', key, ds, member)
--- After an eviction r is stale and the earliest remaining deadline unread:
--- ZADD LT lowers the index only when d is earlier than it.
-if index and (fresh or evicted or (r[2] and d < tonumber(r[2]))) then
-  file_owner(KEYS[2], owner, ds, ttl, now, events)
-end
-if not events then
-  if fresh then
-    call('PEXPIRE', key, ARGV[2])
-  elseif whole and not more and nr > 0 then
-    -- r held every member: the key's TTL already reaches r's latest
-    -- deadline, so only a later one needs a PEXPIRE, and no GT.
-    if d > tonumber(r[nr]) then
-      call('PEXPIRE', key, ARGV[2])
+if index then
+  -- After an eviction r is stale and the earliest remaining deadline
+  -- unread: ZADD LT lowers the index only when d is earlier than it.
+  if fresh or evicted or (r[2] and d < tonumber(r[2])) then
+    if events then
+      call('ZADD', KEYS[2], 'LT', ds, owner)
+    else
+      lib().file_owner(KEYS[2], owner, ds, ttl, now, events)
     end
-  else
-    call('PEXPIRE', key, ARGV[2], 'GT')
   end
 end
-if flagged and has(flags, 'P') then
+if not events then
+  -- The key's TTL reaches the end of its latest deadline's bucket (see
+  -- TTL_BUCKET). When r held every member (and nothing was evicted), its
+  -- last is the latest: only a later bucket needs a PEXPIRE, and no GT.
+  local b = math.floor(d / TTL_BUCKET)
+  local left = string.format('%d', (b + 1) * TTL_BUCKET - now)
+  if fresh then
+    call('PEXPIRE', key, left)
+  elseif whole and not more and not evicted then
+    if b > math.floor(tonumber(r[nr]) / TTL_BUCKET) then
+      call('PEXPIRE', key, left)
+    end
+  else
+    call('PEXPIRE', key, left, 'GT')
+  end
+end
+if flagged and string.find(flags, 'P', 1, true) then
   lib().put_payload(KEYS[4], member, ARGV[7], ttl, events)
 end
 if evicted then
@@ -242,5 +285,8 @@ if evicted then
   call('RPUSH', KEYS[5], ds, string.format('%d', now + tonumber(ARGV[8])), unpack(evicted, 5))
   call('PEXPIRE', KEYS[5], ARGV[8])
   return evicted
+end
+if count < 63 and d < 35184372088832 then
+  return d * 256 + (count + 1) * 4 + 1
 end
 return {1, count + 1, d, 0}
