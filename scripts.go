@@ -19,7 +19,8 @@ var luaFS embed.FS
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
 	scriptAdd      = loadLean("add.lua")
-	scriptAcquire  = loadLean("wait_gate.lua", "acquire.lua")
+	scriptAcquire  = loadLean("wait_gate.lua", "acquire.lua", "quota.lua")
+	scriptMany     = redis.NewScript(manySource())
 	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
 	scriptExtend   = loadLean("extend.lua")
 	scriptDeadline = loadScript("deadline.lua")
@@ -90,6 +91,22 @@ func luaSource(lean bool, names ...string) string {
 		src = append(src, b...)
 	}
 	return string(src)
+}
+
+// manySource returns acquire_many.lua with lua/quota.lua before it as the
+// body of the function admit(keys, argv, now) (see both files).
+func manySource() string {
+	quota, err := luaFS.ReadFile("lua/quota.lua")
+	if err != nil {
+		panic("expset: embedded lua/quota.lua missing: " + err.Error())
+	}
+	many, err := luaFS.ReadFile("lua/acquire_many.lua")
+	if err != nil {
+		panic("expset: embedded lua/acquire_many.lua missing: " + err.Error())
+	}
+	return luaSource(true, "wait_gate.lua") +
+		"\nlocal admit_used, admit_moved = 0, 0\nlocal function admit(keys, argv, now)\n" +
+		string(quota) + "end\n" + string(many)
 }
 
 // withoutHelpers returns the prelude without its helpers section.
