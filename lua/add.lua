@@ -42,7 +42,7 @@ local first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
 local more = false
 if first[2] and tonumber(first[2]) <= now then
   local _
-  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
+  _, more = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
   if more then
     lib().drop_member(key, KEYS[4], KEYS[3], owner, member, now, events, payloads)
   end

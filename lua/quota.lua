@@ -46,7 +46,7 @@ local used = 0 -- bytes moved (see BYTES_MAX)
 local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local dropped, _
-  dropped, more, _, _, used = lib().drop(key, keys[4], keys[3], owner, now, events, payloads, MAX_BATCH)
+  dropped, more, _, _, used = lib().drop(key, keys[4], keys[3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
   admit_used, admit_moved = used, dropped
   if more then
     lib().drop_member(key, keys[4], keys[3], owner, member, now, events, payloads)

@@ -44,7 +44,7 @@ end
 local more, used = false, 0
 if tonumber(first[2]) <= now then
   local _
-  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
 end
 
 local ids = {}
