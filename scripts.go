@@ -19,7 +19,7 @@ var luaFS embed.FS
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
 	scriptAdd      = loadLean("add.lua")
-	scriptAcquire  = loadLean("wait_gate.lua", "acquire.lua", "quota.lua")
+	scriptAcquire  = redis.NewScript(acquireSource())
 	scriptMany     = redis.NewScript(manySource())
 	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
 	scriptExtend   = loadLean("extend.lua")
@@ -78,10 +78,7 @@ const (
 func luaSource(lean bool, names ...string) string {
 	var src []byte
 	for _, name := range append([]string{"prelude.lua"}, names...) {
-		b, err := luaFS.ReadFile("lua/" + name)
-		if err != nil {
-			panic("expset: embedded lua/" + name + " missing: " + err.Error())
-		}
+		b := []byte(readLua(name))
 		if lean && name == "prelude.lua" {
 			b = withoutHelpers(b)
 		}
@@ -93,20 +90,29 @@ func luaSource(lean bool, names ...string) string {
 	return string(src)
 }
 
+// acquireSource returns acquire.lua with lua/quota.lua after it as its body,
+// the offsets quota.lua adds to its KEYS and ARGV indices (0 here) left out.
+func acquireSource() string {
+	quota := strings.NewReplacer("ko + ", "", "ao + ", "").Replace(readLua("quota.lua"))
+	return luaSource(true, "wait_gate.lua", "acquire.lua") + "\n" + quota
+}
+
+// readLua returns the embedded lua/<name>.
+func readLua(name string) string {
+	b, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	}
+	return string(b)
+}
+
 // manySource returns acquire_many.lua with lua/quota.lua before it as the
-// body of the function admit(keys, argv, now) (see both files).
+// body of the function admit(keys, ko, nk, argv, ao, na, now) (see both
+// files).
 func manySource() string {
-	quota, err := luaFS.ReadFile("lua/quota.lua")
-	if err != nil {
-		panic("expset: embedded lua/quota.lua missing: " + err.Error())
-	}
-	many, err := luaFS.ReadFile("lua/acquire_many.lua")
-	if err != nil {
-		panic("expset: embedded lua/acquire_many.lua missing: " + err.Error())
-	}
 	return luaSource(true, "wait_gate.lua") +
-		"\nlocal admit_used, admit_moved = 0, 0\nlocal function admit(keys, argv, now)\n" +
-		string(quota) + "end\n" + string(many)
+		"\nlocal admit_used, admit_moved = 0, 0\nlocal function admit(keys, ko, nk, argv, ao, na, now)\n" +
+		readLua("quota.lua") + "end\n" + readLua("acquire_many.lua")
 }
 
 // withoutHelpers returns the prelude without its helpers section.

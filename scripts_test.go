@@ -43,6 +43,12 @@ func TestLeanScriptsLackHelpers(t *testing.T) {
 	if src := luaSource(false, "sweep.lua"); !strings.Contains(src, "local function now_ms") {
 		t.Fatal("a script that is not lean lost the prelude's helpers")
 	}
+	if src := acquireSource(); strings.Contains(src, "local function now_ms") || strings.Contains(src, "ko + ") || !strings.Contains(src, "keys[1]") {
+		t.Fatal("acquire's script keeps the helpers or quota.lua's index offsets")
+	}
+	if src := manySource(); strings.Contains(src, "local function now_ms") || !strings.Contains(src, "keys[ko + 1]") {
+		t.Fatal("acquire_many's script keeps the helpers or lost quota.lua's index offsets")
+	}
 }
 
 // ownerScriptKeys is the one key order of the scripts that work on one

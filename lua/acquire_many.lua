@@ -1,7 +1,7 @@
 -- acquire_many.lua: several Acquires of one shard in one call
 -- (Quota.AcquireMany). A lean script (see prelude): each request runs
--- quota.lua, as acquire.lua runs it, as the function admit(keys, argv, now)
--- that scripts.go places before this file, so the script overhead and the
+-- quota.lua, as acquire.lua runs it, as the function admit(keys, ko, nk,
+-- argv, ao, na, now) that scripts.go places before this file, so the script overhead and the
 -- server's TIME are paid once per call instead of once per request.
 --
 -- KEYS     every request's keys in turn, each request's as acquire.lua's
@@ -30,16 +30,9 @@ local used, moved = 0, 0
 local k, a, last = 0, 2, #ARGV
 while a < last and used < BYTES_MAX and moved < MAX_BATCH do
   local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local keys, argv = {}, {}
-  for i = 1, nk do
-    keys[i] = KEYS[k + i]
-  end
-  for i = 1, na do
-    argv[i] = ARGV[a + 1 + i]
-  end
-  k, a = k + nk, a + 2 + na
   admit_used, admit_moved = 0, 0
-  local ok, reply = pcall(admit, keys, argv, now)
+  local ok, reply = pcall(admit, KEYS, k, nk, ARGV, a + 1, na, now)
+  k, a = k + nk, a + 2 + na
   if not ok then
     if type(reply) == 'table' and reply.err then
       reply = reply.err

@@ -2,20 +2,25 @@
 -- (one request per call) and acquire_many.lua (the requests of one shard in
 -- one call). It is code, not a script: scripts.go places it after
 -- acquire.lua as that script's body, and inside acquire_many.lua as the body
--- of the function admit(keys, argv, now), so that the one-request path
--- builds no closure and makes no function call for it.
+-- of the function admit(keys, ko, nk, argv, ao, na, now), so that the
+-- one-request path builds no closure and makes no function call for it.
 --
--- In scope when it runs: keys and argv, what acquire.lua's header names KEYS
--- and ARGV; now, the time in ms, or nil to take it from argv (or the
+-- In scope when it runs: keys[ko + 1 .. ko + nk] and argv[ao + 1 .. ao +
+-- na], what acquire.lua's header names KEYS and ARGV (acquire_many.lua
+-- passes its own KEYS and ARGV with offsets, building no table per
+-- request; acquire.lua's copy has every "ko + " and "ao + " left out); now, the time in ms, or nil to take it from argv (or the
 -- server's TIME); admit_used and admit_moved, zero, in which it leaves the
 -- bytes (see BYTES_MAX) and the members (expired members dropped, members
 -- evicted) it moved. It returns acquire.lua's reply.
-local key, member, limarg = keys[1], argv[2], argv[3]
-local flags = argv[4]
+local key, member, limarg = keys[ko + 1], argv[ao + 2], argv[ao + 3]
+local flags
+if na > 3 then
+  flags = argv[ao + 4]
+end
 local flagged, events, payloads, index, evict, waiter = false, false, false, false, false, false
 if flags then
-  if not now and argv[5] ~= '' then
-    now = tonumber(argv[5])
+  if not now and argv[ao + 5] ~= '' then
+    now = tonumber(argv[ao + 5])
   end
   if flags ~= '' then
     local find = string.find
@@ -31,10 +36,10 @@ if not now then
   local t = call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
-local owner = argv[6]
+local owner = argv[ao + 6]
 local limit = tonumber(limarg)
 
--- Read the first want+1 members. '0' and argv[3] go to Redis as strings: a
+-- Read the first want+1 members. '0' and argv[ao + 3] go to Redis as strings: a
 -- number argument costs a %.17g formatting.
 local want, wantarg = limit, limarg
 if want > 32 then
@@ -46,10 +51,10 @@ local used = 0 -- bytes moved (see BYTES_MAX)
 local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
 if r[2] and tonumber(r[2]) <= now then
   local dropped, _
-  dropped, more, _, _, used = lib().drop(key, keys[4], keys[3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
+  dropped, more, _, _, used = lib().drop(key, keys[ko + 4], keys[ko + 3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
   admit_used, admit_moved = used, dropped
   if more then
-    lib().drop_member(key, keys[4], keys[3], owner, member, now, events, payloads)
+    lib().drop_member(key, keys[ko + 4], keys[ko + 3], owner, member, now, events, payloads)
     lo = '(' .. string.format('%d', now)
     r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
   else
@@ -83,12 +88,12 @@ if not cur and not whole then
   end
 end
 
-local ttl = tonumber(argv[1])
+local ttl = tonumber(argv[ao + 1])
 if cur then
   local d = tonumber(cur)
   local receipt
   if evict then
-    receipt = call('LRANGE', keys[5], 0, -1)
+    receipt = call('LRANGE', keys[ko + 5], 0, -1)
     if not (receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
       receipt = nil
     end
@@ -101,7 +106,7 @@ if cur then
     -- must stay at or before the earliest deadline. r[2] is the earliest
     -- live deadline (r holds live members, earliest first).
     if index and d < tonumber(r[2]) then
-      lib().file_owner(keys[2], owner, d, ttl, now, events)
+      lib().file_owner(keys[ko + 2], owner, d, ttl, now, events)
     end
     -- The key's TTL reaches the end of old's bucket already.
     local b = math.floor(d / TTL_BUCKET)
@@ -109,12 +114,12 @@ if cur then
       call('PEXPIRE', key, string.format('%d', (b + 1) * TTL_BUCKET - now), 'GT')
     end
     if string.find(flags, 'P', 1, true) then
-      lib().put_payload(keys[4], member, argv[7], ttl, events)
+      lib().put_payload(keys[ko + 4], member, argv[ao + 7], ttl, events)
     elseif payloads then
-      lib().stretch_payload(keys[4], ttl, events)
+      lib().stretch_payload(keys[ko + 4], ttl, events)
     end
     if receipt then
-      call('LSET', keys[5], 0, string.format('%d', d))
+      call('LSET', keys[ko + 5], 0, string.format('%d', d))
     end
   end
   if receipt then
@@ -134,8 +139,8 @@ end
 -- passes its gate, and so does any other admission while a line exists
 -- (one EXISTS when nobody waits). Evicting quotas never wait.
 local queued
-if not evict and (waiter or (count < limit and call('EXISTS', keys[#keys]) == 1)) then
-  queued = waitlib().gate(keys[#keys], keys[#keys - 1], waiter and argv[#argv - 1], argv[#argv], count, limit, now)
+if not evict and (waiter or (count < limit and call('EXISTS', keys[ko + nk]) == 1)) then
+  queued = waitlib().gate(keys[ko + nk], keys[ko + nk - 1], waiter and argv[ao + na - 1], argv[ao + na], count, limit, now)
 end
 
 local evicted
@@ -184,11 +189,11 @@ if count >= limit or queued then
   end
   if events or payloads then
     local bytes
-    b, bytes = lib().fit(keys[4], owner, ids, b, events, payloads, BYTES_MAX - used)
+    b, bytes = lib().fit(keys[ko + 4], owner, ids, b, events, payloads, BYTES_MAX - used)
     admit_used = admit_used + bytes
   end
   admit_moved = admit_moved + b
-  lib().evict(key, keys[4], keys[3], owner, ids, eds, b, events, payloads)
+  lib().evict(key, keys[ko + 4], keys[ko + 3], owner, ids, eds, b, events, payloads)
   count = count - b
   evicted = {1, 0, 0, 0}
   for i = 1, b do
@@ -210,9 +215,9 @@ if index then
   -- unread: ZADD LT lowers the index only when d is earlier than it.
   if fresh or evicted or (r[2] and d < tonumber(r[2])) then
     if events then
-      call('ZADD', keys[2], 'LT', ds, owner)
+      call('ZADD', keys[ko + 2], 'LT', ds, owner)
     else
-      lib().file_owner(keys[2], owner, ds, ttl, now, events)
+      lib().file_owner(keys[ko + 2], owner, ds, ttl, now, events)
     end
   end
 end
@@ -233,13 +238,13 @@ if not events then
   end
 end
 if flagged and string.find(flags, 'P', 1, true) then
-  lib().put_payload(keys[4], member, argv[7], ttl, events)
+  lib().put_payload(keys[ko + 4], member, argv[ao + 7], ttl, events)
 end
 if evicted then
   evicted[2], evicted[3] = count + 1, d
-  call('DEL', keys[5])
-  call('RPUSH', keys[5], ds, string.format('%d', now + tonumber(argv[8])), unpack(evicted, 5))
-  call('PEXPIRE', keys[5], argv[8])
+  call('DEL', keys[ko + 5])
+  call('RPUSH', keys[ko + 5], ds, string.format('%d', now + tonumber(argv[ao + 8])), unpack(evicted, 5))
+  call('PEXPIRE', keys[ko + 5], argv[ao + 8])
   return evicted
 end
 if count < 63 and d < 35184372088832 then
