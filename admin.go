@@ -13,9 +13,9 @@ import (
 )
 
 // The operator's calls, apart from the everyday API: the recorded
-// configuration (ReadConfiguration), Drop, Stats, dead letters (DeadLetters,
-// Kick, DeleteDeadLetters), ReadEvents and the keys a set uses (OwnerKey,
-// EventsKey, DeadLettersKey), for tools such as the expset command.
+// configuration (ReadConfiguration), Drop, Stats (with each shard's stream
+// keys), dead letters (DeadLetters, Kick, DeleteDeadLetters), ReadEvents and
+// OwnerKey, for tools such as the expset command.
 
 // Configuration is what the first Open of a set recorded in Redis, in the
 // hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
@@ -84,14 +84,14 @@ func recordedConfiguration(key string, v any) (Configuration, error) {
 	}
 	xs, ok := v.([]any)
 	if !ok || len(xs)%2 != 0 {
-		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", ErrUnexpectedReply, key, v)
+		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
 	}
 	fields := make(map[string]string, len(xs)/2)
 	for i := 0; i < len(xs); i += 2 {
 		k, ok1 := xs[i].(string)
 		val, ok2 := xs[i+1].(string)
 		if !ok1 || !ok2 {
-			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", ErrUnexpectedReply, key, v)
+			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
 		}
 		fields[k] = val
 	}
@@ -103,7 +103,7 @@ func recordedConfiguration(key string, v any) (Configuration, error) {
 func legacyConfiguration(key, v string) (Configuration, error) {
 	f := strings.Fields(v)
 	if len(f) != 5 || f[0] != "v"+metaVersion {
-		return Configuration{}, fmt.Errorf("%w: %s holds %q", ErrUnexpectedReply, key, v)
+		return Configuration{}, fmt.Errorf("%w: %s holds %q", errUnexpectedReply, key, v)
 	}
 	fields := map[string]string{"version": metaVersion}
 	for _, kv := range f[1:] {
@@ -126,7 +126,7 @@ func configurationFields(key string, fields map[string]string) (Configuration, e
 		*dst = v == "1"
 	}
 	if !ok {
-		return Configuration{}, fmt.Errorf("%w: %s holds %v, not a configuration of version %s", ErrUnexpectedReply, key, fields, metaVersion)
+		return Configuration{}, fmt.Errorf("%w: %s holds %v, not a configuration of version %s", errUnexpectedReply, key, fields, metaVersion)
 	}
 	return c, nil
 }
@@ -255,6 +255,9 @@ type ShardStats struct {
 	Dead       int64     // dead letters
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a sweeper holds the shard's lease
+
+	EventsKey      string // the Redis key of the shard's expiry event stream
+	DeadLettersKey string // the Redis key of the shard's dead-letter stream
 }
 
 // Stats returns the state of every shard. The numbers of one shard are read
@@ -329,6 +332,9 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Dead:      cmds[i].dead.Val(),
 			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
+
+			EventsKey:      s.shards[i].events,
+			DeadLettersKey: s.shards[i].dead,
 		}
 		st.Partial = st.OwnersDue > statsOwnerScan
 		for _, oc := range owners[i] {
@@ -430,7 +436,7 @@ func (s *Set) shardRange(shard int) (lo, hi int, err error) {
 	case shard == allShards:
 		return 0, len(s.shards), nil
 	case shard < 0 || shard >= len(s.shards):
-		return 0, 0, fmt.Errorf("%w: shard %d (want 0 to %d, or -1 for all)", ErrInvalidOption, shard, len(s.shards)-1)
+		return 0, 0, fmt.Errorf("%w: shard %d (want 0 to %d, or -1 for all)", ErrInvalidArgument, shard, len(s.shards)-1)
 	}
 	return shard, shard + 1, nil
 }
@@ -439,7 +445,7 @@ func parseDeadLetter(shard int, m redis.XMessage) (DeadLetter, error) {
 	str := func(k string) string { v, _ := m.Values[k].(string); return v }
 	a, err := strconv.Atoi(str("a"))
 	if err != nil {
-		return DeadLetter{}, fmt.Errorf("%w: malformed dead letter %s: %v", ErrUnexpectedReply, m.ID, m.Values)
+		return DeadLetter{}, fmt.Errorf("%w: malformed dead letter %s: %v", errUnexpectedReply, m.ID, m.Values)
 	}
 	e, err := parseExpiry(shard, redis.XMessage{ID: str("id"), Values: m.Values}, a)
 	if err != nil {
@@ -498,10 +504,10 @@ func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(c
 	var order []int
 	for _, d := range letters {
 		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == allShards {
-			return 0, fmt.Errorf("%w: dead letter %s of shard %d", ErrInvalidOption, d.ID, d.Shard)
+			return 0, fmt.Errorf("%w: dead letter %s of shard %d", ErrInvalidArgument, d.ID, d.Shard)
 		}
 		if !validStreamID(d.ID) {
-			return 0, fmt.Errorf("%w: dead letter ID %q of shard %d is not a stream ID (ms-seq)", ErrInvalidOption, d.ID, d.Shard)
+			return 0, fmt.Errorf("%w: dead letter ID %q of shard %d is not a stream ID (ms-seq)", ErrInvalidArgument, d.ID, d.Shard)
 		}
 		if _, seen := byShard[d.Shard]; !seen {
 			order = append(order, d.Shard)
@@ -546,24 +552,6 @@ func (s *Set) OwnerKey(owner string) string {
 	return s.shards[s.ShardOf(owner)].owner + owner
 }
 
-// EventsKey returns the Redis key of shard's expiry event stream, for
-// operators and tools that name it; "" when shard is not 0 to Shards()-1.
-func (s *Set) EventsKey(shard int) string {
-	if shard < 0 || shard >= s.Shards() {
-		return ""
-	}
-	return s.shards[shard].events
-}
-
-// DeadLettersKey returns the Redis key of shard's dead-letter stream; "" when
-// shard is not 0 to Shards()-1.
-func (s *Set) DeadLettersKey(shard int) string {
-	if shard < 0 || shard >= s.Shards() {
-		return ""
-	}
-	return s.shards[shard].dead
-}
-
 // ReadEvents returns up to count expiry events (1 to 1000) of one shard's
 // stream whose IDs come after after, and the ID to pass as after next time.
 // It only reads (XREAD, outside any consumer group): nothing is delivered,
@@ -573,7 +561,7 @@ func (s *Set) DeadLettersKey(shard int) string {
 // waits up to block (at least 1ms) for an event when there is none yet,
 // holding a connection meanwhile; with zero it returns at once. The events
 // returned have Attempt 0: they were not delivered. A malformed entry ends the
-// read with ErrUnexpectedReply, the events before it, and an ID past it.
+// read with an "expset: unexpected reply" error, the events before it, and an ID past it.
 //
 // An event leaves its stream once every consumer group has handled it: a
 // read that does not wait may miss an event handled in between. A reader blocked in ReadEvents when an
@@ -583,16 +571,16 @@ func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int
 		return nil, after, err
 	}
 	if !s.events {
-		return nil, after, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
+		return nil, after, fmt.Errorf("%w: set %q has no expiry events: open it WithExpiryEvents to read them", ErrInvalidArgument, s.name)
 	}
 	if _, _, err := s.shardRange(shard); err != nil || shard == allShards {
-		return nil, after, fmt.Errorf("%w: shard %d (want 0 to %d)", ErrInvalidOption, shard, len(s.shards)-1)
+		return nil, after, fmt.Errorf("%w: shard %d (want 0 to %d)", ErrInvalidArgument, shard, len(s.shards)-1)
 	}
 	if after != "$" && after != "0" && !validStreamID(after) {
-		return nil, after, fmt.Errorf("%w: after %q: want \"$\", \"0\" or a stream ID (ms-seq)", ErrInvalidOption, after)
+		return nil, after, fmt.Errorf("%w: after %q: want \"$\", \"0\" or a stream ID (ms-seq)", ErrInvalidArgument, after)
 	}
 	if count < 1 || count > maxBatch {
-		return nil, after, fmt.Errorf("%w: count %d (want 1 to %d)", ErrInvalidOption, count, maxBatch)
+		return nil, after, fmt.Errorf("%w: count %d (want 1 to %d)", ErrInvalidArgument, count, maxBatch)
 	}
 	key := s.shards[shard].events
 	if after == "$" {

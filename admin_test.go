@@ -23,7 +23,7 @@ func TestReadConfigurationAndDrop(t *testing.T) {
 		if _, err := ReadConfiguration(ctx, b.rdb, "never-opened"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("configuration of an unknown set: %v", err)
 		}
-		if _, err := ReadConfiguration(ctx, b.rdb, "bad{name}"); !errors.Is(err, ErrInvalidName) {
+		if _, err := ReadConfiguration(ctx, b.rdb, "bad{name}"); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("bad name: %v", err)
 		}
 		for _, o := range []string{"a", "b", "c", "d", "e"} {
@@ -97,7 +97,7 @@ func TestOpenLegacyConfiguration(t *testing.T) {
 }
 
 // TestOpenUnreadableConfiguration checks that a meta key this version cannot
-// read fails Open and ReadConfiguration with ErrUnexpectedReply (or the
+// read fails Open and ReadConfiguration with errUnexpectedReply (or the
 // server's WRONGTYPE for a key of another type), and is left alone.
 func TestOpenUnreadableConfiguration(t *testing.T) {
 	t.Parallel()
@@ -108,22 +108,22 @@ func TestOpenUnreadableConfiguration(t *testing.T) {
 			write func(key string) error
 			want  error
 		}{
-			{"garbled string", func(k string) error { return b.rdb.Set(ctx, k, "v1 shards=x", 0).Err() }, ErrUnexpectedReply},
+			{"garbled string", func(k string) error { return b.rdb.Set(ctx, k, "v1 shards=x", 0).Err() }, errUnexpectedReply},
 			{"string of another version", func(k string) error {
 				return b.rdb.Set(ctx, k, "v2 shards=4 events=0 payloads=0 index=0", 0).Err()
-			}, ErrUnexpectedReply},
+			}, errUnexpectedReply},
 			{"hash of another version", func(k string) error {
 				return b.rdb.HSet(ctx, k, "version", "2", "shards", "4", "events", "0", "payloads", "0", "index", "0").Err()
-			}, ErrUnexpectedReply},
+			}, errUnexpectedReply},
 			{"hash with an unknown field", func(k string) error {
 				return b.rdb.HSet(ctx, k, "version", "1", "shards", "4", "events", "0", "payloads", "0", "index", "0", "codec", "x").Err()
-			}, ErrUnexpectedReply},
+			}, errUnexpectedReply},
 			{"hash with 0 shards", func(k string) error {
 				return b.rdb.HSet(ctx, k, "version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0").Err()
-			}, ErrUnexpectedReply},
+			}, errUnexpectedReply},
 			{"hash with events=2", func(k string) error {
 				return b.rdb.HSet(ctx, k, "version", "1", "shards", "4", "events", "2", "payloads", "0", "index", "0").Err()
-			}, ErrUnexpectedReply},
+			}, errUnexpectedReply},
 			{"list", func(k string) error { return b.rdb.RPush(ctx, k, "x").Err() }, nil},
 		} {
 			name := uniqueName(t, b.rdb)

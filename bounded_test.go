@@ -61,8 +61,8 @@ func TestScriptsBoundedBytes(t *testing.T) {
 		seen := map[string]int{}
 		for _, e := range evs {
 			i, _ := strconv.Atoi(e.Member[1:])
-			if seen[e.Member]++; seen[e.Member] > 1 || len(e.Payload) != size || e.Payload[0] != byte(i) || e.Reason != ReasonExpired {
-				t.Fatalf("event %s %s: %d bytes of payload, seen %d times", e.Member, e.Reason, len(e.Payload), seen[e.Member])
+			if seen[e.Member]++; seen[e.Member] > 1 || len(e.Payload) != size || e.Payload[0] != byte(i) || e.Evicted {
+				t.Fatalf("event %s %s: %d bytes of payload, seen %d times", e.Member, reasonOf(e), len(e.Payload), seen[e.Member])
 			}
 		}
 		if len(seen) != members {
@@ -268,8 +268,8 @@ func TestEvictionBoundedBytes(t *testing.T) {
 			t.Fatalf("%d events, want %d", len(evs), members)
 		}
 		for i, e := range evs {
-			if e.Member != want[i] || e.Reason != ReasonEvicted || len(e.Payload) != size {
-				t.Fatalf("event %d: %s %s with %d bytes", i, e.Member, e.Reason, len(e.Payload))
+			if e.Member != want[i] || !e.Evicted || len(e.Payload) != size {
+				t.Fatalf("event %d: %s %s with %d bytes", i, e.Member, reasonOf(e), len(e.Payload))
 			}
 		}
 	})

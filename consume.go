@@ -14,7 +14,7 @@ import (
 
 // Consume defaults and limits.
 const (
-	defaultVisibilityTimeout = 30 * time.Second       // WithVisibilityTimeout
+	defaultVisibilityTimeout = 30 * time.Second       // WithLeaseTTL
 	defaultMaxAttempts       = 5                      // WithMaxAttempts
 	defaultReadBatch         = 10                     // WithReadBatch
 	defaultPollInterval      = 100 * time.Millisecond // WithPollInterval
@@ -35,7 +35,7 @@ type Expiry struct {
 	Owner    string
 	Member   string
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
-	Reason   Reason    // ReasonExpired, or ReasonEvicted for a member WithEvictOldest evicted
+	Evicted  bool      // WithEvictOldest evicted the member before its deadline (false: it reached it)
 	Attempt  int       // the handler call this is for the event in its group: 1 for the first, 2 for the second, ...
 	Payload  []byte    // the member's payload (WithPayloadStorage), nil when it had none
 	Shard    int       // the shard whose stream carried it
@@ -48,20 +48,6 @@ type consumeConfig struct {
 	batch       int
 	poll        time.Duration
 	maxHandling time.Duration
-}
-
-// WithVisibilityTimeout sets how long an event stays with a consumer that
-// shows no sign of life (default 30s; 1ms to 24h).
-// While a handler call runs, its consumer renews its lease on the event every
-// third of this, so no other consumer takes it however long the call lasts
-// (see WithMaxHandlingTime). An event whose consumer died, or lost Redis,
-// goes to another consumer once this long has passed since the last renewal;
-// an event whose handler failed comes again this long after the failure.
-func WithVisibilityTimeout(d time.Duration) Option {
-	return consumeOption("WithVisibilityTimeout", func(c *consumeConfig) error {
-		c.visibility = d
-		return inRange("WithVisibilityTimeout", d, time.Millisecond, 24*time.Hour)
-	})
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
@@ -77,7 +63,7 @@ func WithMaxAttempts(n int) Option {
 
 // WithReadBatch sets how many events one read takes from each shard's
 // stream (default 10; 1 to 1000). Events read wait their
-// turn for the handler; one that waited past the visibility timeout may be
+// turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
 func WithReadBatch(n int) Option {
@@ -87,20 +73,9 @@ func WithReadBatch(n int) Option {
 	})
 }
 
-// WithPollInterval sets how long Consume waits after finding every shard's
-// stream empty (default 100ms; 1ms to 1m). Reads do not
-// block in Redis, so this bounds both the idle load (one pipelined read of
-// all shards per interval) and the added delivery latency.
-func WithPollInterval(d time.Duration) Option {
-	return consumeOption("WithPollInterval", func(c *consumeConfig) error {
-		c.poll = d
-		return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
-	})
-}
-
 // WithMaxHandlingTime bounds one handler call (default
 // 1m; 1ms to 24h): the handler's context ends then,
-// with context.Cause ErrHandlerTimeout. A call that returns an error after
+// with context.DeadlineExceeded (also its context.Cause). A call that returns an error after
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
 // the event (and its Consume) for as long as it runs.
@@ -122,17 +97,17 @@ func WithMaxHandlingTime(d time.Duration) Option {
 //
 // handle runs in Consume's goroutine, one event at a time. Each call is one
 // attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
-// while it runs, the event's lease is renewed every third of the visibility
-// timeout, so no other consumer takes it, and the handler's context ends
-// when ctx ends, when the lease is lost (context.Cause ErrHandlerLeaseLost),
-// or after WithMaxHandlingTime (ErrHandlerTimeout). When handle returns nil
+// while it runs, the event's lease is renewed every third of its TTL
+// (WithLeaseTTL), so no other consumer takes it, and the handler's context ends
+// when ctx ends, when the lease is lost (context.Cause ErrLeaseLost),
+// or after WithMaxHandlingTime (context.DeadlineExceeded). When handle returns nil
 // the event is acknowledged (with the next event's start, in one round
 // trip). When it fails, the event is delivered again, to any consumer of the
-// group, once the visibility timeout has passed; when the call that fails is
+// group, once the lease TTL has passed; when the call that fails is
 // attempt WithMaxAttempts, the event moves to the shard's dead-letter stream
 // with the error (see DeadLetters, Kick). An event whose last attempt never
-// returned (the consumer died, or lost Redis for longer than the visibility
-// timeout) is dead-lettered by the consumer that finds it. Nothing else is:
+// returned (the consumer died, or lost Redis for longer than the lease
+// TTL) is dead-lettered by the consumer that finds it. Nothing else is:
 // an event that no handler call failed on is never dead-lettered, except an
 // entry that cannot be read as an event at all, which is dead-lettered at
 // once with attempt 0.
@@ -149,8 +124,8 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // ends, events read and not yet handed to handle go back for prompt
 // redelivery with no attempt counted, handled events are acknowledged, and
 // the consumer leaves its group when it holds nothing; Consume then returns
-// nil. It returns an error only for misuse, at once: ErrInvalidConsumer,
-// ErrInvalidOption, ErrNoEvents. Options: WithVisibilityTimeout,
+// nil. It returns an error only for misuse, at once: ErrInvalidArgument
+// (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
@@ -168,7 +143,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		return nil, err
 	}
 	if !s.events {
-		return nil, fmt.Errorf("%w: set %q", ErrNoEvents, s.name)
+		return nil, fmt.Errorf("%w: set %q has no expiry events: open it WithExpiryEvents to consume them", ErrInvalidArgument, s.name)
 	}
 	for _, n := range []string{group, name} {
 		if err := validateConsumerName(n); err != nil {
@@ -176,7 +151,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		}
 	}
 	if handle == nil {
-		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
 	cfg := consumeConfig{
 		visibility:  defaultVisibilityTimeout,
@@ -205,7 +180,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 
 func validateConsumerName(n string) error {
 	if n == "" || len(n) > maxConsumerLen {
-		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidConsumer, n, maxConsumerLen)
+		return fmt.Errorf("%w: consumer group or consumer name %q must be 1 to %d bytes", ErrInvalidArgument, n, maxConsumerLen)
 	}
 	return nil
 }
@@ -221,9 +196,9 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	d, ok3 = m.Values["d"].(string)
 	ms, err := strconv.ParseInt(d, 10, 64)
 	var ok4 bool
-	e.Reason, ok4 = parseReason(m.Values["r"])
+	e.Evicted, ok4 = parseEvicted(m.Values["r"])
 	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
-		return e, fmt.Errorf("%w: malformed expiry event %s: %v", ErrUnexpectedReply, m.ID, m.Values)
+		return e, fmt.Errorf("%w: malformed expiry event %s: %v", errUnexpectedReply, m.ID, m.Values)
 	}
 	e.Deadline = msTime(ms)
 	if p, ok := m.Values["p"].(string); ok {
@@ -710,7 +685,7 @@ func (c *consumer) stop(ctx context.Context) {
 // Hooks.OnEvent.
 func (c *consumer) event(ctx context.Context, shard, attempt int, err error, buried bool) {
 	if h := c.set.hooks.OnEvent; h != nil {
-		h(ctx, EventInfo{Set: c.set.name, Group: c.group, Shard: shard, Attempt: attempt, Err: err, DeadLettered: buried})
+		h(ctx, CallInfo{Set: c.set.name, Op: "event", Shard: shard, Err: err}, EventInfo{Group: c.group, Attempt: attempt, DeadLettered: buried})
 	}
 }
 
@@ -727,7 +702,7 @@ func WithConsumerGroups(groups ...string) Option {
 	return setOption("WithConsumerGroups", func(c *setConfig) error {
 		for _, g := range groups {
 			if g == "" || len(g) > maxConsumerLen {
-				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidConsumer, g, maxConsumerLen)
+				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidArgument, g, maxConsumerLen)
 			}
 		}
 		c.groups = append(c.groups, groups...)
@@ -777,15 +752,15 @@ func (s *Set) declareGroups(ctx context.Context) error {
 // handler returns, begin.lua renews the entry's idle time in the group's
 // pending list, if this consumer still holds it. The handler's context ends
 // with ctx, when a renewal finds the event held by another consumer or
-// acknowledged (cause ErrHandlerLeaseLost), or after WithMaxHandlingTime
-// (cause ErrHandlerTimeout). Renewals go on after that, until the handler
+// acknowledged (cause ErrLeaseLost), or after WithMaxHandlingTime
+// (cause context.DeadlineExceeded). Renewals go on after that, until the handler
 // returns: no other consumer takes an event whose handler call is still
 // running. A renewal that fails for a Redis error is reported and tried again
 // at the next beat.
 func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) error {
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	hctx, cancel := context.WithTimeoutCause(hctx, c.cfg.maxHandling, ErrHandlerTimeout)
+	hctx, cancel := context.WithTimeout(hctx, c.cfg.maxHandling)
 	defer cancel()
 
 	var (
@@ -802,7 +777,7 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 		if err != nil {
 			c.set.reportError(ctx, "consume", shard, err, c.beat)
 		} else if n, _ := asInt64(v); n != 1 {
-			lost(ErrHandlerLeaseLost)
+			lost(ErrLeaseLost)
 		}
 		mu.Lock()
 		if !stopped {
@@ -828,35 +803,14 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry) err
 	return err
 }
 
-// Reason says why a member left its set and produced an event: it reached
-// its deadline, or a quota with WithEvictOldest evicted it to make room.
-type Reason uint8
-
-// The reasons an event can carry. The zero Reason is ReasonExpired.
-const (
-	ReasonExpired Reason = iota // the member reached its deadline
-	ReasonEvicted               // WithEvictOldest evicted it before its deadline
-)
-
-// String returns "expired" or "evicted".
-func (r Reason) String() string {
-	switch r {
-	case ReasonExpired:
-		return "expired"
-	case ReasonEvicted:
-		return "evicted"
-	}
-	return fmt.Sprintf("Reason(%d)", uint8(r))
-}
-
-// parseReason reads an event entry's r field: absent for an expiry,
+// parseEvicted reads an event entry's r field: absent for an expiry,
 // "evicted" for an eviction.
-func parseReason(v any) (Reason, bool) {
+func parseEvicted(v any) (evicted, ok bool) {
 	switch v {
 	case nil:
-		return ReasonExpired, true
+		return false, true
 	case "evicted":
-		return ReasonEvicted, true
+		return true, true
 	}
-	return 0, false
+	return false, false
 }

@@ -20,7 +20,7 @@ import (
 // steady are options for tests that count handler calls exactly: with a
 // one-second visibility timeout no lease lapses on a loaded machine, so
 // nothing is handled twice.
-var steady = []Option{WithVisibilityTimeout(time.Second), WithPollInterval(5 * time.Millisecond)}
+var steady = []Option{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond)}
 
 // handledBy records, per event (shard/ID), the attempts with which handler
 // calls that returned nil saw it, and which consumer made them.
@@ -88,7 +88,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// to another consumer, each at attempt 1.
 			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts := []Option{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			opts := []Option{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h := newHandledBy()
 			stuck := make(chan struct{})
@@ -118,7 +118,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// timeout is a minute), at attempt 1.
 			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts = []Option{WithVisibilityTimeout(time.Minute), WithPollInterval(5 * time.Millisecond),
+			opts = []Option{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h = newHandledBy()
 			ctx, shutdown := context.WithCancel(context.Background())
@@ -154,7 +154,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 		const vis = 250 * time.Millisecond
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 10)
-		opts := []Option{WithVisibilityTimeout(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
+		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()
 		hung := make(chan string, 1)
 		var first atomic.Bool
@@ -191,8 +191,8 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 }
 
 // TestConsumeHandlerContext: the handler's context ends when its lease is
-// lost (another consumer took the event: cause ErrHandlerLeaseLost) and
-// after WithMaxHandlingTime (cause ErrHandlerTimeout); a call that fails so
+// lost (another consumer took the event: cause ErrLeaseLost) and
+// after WithMaxHandlingTime (cause context.DeadlineExceeded); a call that fails so
 // used its attempt. A lease is renewed while the call runs.
 func TestConsumeHandlerContext(t *testing.T) {
 	noLeaks(t)
@@ -216,9 +216,9 @@ func TestConsumeHandlerContext(t *testing.T) {
 				return hctx.Err()
 			}
 			return nil
-		}, WithVisibilityTimeout(30*time.Millisecond), WithPollInterval(5*time.Millisecond), WithMaxHandlingTime(100*time.Millisecond))
-		if c := <-causes; !errors.Is(c, ErrHandlerTimeout) {
-			t.Fatalf("cause %v, want ErrHandlerTimeout", c)
+		}, WithLeaseTTL(30*time.Millisecond), WithPollInterval(5*time.Millisecond), WithMaxHandlingTime(100*time.Millisecond))
+		if c := <-causes; !errors.Is(c, context.DeadlineExceeded) {
+			t.Fatalf("cause %v, want context.DeadlineExceeded", c)
 		}
 		waitFor(t, "the second attempt", func() bool { return shardsIdle(s, 0) })
 		stop()
@@ -235,13 +235,13 @@ func TestConsumeHandlerContext(t *testing.T) {
 			<-hctx.Done()
 			causes <- context.Cause(hctx)
 			return hctx.Err()
-		}, WithVisibilityTimeout(60*time.Millisecond), WithPollInterval(5*time.Millisecond))
+		}, WithLeaseTTL(60*time.Millisecond), WithPollInterval(5*time.Millisecond))
 		e := <-inCall
 		if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.events, Group: "g", Consumer: "thief", Messages: []string{e.ID}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if c := <-causes; !errors.Is(c, ErrHandlerLeaseLost) {
-			t.Fatalf("cause %v, want ErrHandlerLeaseLost", c)
+		if c := <-causes; !errors.Is(c, ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", c)
 		}
 		stop()
 	})

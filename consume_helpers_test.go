@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +17,7 @@ import (
 // handler has it. The handlers of other events are never called.
 func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...Option) Expiry {
 	t.Helper()
-	quiet := WithHooks(Hooks{OnError: func(context.Context, ErrorInfo) {}})
+	quiet := WithHooks(Hooks{OnError: func(context.Context, CallInfo, time.Duration) {}})
 	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))
 	got := make(chan Expiry, 1)
 	release := make(chan struct{})
@@ -68,14 +69,24 @@ func consumers(t *testing.T, rdb redis.UniversalClient, s *Set, group string) []
 // hookRecorder keeps what Hooks.OnEvent and Hooks.OnError were given.
 type hookRecorder struct {
 	mu     sync.Mutex
-	events []EventInfo
-	errs   []ErrorInfo
+	events []eventReport
+	errs   []errorReport
 }
 
 func (h *hookRecorder) hooks() Hooks {
 	return Hooks{
-		OnEvent: func(_ context.Context, e EventInfo) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() },
-		OnError: func(_ context.Context, e ErrorInfo) { h.mu.Lock(); h.errs = append(h.errs, e); h.mu.Unlock() },
+		OnEvent: func(_ context.Context, ci CallInfo, ei EventInfo) {
+			e := eventReport{ci, ei}
+			h.mu.Lock()
+			h.events = append(h.events, e)
+			h.mu.Unlock()
+		},
+		OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
+			h.mu.Lock()
+			h.errs = append(h.errs, e)
+			h.mu.Unlock()
+		},
 	}
 }
 
@@ -91,10 +102,10 @@ func (h *hookRecorder) deadLettered() int {
 	return n
 }
 
-func (h *hookRecorder) errors() []ErrorInfo {
+func (h *hookRecorder) errors() []errorReport {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]ErrorInfo(nil), h.errs...)
+	return append([]errorReport(nil), h.errs...)
 }
 
 func btoi(b bool) int {

@@ -14,7 +14,7 @@ import (
 )
 
 // fastConsume are options that make redelivery quick in tests.
-var fastConsume = []Option{WithVisibilityTimeout(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+var fastConsume = []Option{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 
 // consumeInBackground runs s.Consume until the returned stop is called (or t
 // ends) and checks that it returned nil.
@@ -172,7 +172,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 		if one := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 1)); len(one) != 1 {
 			t.Errorf("DeadLetters(count 1): %d", len(one))
 		}
-		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidOption) {
+		if _, err := s.DeadLetters(ctx, 2, 0); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("DeadLetters(shard 2 of 2): %v", err)
 		}
 		for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
@@ -188,16 +188,16 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 			func() (int, error) { return s.Kick(ctx, dead[0], bad) },
 			func() (int, error) { return s.DeleteDeadLetters(ctx, dead[0], bad) },
 		} {
-			if n, err := call(); n != 0 || !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidOption", n, err)
+			if n, err := call(); n != 0 || !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("dead-letter call with a malformed ID: %d, %v; want 0, ErrInvalidArgument", n, err)
 			}
 		}
 		if again := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(again) != len(dead) {
 			t.Fatalf("a rejected call changed the dead letters: %d, want %d", len(again), len(dead))
 		}
 		for _, after := range []string{"", "x", "1-", "-1", "1-2-3"} {
-			if _, _, err := s.ReadEvents(ctx, 0, after, 10, 0); !errors.Is(err, ErrInvalidOption) {
-				t.Errorf("ReadEvents(after %q): %v, want ErrInvalidOption", after, err)
+			if _, _, err := s.ReadEvents(ctx, 0, after, 10, 0); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("ReadEvents(after %q): %v, want ErrInvalidArgument", after, err)
 			}
 		}
 
@@ -282,31 +282,31 @@ func TestConsumeInvalid(t *testing.T) {
 			opts        []Option
 			want        error
 		}{
-			{"", "c", ok, nil, ErrInvalidConsumer},
-			{"g", "", ok, nil, ErrInvalidConsumer},
-			{long, "c", ok, nil, ErrInvalidConsumer},
-			{"g", "c", nil, nil, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithVisibilityTimeout(0)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidOption},
-			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidOption},
+			{"", "c", ok, nil, ErrInvalidArgument},
+			{"g", "", ok, nil, ErrInvalidArgument},
+			{long, "c", ok, nil, ErrInvalidArgument},
+			{"g", "c", nil, nil, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithLeaseTTL(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidArgument},
+			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidArgument},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)
 			}
 		}
 		plain, _ := newTestSet(t, b)
-		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrNoEvents) {
+		if err := plain.Consume(ctx, "g", "c", ok); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("Consume without events: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups("billing", "")); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups with an empty name: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidConsumer) {
+		if _, err := Open(context.Background(), b.rdb, s.Name(), WithExpiryEvents(), WithConsumerGroups(long)); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups with a long name: %v", err)
 		}
-		if _, err := Open(context.Background(), b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidOption) {
+		if _, err := Open(context.Background(), b.rdb, plain.Name(), WithConsumerGroups("billing")); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("WithConsumerGroups without events: %v", err)
 		}
 		if n := len(setKeys(t, b.rdb, s.Name())); n != 1 {
@@ -353,13 +353,14 @@ func TestStats(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "c", "m", time.Hour))
 		clk.Advance(3 * time.Second)
 		st := must[[]ShardStats](t)(s.Stats(ctx))[0]
-		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second)}
+		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second),
+			EventsKey: "expset:{" + s.Name() + ":0}:ev", DeadLettersKey: "expset:{" + s.Name() + ":0}:dead"}
 		if st != want {
 			t.Fatalf("stats %+v\nwant  %+v", st, want)
 		}
 		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
 		st = must[[]ShardStats](t)(s.Stats(ctx))[0]
-		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3}
+		want = ShardStats{Now: clk.Now(), Owners: 2, Events: 3, EventsKey: want.EventsKey, DeadLettersKey: want.DeadLettersKey}
 		if st != want {
 			t.Fatalf("after the sweep %+v\nwant  %+v", st, want)
 		}
@@ -414,7 +415,7 @@ func TestRewriteBehindManyExpired(t *testing.T) {
 			if n != 1 || len(eventsOf(t, s)) != 1001 {
 				t.Fatalf("%s: %d events for %s, %d in all (swept %+v); want 1 and 1001", op, n, last, len(eventsOf(t, s)), st)
 			}
-			if ms := must[[]Member](t)(s.Members(ctx, "o")); len(ms) != 1 || ms[0].ID != last || !ms[0].Deadline.Equal(d) {
+			if ms := must[[]Member](t)(s.Members(ctx, "o", 0)); len(ms) != 1 || ms[0].ID != last || !ms[0].Deadline.Equal(d) {
 				t.Fatalf("%s: members %v, want %s until %v", op, ms, last, d)
 			}
 			if p := must[[]byte](t)(s.Payload(ctx, "o", last)); string(p) != "new" {

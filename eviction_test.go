@@ -95,9 +95,9 @@ func TestEvictionReceipt(t *testing.T) {
 }
 
 // TestEvictionEvents checks that with expiry events every member evicted
-// by WithEvictOldest produces one event, with ReasonEvicted, its deadline
+// by WithEvictOldest produces one event, with Evicted set, its deadline
 // and its payload, and its payload leaves the hash; a retry of the Acquire
-// produces none, and a plain expiry's event keeps ReasonExpired.
+// produces none, and a plain expiry's event has Evicted false.
 func TestEvictionEvents(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -119,7 +119,7 @@ func TestEvictionEvents(t *testing.T) {
 			t.Fatalf("%d events after one eviction: %+v", len(evs), evs)
 		}
 		e := evs[0]
-		if e.Owner != "acct" || e.Member != "s1" || e.Reason != ReasonEvicted || !e.Deadline.Equal(d1.Deadline) || string(e.Payload) != "p1" {
+		if e.Owner != "acct" || e.Member != "s1" || !e.Evicted || !e.Deadline.Equal(d1.Deadline) || string(e.Payload) != "p1" {
 			t.Fatalf("eviction event %+v", e)
 		}
 		// A limit lowered below the live count: one event per evicted member.
@@ -132,7 +132,7 @@ func TestEvictionEvents(t *testing.T) {
 		evs, _ = must2[[]Expiry, string](t)(s.ReadEvents(ctx, shard, "0-0", 100, 0))
 		var got []string
 		for _, e := range evs {
-			got = append(got, e.Member+" "+e.Reason.String())
+			got = append(got, e.Member+" "+reasonOf(e))
 		}
 		if want := []string{"s1 evicted", "s2 evicted", "s3 evicted", "s4 expired"}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("events %v, want %v", got, want)
@@ -146,8 +146,8 @@ func TestEvictionReceiptTTLOption(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := must[*Set](t)(Open(context.Background(), redis.NewClient(&redis.Options{Addr: mr.Addr()}), "n"))
 	for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {
-		if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(d)); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("WithEvictionReceiptTTL(%v): %v, want ErrInvalidOption", d, err)
+		if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(d)); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("WithEvictionReceiptTTL(%v): %v, want ErrInvalidArgument", d, err)
 		}
 	}
 	if _, err := NewQuota(s, 1, WithEvictOldest(), WithEvictionReceiptTTL(time.Millisecond)); err != nil {
@@ -186,18 +186,18 @@ func TestEvictionEventThroughDeadLetters(t *testing.T) {
 			return err == nil && len(d) == 1
 		})
 		stop()
-		if evs := seen.events(); len(evs) != 1 || evs[0].Member != "s1" || evs[0].Reason != ReasonEvicted {
+		if evs := seen.events(); len(evs) != 1 || evs[0].Member != "s1" || !evs[0].Evicted {
 			t.Fatalf("delivered %+v, want s1 evicted", evs)
 		}
 		dead := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0))
-		if dead[0].Event.Reason != ReasonEvicted {
+		if !dead[0].Event.Evicted {
 			t.Fatalf("dead letter %+v", dead[0])
 		}
 		if n := must[int](t)(s.Kick(ctx, dead...)); n != 1 {
 			t.Fatalf("kicked %d", n)
 		}
 		evs, _ := must2[[]Expiry, string](t)(s.ReadEvents(ctx, s.ShardOf("acct"), "0-0", 10, 0))
-		if len(evs) != 1 || evs[0].Member != "s1" || evs[0].Reason != ReasonEvicted {
+		if len(evs) != 1 || evs[0].Member != "s1" || !evs[0].Evicted {
 			t.Fatalf("kicked back as %+v", evs)
 		}
 	})

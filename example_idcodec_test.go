@@ -45,7 +45,7 @@ func ExampleCodec_Score() {
 	// raw scores equal: true
 	// 0215857550229364736 210798388895864 2012-06-21T17:23:45.071Z
 	// 0215857550229364737 210798388895864 2012-06-21T17:23:45.071Z
-	// expset: invalid snowflake id: -1 is negative
+	// expset: invalid argument: snowflake id -1 is negative
 }
 
 // Offline messages per user, scored by message ID and pruned after 15 days

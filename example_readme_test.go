@@ -29,7 +29,7 @@ func placeOrder(ctx context.Context, rdb redis.UniversalClient, userID, orderID 
 	d, err := quota.Acquire(ctx, userID, orderID, 15*time.Minute)
 	switch {
 	case err != nil:
-		return err // Redis failed, or bad input: errors.Is(err, expset.ErrInvalidTTL), ...
+		return err // Redis failed, or bad input: errors.Is(err, expset.ErrInvalidArgument), ...
 	case !d.Allowed:
 		return fmt.Errorf("%d unpaid orders: pay one first, or retry in %v", d.Count, d.RetryAfter)
 	}

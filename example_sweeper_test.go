@@ -83,8 +83,8 @@ func ExampleSweeper_Run() {
 	defer rdb.Close()
 
 	orders, err := expset.Open(context.Background(), rdb, "orders", expset.WithExpiryEvents(), expset.WithHooks(expset.Hooks{
-		OnError: func(_ context.Context, e expset.ErrorInfo) {
-			log.Printf("expset %s: %s shard %d: %v (retry in %v)", e.Set, e.Op, e.Shard, e.Err, e.Retry)
+		OnError: func(_ context.Context, e expset.CallInfo, retry time.Duration) {
+			log.Printf("expset %s: %s shard %d: %v (retry in %v)", e.Set, e.Op, e.Shard, e.Err, retry)
 		},
 	}))
 	if err != nil {
@@ -111,7 +111,7 @@ func ExampleSweeper_Run() {
 
 	plain, _ := expset.Open(context.Background(), rdb, "sessions")
 	_, err = expset.NewSweeper(plain)
-	fmt.Println("a set with no due index has no sweeper:", errors.Is(err, expset.ErrNoIndex))
+	fmt.Println("a set with no due index has no sweeper:", errors.Is(err, expset.ErrInvalidArgument))
 	// Output:
 	// expired: alice order-1
 	// sweeper stopped: <nil>

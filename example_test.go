@@ -55,7 +55,7 @@ func Example_checkout() {
 
 	// At 12:15 order-1 expires unpaid; it no longer counts.
 	mr.SetTime(time.Date(2026, 11, 22, 12, 15, 0, 0, time.UTC))
-	members, _ := orders.Members(ctx, "user-42")
+	members, _ := orders.Members(ctx, "user-42", 0)
 	for _, m := range members {
 		fmt.Println("unpaid:", m.ID, "until", m.Deadline.UTC().Format("15:04"))
 	}

@@ -32,7 +32,7 @@ import (
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
 // same options. The zero value is not usable; create one with New or Open.
-// A zero or nil *Set's methods fail with ErrNotOpened (those that return
+// A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
 	rdb      redis.UniversalClient
@@ -92,10 +92,10 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		}
 	}
 	if len(cfg.groups) > 0 && !cfg.events {
-		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidArgument)
 	}
 	if cfg.retain.set && !cfg.events {
-		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidArgument)
 	}
 	if !cfg.retain.set {
 		cfg.retain = retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen}
@@ -146,10 +146,10 @@ func mismatch(name, key string, got, want Configuration) error {
 		ErrConfigMismatch, name, got.text(), key, want.text(), got.optionsText())
 }
 
-// opened returns ErrNotOpened for a nil or zero Set.
+// opened returns ErrInvalidArgument for a nil or zero Set.
 func (s *Set) opened() error {
 	if s == nil || len(s.shards) == 0 || s.rdb == nil {
-		return fmt.Errorf("%w: zero or nil *Set: create it with Open", ErrNotOpened)
+		return fmt.Errorf("%w: zero or nil *Set: create it with Open", ErrInvalidArgument)
 	}
 	return nil
 }
@@ -169,7 +169,7 @@ func checkClient(rdb redis.UniversalClient) error {
 		isNil = c == nil
 	}
 	if isNil {
-		return fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+		return fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 	}
 	return nil
 }
@@ -231,31 +231,23 @@ func (s *Set) now() string {
 }
 
 func ttlMillis(ttl time.Duration) (int64, error) {
-	if ttl < time.Millisecond || ttl > MaxTTL {
-		return 0, fmt.Errorf("%w: %v (want 1ms to %v; sub-millisecond parts are dropped)", ErrInvalidTTL, ttl, MaxTTL)
+	if ttl < time.Millisecond || ttl > maxTTL {
+		return 0, fmt.Errorf("%w: ttl %v (want 1ms to %v; sub-millisecond parts are dropped)", ErrInvalidArgument, ttl, maxTTL)
 	}
 	return ttl.Milliseconds(), nil
 }
 
-func (s *Set) callOptions(opts []CallOption, allowLimit bool) (callConfig, error) {
+func (s *Set) callOptions(where scope, opts []Option) (callConfig, error) {
 	var c callConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.err != nil {
-		return c, c.err
-	}
-	if c.limit != 0 && !allowLimit {
-		return c, fmt.Errorf("%w: WithLimit applies to Quota.Acquire only", ErrInvalidOption)
+	if err := applyOptions(where, &options{call: &c}, opts); err != nil {
+		return c, err
 	}
 	if c.hasPayload {
 		if !s.payloads {
-			return c, fmt.Errorf("%w: set %q was opened without WithPayloadStorage", ErrInvalidPayload, s.name)
+			return c, fmt.Errorf("%w: WithPayload: set %q was opened without WithPayloadStorage: open it with it to store payloads", ErrInvalidArgument, s.name)
 		}
 		if len(c.payload) > maxPayloadLen {
-			return c, fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidPayload, len(c.payload), maxPayloadLen)
+			return c, fmt.Errorf("%w: WithPayload: payload of %d bytes (at most %d)", ErrInvalidArgument, len(c.payload), maxPayloadLen)
 		}
 	}
 	return c, nil
@@ -303,8 +295,8 @@ func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, k
 // deadline earlier), and returns the deadline. Owners have no cap here; see
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
-// be 1ms to MaxTTL. Options: WithPayload.
-func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (time.Time, error) {
+// be 1ms to 100 years. Options: WithPayload.
+func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
 	}
@@ -312,7 +304,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	if err != nil {
 		return time.Time{}, err
 	}
-	c, err := s.callOptions(opts, false)
+	c, err := s.callOptions(inAdd, opts)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -452,16 +444,9 @@ func (s *Set) Count(ctx context.Context, owner string) (int, error) {
 	return int(n), nil
 }
 
-// Members returns owner's live members, earliest deadline first (members with
-// equal deadlines in byte order). It reads them all; an owner with a very
-// large set is better read with MembersN.
-func (s *Set) Members(ctx context.Context, owner string) ([]Member, error) {
-	return s.MembersN(ctx, owner, 0)
-}
-
-// MembersN returns at most n of owner's live members, earliest deadline
-// first; n <= 0 means all.
-func (s *Set) MembersN(ctx context.Context, owner string, n int) ([]Member, error) {
+// Members returns at most n of owner's live members, earliest deadline first
+// (members with equal deadlines in byte order); n <= 0 means all.
+func (s *Set) Members(ctx context.Context, owner string, n int) ([]Member, error) {
 	if err := s.checkOwner(owner); err != nil {
 		return nil, err
 	}

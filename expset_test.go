@@ -31,7 +31,7 @@ func TestAddReadsAndExpiry(t *testing.T) {
 		if n := must[int](t)(s.Count(ctx, "alice")); n != 3 {
 			t.Fatalf("count %d, want 3", n)
 		}
-		got := must[[]Member](t)(s.Members(ctx, "alice"))
+		got := must[[]Member](t)(s.Members(ctx, "alice", 0))
 		want := []Member{
 			{"o2", t0.Add(5 * time.Second)},
 			{"o1", t0.Add(10 * time.Second)},
@@ -40,7 +40,7 @@ func TestAddReadsAndExpiry(t *testing.T) {
 		if !equalMembers(got, want) {
 			t.Fatalf("members %v, want %v", got, want)
 		}
-		if got := must[[]Member](t)(s.MembersN(ctx, "alice", 2)); !equalMembers(got, want[:2]) {
+		if got := must[[]Member](t)(s.Members(ctx, "alice", 2)); !equalMembers(got, want[:2]) {
 			t.Fatalf("MembersN(2) %v", got)
 		}
 
@@ -60,7 +60,7 @@ func TestAddReadsAndExpiry(t *testing.T) {
 		if n := must[int](t)(s.Count(ctx, "alice")); n != 2 {
 			t.Fatalf("count %d after expiry, want 2", n)
 		}
-		if got := must[[]Member](t)(s.Members(ctx, "alice")); !equalMembers(got, want[1:]) {
+		if got := must[[]Member](t)(s.Members(ctx, "alice", 0)); !equalMembers(got, want[1:]) {
 			t.Fatalf("members %v after expiry", got)
 		}
 		// Invisible, though nothing has removed it yet.
@@ -114,7 +114,7 @@ func TestRemove(t *testing.T) {
 		if n := must[int](t)(s.Remove(ctx, "u")); n != 0 {
 			t.Fatalf("Remove with no members removed %d", n)
 		}
-		if got := must[[]Member](t)(s.Members(ctx, "u")); len(got) != 2 {
+		if got := must[[]Member](t)(s.Members(ctx, "u", 0)); len(got) != 2 {
 			t.Fatalf("members %v", got)
 		}
 		if n := must[int](t)(s.Remove(ctx, "u", "b", "c")); n != 2 {
@@ -364,7 +364,7 @@ func TestOwnersMapToTheirOwnKeys(t *testing.T) {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Duration(i+1)*time.Minute))
 		}
 		for i, o := range owners {
-			got := must[[]Member](t)(s.Members(ctx, o))
+			got := must[[]Member](t)(s.Members(ctx, o, 0))
 			want := []Member{{"m", clk.Now().Add(time.Duration(i+1) * time.Minute)}}
 			if !equalMembers(got, want) {
 				t.Fatalf("owner %q: members %v, want %v", o, got, want)
@@ -522,7 +522,7 @@ func TestIndexTracksEarliestDeadline(t *testing.T) {
 		due := s.shards[0].due
 		check := func(owner string) {
 			t.Helper()
-			ms := must[[]Member](t)(s.Members(ctx, owner))
+			ms := must[[]Member](t)(s.Members(ctx, owner, 0))
 			score, err := b.rdb.ZScore(ctx, due, owner).Result()
 			if len(ms) == 0 {
 				return

@@ -111,7 +111,7 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
-		slow := []Option{WithVisibilityTimeout(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
+		slow := []Option{WithLeaseTTL(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
 		cctx, stop := context.WithCancel(ctx)
 		var last recorder
 		_ = s.Consume(cctx, "g", "c3", func(_ context.Context, e Expiry) error {

@@ -25,7 +25,7 @@ type restartRun struct {
 	set *Set
 
 	mu     sync.Mutex
-	errs   []ErrorInfo     // every error a loop reported (Hooks.OnError)
+	errs   []errorReport   // every error a loop reported (Hooks.OnError)
 	acked  map[string]bool // owner/member of every Add that returned nil
 	unsure map[string]bool // owner/member of every Add that failed: it may have landed
 
@@ -48,7 +48,8 @@ func newRestartRun(t *testing.T) *restartRun {
 	// call can spend most of it dialling).
 	r.rdb = r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	r.set = must[*Set](t)(Open(context.Background(), r.rdb, uniqueName(t, r.rdb), WithShards(4), WithExpiryEvents(),
-		WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+		WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
 			r.mu.Lock()
 			r.errs = append(r.errs, e)
 			r.mu.Unlock()
@@ -57,10 +58,10 @@ func newRestartRun(t *testing.T) *restartRun {
 }
 
 // reported returns the errors the loops reported so far.
-func (r *restartRun) reported() []ErrorInfo {
+func (r *restartRun) reported() []errorReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]ErrorInfo(nil), r.errs...)
+	return append([]errorReport(nil), r.errs...)
 }
 
 // load runs loops (Sweeper.Run, Set.Consume, ...) in the background while a
@@ -188,7 +189,7 @@ func TestSweeperRunSurvivesRestart(t *testing.T) {
 	redistest.SystemTest(t)
 	noLeaks(t)
 	r := newRestartRun(t)
-	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(6*time.Second))
+	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(6*time.Second))
 	var held []string
 	r.beforeKill = func() {
 		waitFor(t, "every lease held", func() bool { return !slices.Contains(r.leases(), "") })
@@ -231,13 +232,14 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	opts := []Option{WithVisibilityTimeout(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
-	w := newSweeper(t, r.set, WithMaxIdle(10*time.Millisecond), WithLeaseTTL(2*time.Second))
+	opts := []Option{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(2*time.Second))
 	// Consume on a client of its own that does not retry commands, so that
 	// go-redis's retries cannot ride out the outage unseen.
 	rdb := r.srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	var consumeErrs []ErrorInfo
-	cs := must[*Set](t)(Open(context.Background(), rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+	var consumeErrs []errorReport
+	cs := must[*Set](t)(Open(context.Background(), rdb, r.set.Name(), WithShards(4), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+		e := errorReport{ci, retry}
 		mu.Lock()
 		consumeErrs = append(consumeErrs, e)
 		mu.Unlock()

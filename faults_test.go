@@ -146,7 +146,7 @@ func ownerState(t testing.TB, s *Set, owners ...string) map[string][]Member {
 	t.Helper()
 	out := map[string][]Member{}
 	for _, o := range owners {
-		ms, err := s.Members(context.Background(), o)
+		ms, err := s.Members(context.Background(), o, 0)
 		if err != nil {
 			t.Fatalf("members of %q: %v", o, err)
 		}
@@ -204,11 +204,11 @@ func TestScriptCacheFlushed(t *testing.T) {
 		}
 		flush()
 		want := []Member{{"b", t0.Add(2 * time.Minute)}, {"a", t0.Add(3 * time.Minute)}}
-		if ms, err := s.Members(ctx, "u"); err != nil || !equalMembers(ms, want) {
+		if ms, err := s.Members(ctx, "u", 0); err != nil || !equalMembers(ms, want) {
 			t.Fatalf("Members: %v, %v; want %v", ms, err, want)
 		}
 		flush()
-		if ms, err := s.MembersN(ctx, "u", 1); err != nil || !equalMembers(ms, want[:1]) {
+		if ms, err := s.Members(ctx, "u", 1); err != nil || !equalMembers(ms, want[:1]) {
 			t.Fatalf("MembersN: %v, %v", ms, err)
 		}
 		flush()
@@ -323,7 +323,7 @@ func TestStalledServer(t *testing.T) {
 			must[Decision](t)(qOnce.Acquire(ctx, o, m, time.Minute))
 		}
 	}
-	s := qOnce.Set()
+	s := qOnce.set
 	before := ownerState(t, s, owners...)
 	evalsBefore, _, err := redistest.CommandStats(ctx, probe, "evalsha")
 	if err != nil {
@@ -372,7 +372,7 @@ func TestStalledServer(t *testing.T) {
 	t.Logf("the stalled server ran %d EVALSHA after it resumed", evalsAfter-evalsBefore)
 
 	q := open(probe)
-	after := ownerState(t, q.Set(), owners...)
+	after := ownerState(t, q.set, owners...)
 	m3 := Member{"m3", clk.Now().Add(time.Minute)}
 	for _, o := range owners {
 		landed := equalMembers(after[o], append(before[o][:2:2], m3))
@@ -526,7 +526,7 @@ func TestStalledServerReportsEvictions(t *testing.T) {
 	if !d.Allowed || !d.Existing || d.Count != 2 || !reflect.DeepEqual(d.Evicted, []string{"session-1"}) {
 		t.Fatalf("the application's retry: %+v; want Existing with session-1 reported evicted", d)
 	}
-	if ok := must[bool](t)(q.Set().Contains(ctx, "acct", "session-1")); ok {
+	if ok := must[bool](t)(q.set.Contains(ctx, "acct", "session-1")); ok {
 		t.Fatal("session-1 still live")
 	}
 }

@@ -270,9 +270,9 @@ func (r *modelRun) step(op modelOp) {
 	ttl := time.Duration(modelTTLs[op.ttl]) * r.unit
 	switch op.kind {
 	case opAcquire:
-		limit, opts := modelLimit, []CallOption(nil)
+		limit, opts := modelLimit, []Option(nil)
 		if op.limit > 0 {
-			limit, opts = op.limit, []CallOption{WithLimit(op.limit)}
+			limit, opts = op.limit, []Option{WithLimit(op.limit)}
 		}
 		got, err := r.qs[op.quota].Acquire(ctx, owner, member, ttl, opts...)
 		want := r.m.acquire(owner, member, ttl, limit, op.quota == 1, op.quota == 2)
@@ -320,7 +320,7 @@ func (r *modelRun) step(op modelOp) {
 		if has, err := r.s.Contains(ctx, owner, member); err != nil || has != ok {
 			r.fail("Contains: library %v, %v; model %v", has, err, ok)
 		}
-		if got, err := r.s.MembersN(ctx, owner, 1); err != nil || !equalMembers(got, r.m.live(owner)[:min(1, len(r.m.live(owner)))]) {
+		if got, err := r.s.Members(ctx, owner, 1); err != nil || !equalMembers(got, r.m.live(owner)[:min(1, len(r.m.live(owner)))]) {
 			r.fail("MembersN 1: library %v, %v; model %v", got, err, r.m.live(owner))
 		}
 	}
@@ -335,7 +335,7 @@ func (r *modelRun) checkOwner(o int) {
 	ctx := context.Background()
 	owner := modelOwners[o]
 	want := r.m.live(owner)
-	got, err := r.s.Members(ctx, owner)
+	got, err := r.s.Members(ctx, owner, 0)
 	if err != nil || !equalMembers(got, want) {
 		r.fail("owner %q: library members %v, %v\nmodel members %v", owner, got, err, want)
 	}

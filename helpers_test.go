@@ -57,13 +57,30 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	})
 }
 
-// sweepStatsOf is what one Hooks.OnSweep call adds to a total of sweeps.
-func sweepStatsOf(si SweepInfo) SweepStats {
-	st := SweepStats{Owners: si.Owners, Expired: si.Expired, Trimmed: si.Trimmed, MaxLateness: si.Lateness}
-	if si.Batch {
-		st.Batches = 1
+// reasonOf names why e's member left: "evicted" or "expired".
+func reasonOf(e Expiry) string {
+	if e.Evicted {
+		return "evicted"
 	}
-	return st
+	return "expired"
+}
+
+// errorReport is one Hooks.OnError call, as tests record it.
+type errorReport struct {
+	CallInfo
+	Retry time.Duration
+}
+
+// sweepReport is one Hooks.OnSweep call, as tests record it.
+type sweepReport struct {
+	CallInfo
+	SweepStats
+}
+
+// eventReport is one Hooks.OnEvent call, as tests record it.
+type eventReport struct {
+	CallInfo
+	EventInfo
 }
 
 // fakeClock is a clock tests move by hand.

@@ -17,81 +17,61 @@ import (
 // set them by name.
 type Hooks struct {
 	// OnCall follows every script round trip: Set and Quota calls, sweeps
-	// and event handling alike.
+	// and event handling alike. Duration is the round trip as the client
+	// saw it.
 	OnCall func(ctx context.Context, ci CallInfo)
-	// OnAcquire follows every Acquire that Redis answered.
-	OnAcquire func(ctx context.Context, ai AcquireInfo)
-	// OnSweep follows every batch a Sweeper sweeps, and every other sweep
-	// call whose event retention trimmed the stream (Batch false).
-	OnSweep func(ctx context.Context, si SweepInfo)
-	// OnEvent follows every handler call of Set.Consume, and every burial
-	// of an event whose last handler call never finished, or that could not
-	// be read as an event: each dead letter reaches it exactly once, with
-	// DeadLettered set.
-	OnEvent func(ctx context.Context, ei EventInfo)
+	// OnAcquire follows every Acquire that Redis answered (Op "acquire"),
+	// with its Decision: Allowed, Existing and Evicted tell admitted,
+	// retried, denied and evicted apart.
+	OnAcquire func(ctx context.Context, ci CallInfo, d Decision)
+	// OnSweep follows every batch a Sweeper sweeps (Op "sweep", st.Batches
+	// 1), and every other sweep call whose event retention trimmed the
+	// stream (st.Batches 0, st.Trimmed over 0). st counts that one call.
+	OnSweep func(ctx context.Context, ci CallInfo, st SweepStats)
+	// OnEvent follows every handler call of Set.Consume (Err the handler's
+	// error), and every burial of an event whose last handler call never
+	// finished, or that could not be read as an event (Err why): each dead
+	// letter reaches it exactly once, with ei.DeadLettered set. Op is
+	// "event".
+	OnEvent func(ctx context.Context, ci CallInfo, ei EventInfo)
 	// OnError receives every error a background loop (Sweeper.Run,
-	// Set.Consume) survives and will retry. When nil, those errors go to
-	// log/slog's default logger at warning level, at most one line per op
+	// Set.Consume) survives and will retry after retry: ci.Op says what
+	// failed ("sweep", "lease", "consume", ...), ci.Shard the shard it is
+	// confined to (-1 when not shard-specific). When nil, those errors go
+	// to log/slog's default logger at warning level, at most one line per op
 	// and shard every 10 seconds, each with the count of errors not logged
 	// since ("suppressed"). Errors that end a loop (misuse) are returned by
 	// it instead, and errors after its ctx ended are not reported.
-	OnError func(ctx context.Context, ei ErrorInfo)
-
-	// OnWait follows every Quota.AcquireWait that waited, when it ends:
-	// admitted, or given up. Waits counted, time waited and given up.
-	OnWait func(ctx context.Context, wi WaitInfo)
+	OnError func(ctx context.Context, ci CallInfo, retry time.Duration)
+	// OnWait follows every Quota.AcquireWait that waited, when it ends (Op
+	// "wait"): Duration is the time from joining the line to admission or
+	// giving up; Err is nil when admitted, else why it gave up (its
+	// context's error, or Redis's). One admitted by its first attempt is
+	// reported by OnAcquire alone.
+	OnWait func(ctx context.Context, ci CallInfo)
 }
 
-// CallInfo describes one script round trip.
+// CallInfo is what every hook receives about the call it reports: which
+// set, what operation, which shard, how long and how it ended. A tracer or
+// metrics library needs nothing else to label what it records.
 type CallInfo struct {
 	Set      string        // the set's name
-	Op       string        // "add", "acquire", "remove", "extend", "read", "sweep", ...
+	Op       string        // "add", "acquire", "remove", "extend", "read", "sweep", "handle", "wait", ...
 	Shard    int           // the shard the call went to, or -1 when it spans several
-	Duration time.Duration // from sending to the reply, as the client saw it
+	Duration time.Duration // how long it took, where the hook's doc says so; zero otherwise
 	Err      error         // nil on success
 }
 
-// AcquireInfo describes one Acquire.
-type AcquireInfo struct {
-	Set      string
-	Shard    int
-	Decision Decision // Allowed, Existing, Evicted tell admitted, retried, denied and evicted apart
-}
-
-// SweepInfo describes one sweep batch of one shard.
-type SweepInfo struct {
-	Set      string
-	Shard    int
-	Batch    bool          // the call was given due owners (false: it only trimmed)
-	Owners   int           // owners visited
-	Expired  int           // members removed
-	Lateness time.Duration // the largest now - deadline among the members removed (0 when none)
-	Trimmed  int           // events retention removed unconsumed from the stream (WithEventRetention)
-}
-
-// EventInfo describes one handler call of an expiry event, or one burial
-// that no handler call made (then Err says why, and Attempt is the attempts
-// used).
+// EventInfo is what Hooks.OnEvent receives beside the CallInfo: the group
+// and the attempt of one handler call of an expiry event, or of one burial
+// that no handler call made (then Attempt is the attempts used).
 type EventInfo struct {
-	Set          string
 	Group        string // the consumer group
-	Shard        int
-	Attempt      int   // 1 for the first handler call of the event in its group
-	Err          error // the handler's error; nil when it succeeded
-	DeadLettered bool  // the event moved to the dead-letter stream
+	Attempt      int    // 1 for the first handler call of the event in its group
+	DeadLettered bool   // the event moved to the dead-letter stream
 }
 
 // WithHooks installs hooks on the set (default none).
 func WithHooks(h Hooks) Option {
 	return setOption("WithHooks", func(c *setConfig) error { c.hooks = h; return nil })
-}
-
-// WaitInfo describes one Quota.AcquireWait that had to wait (one admitted
-// by its first attempt is reported by OnAcquire alone).
-type WaitInfo struct {
-	Set      string
-	Shard    int
-	Waited   time.Duration // from joining the line to admission or giving up
-	Admitted bool          // false: given up (its context ended, or Redis failed)
-	Err      error         // why it gave up: the context's error, or Redis's
 }

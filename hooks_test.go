@@ -32,10 +32,13 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 					t.Errorf("call %s took %v", c.Op, c.Duration)
 				}
 			},
-			OnAcquire: func(_ context.Context, a AcquireInfo) {
+			OnAcquire: func(_ context.Context, ci CallInfo, d Decision) {
 				mu.Lock()
 				defer mu.Unlock()
-				decisions = append(decisions, a.Decision)
+				decisions = append(decisions, d)
+				if ci.Op != "acquire" || ci.Set == "" {
+					t.Errorf("OnAcquire saw %+v", ci)
+				}
 			},
 		}
 		s, _ := newTestSet(t, b, WithHooks(h), WithShards(4))
@@ -43,7 +46,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "u", "a", time.Minute))
 		must[bool](t)(s.Contains(ctx, "u", "a"))
 		must[int](t)(s.Count(ctx, "u"))
-		must[[]Member](t)(s.Members(ctx, "u"))
+		must[[]Member](t)(s.Members(ctx, "u", 0))
 		must[Decision](t)(q.Acquire(ctx, "v", "x", time.Minute))
 		must[Decision](t)(q.Acquire(ctx, "v", "y", time.Minute))
 		must[int](t)(s.Remove(ctx, "u", "a"))
@@ -79,12 +82,20 @@ func TestHooksSeeSweepsAndEvents(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		var (
 			mu     sync.Mutex
-			sweeps []SweepInfo
-			events []EventInfo
+			sweeps []sweepReport
+			events []eventReport
 		)
 		h := Hooks{
-			OnSweep: func(_ context.Context, si SweepInfo) { mu.Lock(); sweeps = append(sweeps, si); mu.Unlock() },
-			OnEvent: func(_ context.Context, ei EventInfo) { mu.Lock(); events = append(events, ei); mu.Unlock() },
+			OnSweep: func(_ context.Context, ci CallInfo, st SweepStats) {
+				mu.Lock()
+				sweeps = append(sweeps, sweepReport{ci, st})
+				mu.Unlock()
+			},
+			OnEvent: func(_ context.Context, ci CallInfo, ei EventInfo) {
+				mu.Lock()
+				events = append(events, eventReport{ci, ei})
+				mu.Unlock()
+			},
 		}
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage(), WithShards(1), WithHooks(h))
 		expire(t, s, clk, 3) // sweeps 3 members
@@ -161,7 +172,7 @@ func TestHooksCarryTheCallersContextAndShard(t *testing.T) {
 		}
 		s, _ := newTestSet(t, b, WithShards(8), WithHooks(Hooks{
 			OnCall:    func(ctx context.Context, ci CallInfo) { note(ctx, ci.Op, ci.Shard) },
-			OnAcquire: func(ctx context.Context, ai AcquireInfo) { note(ctx, "decision", ai.Shard) },
+			OnAcquire: func(ctx context.Context, ci CallInfo, _ Decision) { note(ctx, "decision", ci.Shard) },
 		}))
 		q := must[*Quota](t)(NewQuota(s, 2))
 		ctx := context.WithValue(context.Background(), key{}, "span-1")

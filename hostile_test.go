@@ -174,7 +174,7 @@ func hostileCases() []hostileCase {
 		if strings.HasPrefix(o.desc, "`") {
 			in = "owner " + o.desc
 		}
-		err := errIf(good, ErrInvalidOwner)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
 			d, err := e.s.Add(e.ctx, v, "m", time.Minute)
 			if err == nil {
@@ -199,11 +199,11 @@ func hostileCases() []hostileCase {
 			return strconv.Itoa(n), err
 		})
 		row("Set.Members", in, err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
-			ms, err := e.s.Members(e.ctx, v)
+			ms, err := e.s.Members(e.ctx, v, 0)
 			return e.members(ms), err
 		})
-		row("Set.MembersN", in+", n 1", err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
-			ms, err := e.s.MembersN(e.ctx, v, 1)
+		row("Set.Members", in+", n 1", err, ok(good, `"m" until now+2m0s`), func(e *hostileEnv) (string, error) {
+			ms, err := e.s.Members(e.ctx, v, 1)
 			return e.members(ms), err
 		})
 		row("Set.Payload", in, err, ok(good, "no payload"), func(e *hostileEnv) (string, error) {
@@ -240,7 +240,7 @@ func hostileCases() []hostileCase {
 		if strings.HasPrefix(m.desc, "`") {
 			in = "member " + m.desc
 		}
-		err := errIf(good, ErrInvalidMember)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", in, err, ok(good, "now+1m0s"), func(e *hostileEnv) (string, error) {
 			d, err := e.s.Add(e.ctx, owner, v, time.Minute)
 			if err == nil {
@@ -281,7 +281,7 @@ func hostileCases() []hostileCase {
 		})
 	}
 
-	// ttls: truncated to whole milliseconds, 1ms to MaxTTL.
+	// ttls: truncated to whole milliseconds, 1ms to 100 years.
 	ttls := []struct {
 		desc string
 		d    time.Duration
@@ -294,14 +294,14 @@ func hostileCases() []hostileCase {
 		{"ttl 999µs", 999 * time.Microsecond, ""},
 		{"ttl 1ms", time.Millisecond, "now+1ms"},
 		{"ttl 1.5ms (truncated)", 1500 * time.Microsecond, "now+1ms"},
-		{"ttl MaxTTL (100 years)", MaxTTL, "now+876000h0m0s"},
-		{"ttl MaxTTL+1ns", MaxTTL + 1, ""},
-		{"ttl MaxTTL+1ms", MaxTTL + time.Millisecond, ""},
+		{"ttl maxTTL (100 years)", maxTTL, "now+876000h0m0s"},
+		{"ttl maxTTL+1ns", maxTTL + 1, ""},
+		{"ttl maxTTL+1ms", maxTTL + time.Millisecond, ""},
 		{"ttl math.MaxInt64", math.MaxInt64, ""},
 	}
 	for i, tt := range ttls {
 		d, good := tt.d, tt.got != ""
-		err := errIf(good, ErrInvalidTTL)
+		err := errIf(good, ErrInvalidArgument)
 		row("Set.Add", tt.desc, err, tt.got, func(e *hostileEnv) (string, error) {
 			dl, err := e.s.Add(e.ctx, "ttl", "m", d)
 			e.settle("ttl", d)
@@ -332,13 +332,13 @@ func hostileCases() []hostileCase {
 	}
 	for i, l := range limits {
 		n, good := l.n, l.good
-		err := errIf(good, ErrInvalidLimit)
+		err := errIf(good, ErrInvalidArgument)
 		row("NewQuota", "limit "+l.desc, err, ok(good, "limit "+strconv.Itoa(n)), func(e *hostileEnv) (string, error) {
 			q, err := NewQuota(e.s, n)
 			if err != nil {
 				return "", err
 			}
-			return "limit " + strconv.Itoa(q.Limit()), nil
+			return "limit " + strconv.Itoa(q.limit), nil
 		})
 		owner := "limit-" + strconv.Itoa(i)
 		row("Quota.Acquire", "WithLimit("+l.desc+")", err, ok(good, fmt.Sprintf("allowed, count 1 of %d, deadline now+1m0s", n)), func(e *hostileEnv) (string, error) {
@@ -346,20 +346,20 @@ func hostileCases() []hostileCase {
 			return e.decision(d), err
 		})
 	}
-	row("Set.Add", "WithLimit(2)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithLimit(2)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(2))
 		return "", err
 	})
-	row("Set.Add", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithLimit(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
-	row("Set.MembersN", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
-		ms, err := e.s.MembersN(e.ctx, "base", -1)
+	row("Set.Members", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.Members(e.ctx, "base", -1)
 		return e.members(ms), err
 	})
-	row("Set.MembersN", "n math.MaxInt", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
-		ms, err := e.s.MembersN(e.ctx, "base", math.MaxInt)
+	row("Set.Members", "n math.MaxInt", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
+		ms, err := e.s.Members(e.ctx, "base", math.MaxInt)
 		return e.members(ms), err
 	})
 	row("Set.Remove", "no members", nil, "0", func(e *hostileEnv) (string, error) {
@@ -376,20 +376,20 @@ func hostileCases() []hostileCase {
 	})
 
 	// Payloads.
-	row("Set.Add", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.plain.Add(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.Acquire", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Set.Add", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Set.Add", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.Acquire", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.Acquire", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.Acquire(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
@@ -411,63 +411,63 @@ func hostileCases() []hostileCase {
 	})
 
 	// nil options and clients.
-	row("Set.Add", "a nil CallOption", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, nil)
+	row("Set.Add", "a zero Option", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, Option{})
 		return e.rt(d), err
 	})
-	row("Quota.Acquire", "a nil CallOption", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, nil)
+	row("Quota.Acquire", "a zero Option", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, Option{})
 		return e.decision(d), err
 	})
 	// Quota.AcquireWait checks its input as Acquire does, before it joins
 	// any line; with room it is admitted at once, like Acquire.
-	row("Quota.AcquireWait", "owner empty", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "owner empty", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "", "m", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidOwner, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "owner of 1025 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, long(maxOwnerLen+1), "m", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "member empty", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "member empty", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "", time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "member of 1 MiB", ErrInvalidMember, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "member of 1 MiB", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", huge, time.Minute)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl 0", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl 0", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", 0)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl -1ns", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl -1ns", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", -1)
 		return "", err
 	})
-	row("Quota.AcquireWait", "ttl math.MaxInt64", ErrInvalidTTL, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "ttl math.MaxInt64", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", math.MaxInt64)
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithLimit(0)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithLimit(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(0))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithLimit(maxLimit+1)", ErrInvalidLimit, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithLimit(maxLimit+1)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithLimit(maxLimit+1))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload on a set without WithPayloadStorage", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithPayload on a set without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		q := must[*Quota](e.t)(NewQuota(e.plain, 3))
 		_, err := q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload([]byte("p")))
 		return "", err
 	})
-	row("Quota.AcquireWait", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidPayload, "", func(e *hostileEnv) (string, error) {
+	row("Quota.AcquireWait", "WithPayload of maxPayloadLen+1 bytes", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a nil CallOption, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, nil)
+	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a zero Option, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, Option{})
 		return e.decision(d), err
 	})
 	row("NewQuota", "a zero Option", nil, "limit 3", func(e *hostileEnv) (string, error) {
@@ -475,17 +475,17 @@ func hostileCases() []hostileCase {
 		if err != nil {
 			return "", err
 		}
-		return "limit " + strconv.Itoa(q.Limit()), nil
+		return "limit " + strconv.Itoa(q.limit), nil
 	})
-	row("NewQuota", "nil Set", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "nil Set", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(nil, 3)
 		return "", err
 	})
-	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(0))
 		return "", err
 	})
-	row("NewQuota", "WithEvictionReceiptTTL(25h)", ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+	row("NewQuota", "WithEvictionReceiptTTL(25h)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(e.s, 3, WithEvictOldest(), WithEvictionReceiptTTL(25*time.Hour))
 		return "", err
 	})
@@ -530,7 +530,7 @@ func hostileCases() []hostileCase {
 		count int64
 	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count maxAfterCount+1", maxAfterCount + 1}} {
 		count := n.count
-		row("Codec.After", n.desc, ErrInvalidCount, "", func(e *hostileEnv) (string, error) {
+		row("Codec.After", n.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			c, err := NewCodec(Twitter)
 			if err != nil {
 				return "", err
@@ -559,7 +559,7 @@ func hostileCases() []hostileCase {
 	})
 
 	// Zero values and nil pointers: every call that can reach Redis fails
-	// with ErrNotOpened instead of panicking; the accessors give zeros.
+	// with ErrInvalidArgument instead of panicking; the accessors give zeros.
 	setCalls := []struct {
 		call string
 		run  func(e *hostileEnv, s *Set) error
@@ -570,7 +570,7 @@ func hostileCases() []hostileCase {
 		{"Set.Deadline", func(e *hostileEnv, s *Set) error { _, err := s.Deadline(e.ctx, "o", "m"); return err }},
 		{"Set.Extend", func(e *hostileEnv, s *Set) error { _, err := s.Extend(e.ctx, "o", "m", time.Minute); return err }},
 		{"Set.Count", func(e *hostileEnv, s *Set) error { _, err := s.Count(e.ctx, "o"); return err }},
-		{"Set.Members", func(e *hostileEnv, s *Set) error { _, err := s.Members(e.ctx, "o"); return err }},
+		{"Set.Members", func(e *hostileEnv, s *Set) error { _, err := s.Members(e.ctx, "o", 0); return err }},
 		{"Set.Payload", func(e *hostileEnv, s *Set) error { _, err := s.Payload(e.ctx, "o", "m"); return err }},
 		{"Set.Stats", func(e *hostileEnv, s *Set) error { _, err := s.Stats(e.ctx); return err }},
 		{"Set.ReadEvents", func(e *hostileEnv, s *Set) error { _, _, err := s.ReadEvents(e.ctx, 0, "0", 1, 0); return err }},
@@ -588,15 +588,15 @@ func hostileCases() []hostileCase {
 		s    *Set
 	}{{"zero Set", &Set{}}, {"nil *Set", nil}} {
 		for _, c := range setCalls {
-			run, s, want := c.run, z.s, error(ErrNotOpened)
+			run, s, want := c.run, z.s, error(ErrInvalidArgument)
 			if s == nil && (c.call == "NewQuota" || c.call == "NewSweeper") {
-				want = ErrInvalidOption // a nil Set given to a constructor
+				want = ErrInvalidArgument // a nil Set given to a constructor
 			}
 			row(c.call, z.desc, want, "", func(e *hostileEnv) (string, error) { return "", run(e, s) })
 		}
 		s := z.s
-		row("Set.Name, Shards, ShardOf, OwnerKey, EventsKey", z.desc, nil, `"", 0, -1, "", ""`, func(e *hostileEnv) (string, error) {
-			return fmt.Sprintf("%q, %d, %d, %q, %q", s.Name(), s.Shards(), s.ShardOf("o"), s.OwnerKey("o"), s.EventsKey(0)), nil
+		row("Set.Name, Shards, ShardOf, OwnerKey", z.desc, nil, `"", 0, -1, ""`, func(e *hostileEnv) (string, error) {
+			return fmt.Sprintf("%q, %d, %d, %q", s.Name(), s.Shards(), s.ShardOf("o"), s.OwnerKey("o")), nil
 		})
 	}
 	quotaCalls := []struct {
@@ -613,23 +613,19 @@ func hostileCases() []hostileCase {
 	}{{"zero Quota", &Quota{}}, {"nil *Quota", nil}} {
 		for _, c := range quotaCalls {
 			run, q := c.run, z.q
-			row(c.call, z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
+			row(c.call, z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) { return "", run(e, q) })
 		}
-		q := z.q
-		row("Quota.Limit, Set", z.desc, nil, "0, <nil>", func(e *hostileEnv) (string, error) {
-			return fmt.Sprintf("%d, %v", q.Limit(), q.Set()), nil
-		})
 	}
 	for _, z := range []struct {
 		desc string
 		w    *Sweeper
 	}{{"zero Sweeper", &Sweeper{}}, {"nil *Sweeper", nil}} {
 		w := z.w
-		row("Sweeper.SweepOnce", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+		row("Sweeper.SweepOnce", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := w.SweepOnce(e.ctx)
 			return "", err
 		})
-		row("Sweeper.Run", z.desc, ErrNotOpened, "", func(e *hostileEnv) (string, error) {
+		row("Sweeper.Run", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			return "", w.Run(e.ctx)
 		})
 	}
@@ -643,19 +639,19 @@ func hostileCases() []hostileCase {
 	}
 	for _, nc := range nilClients {
 		c := nc.c
-		row("New", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("New", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Open(context.Background(), c, "x")
 			return "", err
 		})
-		row("Open", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("Open", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Open(e.ctx, c, "x")
 			return "", err
 		})
-		row("ReadConfiguration", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("ReadConfiguration", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := ReadConfiguration(e.ctx, c, "x")
 			return "", err
 		})
-		row("Drop", nc.desc, ErrInvalidOption, "", func(e *hostileEnv) (string, error) {
+		row("Drop", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Drop(e.ctx, c, "x")
 			return "", err
 		})
@@ -668,7 +664,7 @@ func hostileCases() []hostileCase {
 	}{{"WithShards(0)", 0}, {"WithShards(-1)", -1}, {"WithShards(maxShards+1)", maxShards + 1}, {"WithShards(math.MinInt)", math.MinInt}}
 	for _, so := range shardOpts {
 		n := so.n
-		cs = append(cs, hostileCase{call: "New", input: so.desc, want: ErrInvalidOption, name: "shards-bad",
+		cs = append(cs, hostileCase{call: "Open", input: so.desc, want: ErrInvalidArgument, name: "shards-bad",
 			run: func(e *hostileEnv) (string, error) {
 				_, err := Open(context.Background(), e.rdb, e.named("shards-bad"), WithShards(n))
 				return "", err
@@ -679,18 +675,102 @@ func hostileCases() []hostileCase {
 		opts []Option
 		want error
 	}{
-		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidConsumer},
-		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidConsumer},
-		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidOption},
+		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidArgument},
+		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidArgument},
+		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidArgument},
 	}
 	for _, g := range groupOpts {
-		cs = append(cs, hostileCase{call: "New", input: g.desc, want: g.want, name: "groups-bad",
+		cs = append(cs, hostileCase{call: "Open", input: g.desc, want: g.want, name: "groups-bad",
 			run: func(e *hostileEnv) (string, error) {
 				_, err := Open(context.Background(), e.rdb, e.named("groups-bad"), g.opts...)
 				return "", err
 			}})
 	}
-	row("New", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
+	retentionOpts := []struct {
+		desc   string
+		maxAge time.Duration
+		maxLen int
+	}{
+		{"WithEventRetention(0, 1)", 0, 1},
+		{"WithEventRetention(999ms, 1)", time.Second - time.Millisecond, 1},
+		{"WithEventRetention(100 years + 1ms, 1)", maxTTL + time.Millisecond, 1},
+		{"WithEventRetention(-1ns, 1)", -1, 1},
+		{"WithEventRetention(1s, 0)", time.Second, 0},
+		{"WithEventRetention(1s, -1)", time.Second, -1},
+		{"WithEventRetention(1s, 2^30+1)", time.Second, maxEventMaxLen + 1},
+		{"WithEventRetention(1s, math.MinInt)", time.Second, math.MinInt},
+	}
+	for _, r := range retentionOpts {
+		cs = append(cs, hostileCase{call: "Open", input: r.desc, want: ErrInvalidArgument, name: "retention-bad",
+			run: func(e *hostileEnv) (string, error) {
+				_, err := Open(context.Background(), e.rdb, e.named("retention-bad"), WithExpiryEvents(), WithEventRetention(r.maxAge, r.maxLen))
+				return "", err
+			}})
+	}
+	row("Open", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
+		for _, o := range []Option{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
+			if _, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents(), o); err != nil {
+				return "", err
+			}
+		}
+		return "ok", nil
+	})
+
+	// Options of Consume and NewSweeper: each is checked against its call's
+	// range (WithLeaseTTL and WithPollInterval apply to both, with their own
+	// ranges). consume opens a set with events and runs Consume with an
+	// ended context: it checks its options, then returns at once.
+	consume := func(e *hostileEnv, opts ...Option) error {
+		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
+		if err != nil {
+			return err
+		}
+		done, cancel := context.WithCancel(e.ctx)
+		cancel()
+		return s.Consume(done, "g", "c", func(context.Context, Expiry) error { return nil }, opts...)
+	}
+	sweeper := func(e *hostileEnv, opts ...Option) error {
+		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
+		if err != nil {
+			return err
+		}
+		_, err = NewSweeper(s, opts...)
+		return err
+	}
+	loopOpts := []struct {
+		call string
+		desc string
+		opt  Option
+		ok   bool
+	}{
+		{"Set.Consume", "WithMaxHandlingTime(0)", WithMaxHandlingTime(0), false},
+		{"Set.Consume", "WithMaxHandlingTime(-1ns)", WithMaxHandlingTime(-1), false},
+		{"Set.Consume", "WithMaxHandlingTime(24h+1ns)", WithMaxHandlingTime(24*time.Hour + 1), false},
+		{"Set.Consume", "WithMaxHandlingTime(1ms)", WithMaxHandlingTime(time.Millisecond), true},
+		{"Set.Consume", "WithMaxHandlingTime(24h)", WithMaxHandlingTime(24 * time.Hour), true},
+		{"Set.Consume", "WithLeaseTTL(0)", WithLeaseTTL(0), false},
+		{"Set.Consume", "WithLeaseTTL(24h+1ns)", WithLeaseTTL(24*time.Hour + 1), false},
+		{"Set.Consume", "WithLeaseTTL(1ms)", WithLeaseTTL(time.Millisecond), true},
+		{"Set.Consume", "WithPollInterval(0)", WithPollInterval(0), false},
+		{"Set.Consume", "WithPollInterval(1m+1ns)", WithPollInterval(time.Minute + 1), false},
+		{"Set.Consume", "WithMembersPerBatch(5) (a Sweeper's option)", WithMembersPerBatch(5), false},
+		{"NewSweeper", "WithLeaseTTL(1ms) (under the sweeper's 30ms)", WithLeaseTTL(time.Millisecond), false},
+		{"NewSweeper", "WithLeaseTTL(1h+1ns)", WithLeaseTTL(time.Hour + 1), false},
+		{"NewSweeper", "WithLeaseTTL(30ms)", WithLeaseTTL(30 * time.Millisecond), true},
+		{"NewSweeper", "WithPollInterval(0)", WithPollInterval(0), false},
+		{"NewSweeper", "WithPollInterval(1m)", WithPollInterval(time.Minute), true},
+		{"NewSweeper", "WithMaxHandlingTime(1s) (a Consume option)", WithMaxHandlingTime(time.Second), false},
+	}
+	for _, lo := range loopOpts {
+		run := consume
+		if lo.call == "NewSweeper" {
+			run = sweeper
+		}
+		row(lo.call, lo.desc, errIf(lo.ok, ErrInvalidArgument), ok(lo.ok, "accepted"), func(e *hostileEnv) (string, error) {
+			return "accepted", run(e, lo.opt)
+		})
+	}
+	row("Open", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {
 			return "", err
@@ -745,7 +825,7 @@ func hostileCases() []hostileCase {
 			}
 			return e.named(v)
 		}
-		err := errIf(good, ErrInvalidName)
+		err := errIf(good, ErrInvalidArgument)
 		cs = append(cs,
 			hostileCase{call: "New", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
 				s, err := Open(context.Background(), e.rdb, name(e))
@@ -858,7 +938,7 @@ any bytes from 1 to 1024 of them work, each owner in its own key.
 Not in the table, because it is the caller's bug, as in the standard
 library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics).
 A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` is in it: every call that
-would reach Redis fails with ` + "`ErrNotOpened`" + ` (create them with New, Open,
+would reach Redis fails with ` + "`ErrInvalidArgument`" + ` (create them with Open,
 NewQuota and NewSweeper), and the accessors return zeros.
 ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` take any string and
 touch no Redis.
@@ -881,11 +961,8 @@ func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 // sentinelName returns the exported name of a sentinel error.
 func sentinelName(err error) string {
 	for name, e := range map[string]error{
-		"ErrNotFound": ErrNotFound, "ErrInvalidName": ErrInvalidName, "ErrInvalidOwner": ErrInvalidOwner,
-		"ErrInvalidMember": ErrInvalidMember, "ErrInvalidTTL": ErrInvalidTTL, "ErrInvalidLimit": ErrInvalidLimit,
-		"ErrInvalidOption": ErrInvalidOption, "ErrInvalidPayload": ErrInvalidPayload,
-		"ErrConfigMismatch": ErrConfigMismatch, "ErrUnexpectedReply": ErrUnexpectedReply,
-		"ErrNotOpened": ErrNotOpened, "ErrInvalidCount": ErrInvalidCount, "ErrInvalidConsumer": ErrInvalidConsumer,
+		"ErrNotFound": ErrNotFound, "ErrInvalidArgument": ErrInvalidArgument,
+		"ErrConfigMismatch": ErrConfigMismatch, "errUnexpectedReply": errUnexpectedReply,
 	} {
 		if e == err {
 			return name

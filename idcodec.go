@@ -2,33 +2,12 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-// Errors of the snowflake codec. They are wrapped with %w together with the
-// value at fault; match them with errors.Is.
-var (
-	// ErrInvalidLayout means a Layout's fields do not describe a 63-bit
-	// snowflake (see NewCodec), or a strategy cannot apply to it.
-	ErrInvalidLayout = errors.New("expset: invalid snowflake layout")
-
-	// ErrInvalidID means a snowflake ID is negative, or its time field lies
-	// past the Codec's Horizon, where no exact score is left for it.
-	ErrInvalidID = errors.New("expset: invalid snowflake id")
-
-	// ErrInvalidCount means a count given to Codec.After is above
-	// 2^20 (1,048,576).
-	ErrInvalidCount = errors.New("expset: invalid count")
-
-	// ErrMalformedMember means a sorted-set member is not an ID as Member
-	// writes it: exactly 19 decimal digits, at most math.MaxInt64.
-	ErrMalformedMember = errors.New("expset: malformed snowflake member")
 )
 
 // Layout describes how a snowflake generator packs an ID into the 63 bits
@@ -144,25 +123,13 @@ func (s strategy) String() string {
 	return fmt.Sprintf("strategy(%d)", s)
 }
 
-// KeepTopBits keeps the 53 most significant bits of the ID: the whole time
-// field and then node and sequence bits, top down, until 53 bits are used.
-// Scores never decrease as IDs grow, so with Member as the member a sorted
-// set lists IDs in exactly ID order. IDs that differ only in their 10 low
-// bits share a score: for Twitter, up to 1024 IDs one node makes in one
-// millisecond. (In a custom layout whose node and sequence fields have
-// fewer than 10 bits together, it drops time bits too, and neighbouring
-// ticks share scores.) It is the default, and what new data should use.
-func KeepTopBits() Option {
-	return codecOption("KeepTopBits", func(c *Codec) error { c.strategy = keepTop; return nil })
-}
-
 // KeepTimeSeq keeps the time field and the whole sequence field, and drops
 // the node field (53 bits for Twitter). Every ID one node makes gets a score
 // of its own, but where the node field sits above the sequence (Twitter,
 // Discord, Instagram), IDs of different nodes in the same tick sort by
 // sequence, not by ID, and After follows that order. Where it sits below
 // (Sonyflake), the dropped bits are the lowest and the order is exact, as
-// with KeepTopBits.
+// with the default (KeepTopBits).
 func KeepTimeSeq() Option {
 	return codecOption("KeepTimeSeq", func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
 }
@@ -196,7 +163,8 @@ func KeepTimeSeq52() Option {
 // strategy, ZRANGE lists the IDs in exactly ID order. After reads the IDs
 // after a cursor ID, and ScoreAt gives the score bound of a time range.
 //
-// Which bits are kept (bit 63 is the sign bit, always 0):
+// Which bits are kept (bit 63 is the sign bit, always 0; KeepTopBits is the
+// default strategy, which takes no option):
 //
 //	Twitter, bwmarrin, Discord:  63 62          22 21       12 11        0
 //	                            +--+--------------+-----------+-----------+
@@ -221,7 +189,7 @@ func KeepTimeSeq52() Option {
 //	KeepTimeSeq, KeepTimeSeq52      [-------------]             [---------] 50 bits
 //
 // The budget per layout and strategy: the bits kept, the year the time field
-// outgrows them (the horizon: past it Score fails with ErrInvalidID; for
+// outgrows them (the horizon: past it Score fails with ErrInvalidArgument; for
 // these layouts it is the generator's own), how many IDs can share one
 // score, and what order ZRANGE keeps:
 //
@@ -252,6 +220,11 @@ func KeepTimeSeq52() Option {
 // score also returns the IDs before it that share the score: After skips
 // them.
 //
+// The order is exact (a < b implies Score(a) <= Score(b), and ZRANGE lists
+// IDs in ID order) with the default strategy, and with KeepTimeSeq or
+// KeepTimeSeq52 where the node field is the lowest field of the ID (SeqHigh
+// layouts such as Sonyflake) or has no bits.
+//
 // A Codec is immutable and safe for simultaneous use by multiple goroutines.
 // The zero Codec is not usable: build one with NewCodec.
 type Codec struct {
@@ -267,8 +240,16 @@ type Codec struct {
 	timeLimit uint64 // the first time field past the horizon
 }
 
-// NewCodec returns a Codec for IDs of layout l; by default it keeps the
-// top 53 bits (KeepTopBits). It fails with ErrInvalidLayout when TimeBits is
+// NewCodec returns a Codec for IDs of layout l. By default (KeepTopBits in
+// the tables of Codec) it keeps the 53 most significant bits of the ID: the
+// whole time field and then node and sequence bits, top down, until 53 bits
+// are used. Scores never decrease as IDs grow, so with Member as the member a
+// sorted set lists IDs in exactly ID order. IDs that differ only in their 10
+// low bits share a score: for Twitter, up to 1024 IDs one node makes in one
+// millisecond. (In a custom layout whose node and sequence fields have fewer
+// than 10 bits together, it drops time bits too, and neighbouring ticks share
+// scores.) It is what new data should use; KeepTimeSeq and KeepTimeSeq52
+// choose other bits. It fails with ErrInvalidArgument when TimeBits is
 // under 1, NodeBits or SeqBits is negative, the three do not add up to 63,
 // TimeUnit is not positive, 2^TimeBits time units overflow a time.Duration,
 // Epoch is the zero time, or KeepTimeSeq leaves the time field no room.
@@ -279,15 +260,15 @@ func NewCodec(l Layout, opts ...Option) (*Codec, error) {
 	}
 	switch {
 	case l.TimeBits < 1 || l.NodeBits < 0 || l.SeqBits < 0:
-		return nil, fmt.Errorf("%w: %s: field widths time %d, node %d, seq %d (time needs 1 bit, the others 0 or more)", ErrInvalidLayout, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
+		return nil, fmt.Errorf("%w: snowflake layout %s: field widths time %d, node %d, seq %d (time needs 1 bit, the others 0 or more)", ErrInvalidArgument, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
 	case l.TimeBits+l.NodeBits+l.SeqBits != 63:
-		return nil, fmt.Errorf("%w: %s: field widths add up to %d bits, want 63", ErrInvalidLayout, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
+		return nil, fmt.Errorf("%w: snowflake layout %s: field widths add up to %d bits, want 63", ErrInvalidArgument, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
 	case l.TimeUnit <= 0:
-		return nil, fmt.Errorf("%w: %s: time unit %v is not positive", ErrInvalidLayout, l.name(), l.TimeUnit)
+		return nil, fmt.Errorf("%w: snowflake layout %s: time unit %v is not positive", ErrInvalidArgument, l.name(), l.TimeUnit)
 	case uint64(1)<<l.TimeBits > uint64(math.MaxInt64/l.TimeUnit):
-		return nil, fmt.Errorf("%w: %s: 2^%d time units of %v overflow a time.Duration", ErrInvalidLayout, l.name(), l.TimeBits, l.TimeUnit)
+		return nil, fmt.Errorf("%w: snowflake layout %s: 2^%d time units of %v overflow a time.Duration", ErrInvalidArgument, l.name(), l.TimeBits, l.TimeUnit)
 	case l.Epoch.IsZero():
-		return nil, fmt.Errorf("%w: %s: zero epoch", ErrInvalidLayout, l.name())
+		return nil, fmt.Errorf("%w: snowflake layout %s: zero epoch", ErrInvalidArgument, l.name())
 	}
 
 	c.timeShift = uint(l.NodeBits + l.SeqBits)
@@ -302,10 +283,10 @@ func NewCodec(l Layout, opts ...Option) (*Codec, error) {
 		budget = scoreBits - 1
 		lo = max(0, min(l.SeqBits, budget-l.TimeBits))
 	default:
-		return nil, fmt.Errorf("%w: %s: unknown strategy %d", ErrInvalidLayout, l.name(), c.strategy)
+		return nil, fmt.Errorf("%w: snowflake layout %s: unknown strategy %d", ErrInvalidArgument, l.name(), c.strategy)
 	}
 	if lo >= budget {
-		return nil, fmt.Errorf("%w: %s: %v keeps %d sequence bits, leaving no room for the time in %d", ErrInvalidLayout, l.name(), c.strategy, lo, budget)
+		return nil, fmt.Errorf("%w: snowflake layout %s: %v keeps %d sequence bits, leaving no room for the time in %d", ErrInvalidArgument, l.name(), c.strategy, lo, budget)
 	}
 	if lo < 0 || (l.NodeBits == 0 || l.SeqHigh) && lo == l.SeqBits {
 		// The dropped bits are the lowest: one shift keeps the rest, in order.
@@ -331,14 +312,11 @@ func NewCodec(l Layout, opts ...Option) (*Codec, error) {
 	return c, nil
 }
 
-// Layout returns the layout c was built for.
-func (c *Codec) Layout() Layout { return c.layout }
-
-// Ordered reports whether a < b implies Score(a) <= Score(b) for all IDs, so
-// that a sorted set with Member as the member lists IDs in exactly ID order.
-// It is true with KeepTopBits, and with the other strategies where the
-// dropped node bits are the lowest bits of the ID (Sonyflake).
-func (c *Codec) Ordered() bool { return c.loBits == 0 }
+// ordered reports whether a < b implies Score(a) <= Score(b) for all IDs, so
+// that a sorted set with Member as the member lists IDs in exactly ID order:
+// with the default strategy, and with the others where the dropped node bits
+// are the lowest bits of the ID (see Codec).
+func (c *Codec) ordered() bool { return c.loBits == 0 }
 
 // Horizon returns the start of the first tick whose IDs c cannot score: the
 // end of the generator's time field, or earlier when the strategy keeps fewer
@@ -356,7 +334,7 @@ func (c *Codec) score(u uint64) uint64 {
 // Score returns the score of id: an integer below 2^53, which a double holds
 // exactly, so Redis stores, returns and compares it without rounding. With an
 // Ordered Codec (the default) a < b implies Score(a) <= Score(b); otherwise
-// scores still grow with the time field. It fails with ErrInvalidID when id is
+// scores still grow with the time field. It fails with ErrInvalidArgument when id is
 // negative or its time lies past the Horizon.
 func (c *Codec) Score(id int64) (float64, error) {
 	u := uint64(id)
@@ -367,30 +345,25 @@ func (c *Codec) Score(id int64) (float64, error) {
 	return float64(int64(hi<<(c.loBits&63) | u>>(c.loShift&63)&c.loMask)), nil // below 2^53: exact
 }
 
-// idError is the error of Score: ErrInvalidID, or ErrInvalidLayout for the
-// zero Codec, with the ID at fault.
+// idError is the error of Score for an ID past the horizon, a negative ID or
+// the zero Codec: ErrInvalidArgument, with the ID at fault.
 type idError struct {
 	c  *Codec
 	id int64
 }
 
-func (e *idError) Unwrap() error {
-	if e.c.hiLimit == 0 {
-		return ErrInvalidLayout
-	}
-	return ErrInvalidID
-}
+func (e *idError) Unwrap() error { return ErrInvalidArgument }
 
 func (e *idError) Error() string {
 	c, id := e.c, e.id
 	switch {
 	case c.hiLimit == 0:
-		return ErrInvalidLayout.Error() + ": zero Codec, use NewCodec"
+		return ErrInvalidArgument.Error() + ": zero Codec: build it with NewCodec"
 	case id < 0:
-		return fmt.Sprintf("%v: %d is negative", ErrInvalidID, id)
+		return fmt.Sprintf("%v: snowflake id %d is negative", ErrInvalidArgument, id)
 	}
-	return fmt.Sprintf("%v: %d: its time %s is past the codec's horizon %s",
-		ErrInvalidID, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
+	return fmt.Sprintf("%v: snowflake id %d: its time %s is past the codec's horizon %s",
+		ErrInvalidArgument, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
 }
 
 // ScoreAt returns the lowest score of any ID generated at t or later: the
@@ -445,7 +418,7 @@ func (c *Codec) Member(id int64) string {
 }
 
 // ParseMember returns the ID of a member written by Member. It fails with
-// ErrMalformedMember unless s is exactly 19 decimal digits of a value up to
+// ErrInvalidArgument unless s is exactly 19 decimal digits of a value up to
 // math.MaxInt64.
 func (c *Codec) ParseMember(s string) (int64, error) {
 	if len(s) != memberLen {
@@ -475,7 +448,7 @@ func memberError(s string) error {
 	if len(s) > 2*memberLen {
 		s = s[:2*memberLen] + "..."
 	}
-	return fmt.Errorf("%w: %q (want %d decimal digits, at most %d)", ErrMalformedMember, s, memberLen, int64(math.MaxInt64))
+	return fmt.Errorf("%w: snowflake member %q (want %d decimal digits, at most %d, as Codec.Member writes)", ErrInvalidArgument, s, memberLen, int64(math.MaxInt64))
 }
 
 // formatScore writes a score as the exact decimal Redis parses back to the
@@ -495,9 +468,9 @@ const maxAfterCount = 1 << 20
 // Member. After reads with ZRANGE key <Score(id)> +inf BYSCORE LIMIT, skipping
 // the IDs up to id that share its score; it takes one round trip unless more
 // than count of those precede the first ID after id, and then doubles its
-// reads. A count under 1 returns nil. It fails with ErrInvalidCount when
-// count is above 2^20, with ErrInvalidID when id is past the
-// Horizon, with ErrMalformedMember when a member was not written by Member,
+// reads. A count under 1 returns nil. It fails with ErrInvalidArgument when
+// count is above 2^20, when id is past the Horizon, or when a member was
+// not written by Member,
 // and with the error of Redis. What it allocates grows with the IDs Redis
 // returns, not with count.
 func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key string, id int64, count int64) ([]int64, error) {
@@ -505,7 +478,7 @@ func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key strin
 		return nil, nil
 	}
 	if count > maxAfterCount {
-		return nil, fmt.Errorf("%w: After(%d, count %d): want at most maxAfterCount (%d); read further pages with the last ID returned", ErrInvalidCount, id, count, maxAfterCount)
+		return nil, fmt.Errorf("%w: After(%d, count %d): want at most maxAfterCount (%d); read further pages with the last ID returned", ErrInvalidArgument, id, count, maxAfterCount)
 	}
 	from, skipScore := "-inf", -1.0
 	if id >= 0 {

@@ -90,7 +90,7 @@ func TestCodecRedisScoresBitExact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			ids := append(cornerIDs(c.Layout()), 215857550229364736, 215857550229364737)
+			ids := append(cornerIDs(c.layout), 215857550229364736, 215857550229364737)
 			want := map[string]float64{}
 			var args []any
 			for _, id := range ids {
@@ -167,10 +167,10 @@ func TestCodecRedisOrder(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			if !c.Ordered() {
+			if !c.ordered() {
 				t.Skip("this strategy does not promise ID order")
 			}
-			ids := burstIDs(c.Layout(), 1<<30)
+			ids := burstIDs(c.layout, 1<<30)
 			key := codecKey(t, rdb)
 			zaddIDs(t, rdb, c, key, ids)
 			ms, err := rdb.ZRange(context.Background(), key, 0, -1).Result()
@@ -298,7 +298,7 @@ func TestCodecRedisAfter(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			l := c.Layout()
+			l := c.layout
 			ids := burstIDs(l, 1<<30)
 			for seq := range uint64(300) { // one node's burst: one score with KeepTopBits
 				ids = append(ids, compose(l, 1<<30+5, 3, seq))
@@ -310,7 +310,7 @@ func TestCodecRedisAfter(t *testing.T) {
 				t.Fatal(err)
 			}
 			setOrder := parseCodecMembers(t, c, ms)
-			if c.Ordered() && !slices.IsSorted(setOrder) {
+			if c.ordered() && !slices.IsSorted(setOrder) {
 				t.Fatal("set order is not ID order")
 			}
 			for _, page := range []int64{1, 7, 20, 1000} {
@@ -360,8 +360,8 @@ func TestCodecRedisAfter(t *testing.T) {
 		if err := rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "not-an-id"}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.After(ctx, rdb, key, -1, 10); !errors.Is(err, ErrMalformedMember) {
-			t.Errorf("After over a foreign member: %v, want ErrMalformedMember", err)
+		if _, err := c.After(ctx, rdb, key, -1, 10); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("After over a foreign member: %v, want ErrInvalidArgument", err)
 		}
 		if err := rdb.Set(ctx, key, "x", 0).Err(); err != nil {
 			t.Fatal(err)
@@ -381,7 +381,7 @@ func TestCodecRedisPrune(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		forEachCodec(t, func(t *testing.T, c *Codec) {
-			l := c.Layout()
+			l := c.layout
 			cutoff := l.Epoch.AddDate(20, 0, 0).Add(l.TimeUnit / 2)
 			tick := uint64(cutoff.Sub(l.Epoch) / l.TimeUnit)
 			ids := burstIDs(l, tick)
@@ -424,7 +424,7 @@ func TestCodecRedisPrune(t *testing.T) {
 }
 
 // TestCodecAfterCount checks that After rejects a count above maxAfterCount
-// with ErrInvalidCount, without a round trip, and that a count up to it
+// with ErrInvalidArgument, without a round trip, and that a count up to it
 // allocates by what Redis returns: a count of maxAfterCount over three IDs.
 func TestCodecAfterCount(t *testing.T) {
 	t.Parallel()
@@ -442,8 +442,8 @@ func TestCodecAfterCount(t *testing.T) {
 		for _, n := range []int64{math.MaxInt64, 1 << 40, maxAfterCount + 1} {
 			cz := &countingZSet{SortedSetCmdable: rdb}
 			ids, err := c.After(ctx, cz, key, -1, n)
-			if !errors.Is(err, ErrInvalidCount) || ids != nil || cz.calls != 0 {
-				t.Errorf("After(count %d) = %v, %v after %d reads; want ErrInvalidCount and no read", n, ids, err, cz.calls)
+			if !errors.Is(err, ErrInvalidArgument) || ids != nil || cz.calls != 0 {
+				t.Errorf("After(count %d) = %v, %v after %d reads; want ErrInvalidArgument and no read", n, ids, err, cz.calls)
 			}
 		}
 		for _, n := range []int64{maxAfterCount, 3, 2} {
@@ -462,8 +462,8 @@ func TestCodecAfterCount(t *testing.T) {
 
 // FuzzCodecAfter calls After with any cursor and any count, extreme ones
 // included, on a small set in miniredis: it never panics, rejects a count
-// above maxAfterCount with ErrInvalidCount, returns at most count IDs, each
-// after the cursor, and otherwise fails only with ErrInvalidID (a cursor
+// above maxAfterCount with ErrInvalidArgument, returns at most count IDs, each
+// after the cursor, and otherwise fails only with ErrInvalidArgument (a cursor
 // past the horizon).
 func FuzzCodecAfter(f *testing.F) {
 	for _, s := range [][2]int64{
@@ -492,11 +492,11 @@ func FuzzCodecAfter(f *testing.F) {
 		got, err := c.After(context.Background(), rdb, "k", id, count)
 		switch {
 		case count > maxAfterCount:
-			if !errors.Is(err, ErrInvalidCount) {
-				t.Fatalf("After(%d, count %d): %v, want ErrInvalidCount", id, count, err)
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("After(%d, count %d): %v, want ErrInvalidArgument", id, count, err)
 			}
 		case err != nil:
-			if !errors.Is(err, ErrInvalidID) {
+			if !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("After(%d, count %d): %v", id, count, err)
 			}
 		case int64(len(got)) > max(count, 0):

@@ -20,7 +20,7 @@ var codecStrategies = []struct {
 	name string
 	opt  Option
 }{
-	{"KeepTopBits", KeepTopBits()},
+	{"KeepTopBits", Option{}},
 	{"KeepTimeSeq", KeepTimeSeq()},
 	{"KeepTimeSeq52", KeepTimeSeq52()},
 }
@@ -195,10 +195,10 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 			l := base
 			tt.edit(&l)
 			c, err := NewCodec(l, tt.opt)
-			if !errors.Is(err, ErrInvalidLayout) || c != nil {
-				t.Fatalf("NewCodec = %v, %v; want ErrInvalidLayout", c, err)
+			if !errors.Is(err, ErrInvalidArgument) || c != nil {
+				t.Fatalf("NewCodec = %v, %v; want ErrInvalidArgument", c, err)
 			}
-			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid snowflake layout: Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
+			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid argument: snowflake layout Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("error %q does not name Twitter and %q", msg, tt.wantMsg)
 			}
 		})
@@ -211,7 +211,7 @@ func TestCodecHorizon(t *testing.T) {
 	t.Parallel()
 	l := Layout{Epoch: time.Unix(0, 0).UTC(), TimeUnit: time.Microsecond, TimeBits: 45, NodeBits: 6, SeqBits: 12}
 	c := mustCodec(t, l, KeepTimeSeq())
-	if c.Ordered() {
+	if c.ordered() {
 		t.Error("Ordered() = true with the node field dropped from the middle")
 	}
 	if got, want := c.Horizon(), l.Epoch.Add(time.Duration(1<<41)*time.Microsecond); !got.Equal(want) {
@@ -223,7 +223,7 @@ func TestCodecHorizon(t *testing.T) {
 	}
 	past := compose(l, 1<<41, 0, 0)
 	_, err := c.Score(past)
-	if !errors.Is(err, ErrInvalidID) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
 		t.Errorf("Score(past horizon) error = %v", err)
 	}
 	if got := c.ScoreAt(c.Horizon().Add(time.Hour)); got != 1<<53 {
@@ -244,8 +244,8 @@ func TestCodecInvalidID(t *testing.T) {
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		for _, id := range []int64{-1, math.MinInt64} {
 			s, err := c.Score(id)
-			if !errors.Is(err, ErrInvalidID) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
-				t.Errorf("Score(%d) = %v, %v; want ErrInvalidID naming it", id, s, err)
+			if !errors.Is(err, ErrInvalidArgument) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
+				t.Errorf("Score(%d) = %v, %v; want ErrInvalidArgument naming it", id, s, err)
 			}
 			if m := c.Member(id); m != "" {
 				t.Errorf("Member(%d) = %q, want \"\"", id, m)
@@ -256,8 +256,8 @@ func TestCodecInvalidID(t *testing.T) {
 		}
 	})
 	var zero Codec
-	if _, err := zero.Score(0); !errors.Is(err, ErrInvalidLayout) {
-		t.Errorf("zero Codec Score = %v, want ErrInvalidLayout", err)
+	if _, err := zero.Score(0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("zero Codec Score = %v, want ErrInvalidArgument", err)
 	}
 	if got := zero.ScoreAt(time.Now()); got != 0 {
 		t.Errorf("zero Codec ScoreAt = %v", got)
@@ -274,8 +274,8 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 		"０215857550229364736", strings.Repeat("9", 100),
 	} {
 		id, err := c.ParseMember(s)
-		if !errors.Is(err, ErrMalformedMember) || id != 0 {
-			t.Errorf("ParseMember(%q) = %d, %v; want ErrMalformedMember", s, id, err)
+		if !errors.Is(err, ErrInvalidArgument) || id != 0 {
+			t.Errorf("ParseMember(%q) = %d, %v; want ErrInvalidArgument", s, id, err)
 		}
 	}
 	for _, id := range []int64{0, 1, 215857550229364736, math.MaxInt64} {
@@ -297,7 +297,7 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 func TestCodecScoreAt(t *testing.T) {
 	t.Parallel()
 	forEachCodec(t, func(t *testing.T, c *Codec) {
-		l := c.Layout()
+		l := c.layout
 		r := rand.New(rand.NewPCG(1, 2))
 		for range 2000 {
 			tick := r.Uint64N(1<<l.TimeBits - 1)
@@ -347,7 +347,7 @@ func randomID(r *rand.Rand, l Layout) int64 {
 // checkCodecPair checks the promises of c for two valid IDs a and b.
 func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 	t.Helper()
-	l := c.Layout()
+	l := c.layout
 	if a > b {
 		a, b = b, a
 	}
@@ -361,7 +361,7 @@ func checkCodecPair(t *testing.T, c *Codec, a, b int64) {
 			t.Fatalf("score %v is not an exact integer below 2^53", s)
 		}
 	}
-	if c.Ordered() && sa > sb {
+	if c.ordered() && sa > sb {
 		t.Fatalf("%v: %d < %d but scores %v > %v", c.strategy, a, b, sa, sb)
 	}
 	// Scores grow with the tick; strictly where no time bit is dropped.
@@ -409,7 +409,7 @@ func TestCodecProperties(t *testing.T) {
 		rounds = 20000
 	}
 	check := func(t *testing.T, c *Codec) {
-		l := c.Layout()
+		l := c.layout
 		r := rand.New(rand.NewPCG(3, 4))
 		// Custom layouts may have a horizon before their time field ends.
 		valid := func(id int64) int64 {
@@ -453,10 +453,10 @@ func TestCodecOrderedFlag(t *testing.T) {
 	}
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		name := c.layout.Name + "/" + c.strategy.String()
-		if c.Ordered() != want[name] {
-			t.Errorf("Ordered() = %v, want %v", c.Ordered(), want[name])
+		if c.ordered() != want[name] {
+			t.Errorf("Ordered() = %v, want %v", c.ordered(), want[name])
 		}
-		l := c.Layout()
+		l := c.layout
 		a := compose(l, 7, 1, fieldMax(l.SeqBits))
 		b := compose(l, 7, 2, 0)
 		if l.SeqHigh {
@@ -464,8 +464,8 @@ func TestCodecOrderedFlag(t *testing.T) {
 		}
 		sa, _ := c.Score(a)
 		sb, _ := c.Score(b)
-		if broken := sa > sb; broken == c.Ordered() {
-			t.Errorf("ids %d < %d score %v, %v with Ordered() = %v", a, b, sa, sb, c.Ordered())
+		if broken := sa > sb; broken == c.ordered() {
+			t.Errorf("ids %d < %d score %v, %v with Ordered() = %v", a, b, sa, sb, c.ordered())
 		}
 	})
 }
@@ -495,7 +495,7 @@ func budgetRow(c *Codec) []string {
 	l := c.layout
 	var kept int
 	var parts []string
-	if c.Ordered() {
+	if c.ordered() {
 		kept = 63 - int(c.hiShift)
 		rest := kept - l.TimeBits
 		parts = append(parts, fmt.Sprintf("time %d", l.TimeBits))
@@ -526,7 +526,7 @@ func budgetRow(c *Codec) []string {
 	}
 	order := "ID order"
 	switch {
-	case c.Ordered():
+	case c.ordered():
 	case int(c.loBits) == l.SeqBits:
 		order = "time, then sequence"
 	default:
@@ -562,7 +562,7 @@ func TestCodecDocTables(t *testing.T) {
 			goLines = append(goLines, "//\t"+strings.TrimSpace(b.String()))
 			mdLines = append(mdLines, "| "+strings.Join(row, " | ")+" |")
 			// IDs per score, checked by counting: neighbours of one block.
-			if n := 1 << c.hiShift; c.Ordered() && n > 1 {
+			if n := 1 << c.hiShift; c.ordered() && n > 1 {
 				s0, _ := c.Score(int64(n) * 5)
 				s1, _ := c.Score(int64(n)*6 - 1)
 				s2, _ := c.Score(int64(n) * 6)
@@ -610,7 +610,7 @@ func FuzzCodec(f *testing.F) {
 			l.SeqBits = 63 - l.TimeBits - l.NodeBits
 			var err error
 			if c, err = NewCodec(l, codecStrategies[strategy].opt); err != nil {
-				if !errors.Is(err, ErrInvalidLayout) {
+				if !errors.Is(err, ErrInvalidArgument) {
 					t.Fatalf("NewCodec(%+v): %v", l, err)
 				}
 				return
@@ -620,12 +620,12 @@ func FuzzCodec(f *testing.F) {
 			if c.Member(id) != member {
 				t.Fatalf("ParseMember(%q) = %d, which Member writes as %q", member, id, c.Member(id))
 			}
-		} else if !errors.Is(err, ErrMalformedMember) {
+		} else if !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("ParseMember(%q): %v", member, err)
 		}
 		for _, id := range []int64{a, b} {
 			valid := id >= 0 && c.Time(id).Before(c.Horizon())
-			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidID) {
+			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("Score(%d) with horizon %v: %v", id, c.Horizon(), err)
 			}
 			if !valid {

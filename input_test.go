@@ -26,49 +26,49 @@ func TestBadInput(t *testing.T) {
 			call func() error
 			want error
 		}{
-			{"Add empty owner", func() error { _, err := s.Add(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
-			{"Add huge owner", func() error { _, err := s.Add(ctx, huge, "m", time.Second); return err }, ErrInvalidOwner},
-			{"Add empty member", func() error { _, err := s.Add(ctx, "u", "", time.Second); return err }, ErrInvalidMember},
-			{"Add huge member", func() error { _, err := s.Add(ctx, "u", huge, time.Second); return err }, ErrInvalidMember},
-			{"Add zero ttl", func() error { _, err := s.Add(ctx, "u", "n", 0); return err }, ErrInvalidTTL},
-			{"Add negative ttl", func() error { _, err := s.Add(ctx, "u", "n", -time.Second); return err }, ErrInvalidTTL},
-			{"Add sub-ms ttl", func() error { _, err := s.Add(ctx, "u", "n", 999*time.Microsecond); return err }, ErrInvalidTTL},
-			{"Add ttl past MaxTTL", func() error { _, err := s.Add(ctx, "u", "n", MaxTTL+time.Millisecond); return err }, ErrInvalidTTL},
-			{"Add payload without WithPayloadStorage", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithPayload([]byte("x"))); return err }, ErrInvalidPayload},
-			{"Add with WithLimit", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithLimit(2)); return err }, ErrInvalidOption},
-			{"Remove empty owner", func() error { _, err := s.Remove(ctx, "", "m"); return err }, ErrInvalidOwner},
-			{"Remove empty member", func() error { _, err := s.Remove(ctx, "u", "m", ""); return err }, ErrInvalidMember},
-			{"Contains empty member", func() error { _, err := s.Contains(ctx, "u", ""); return err }, ErrInvalidMember},
-			{"Deadline huge owner", func() error { _, err := s.Deadline(ctx, huge, "m"); return err }, ErrInvalidOwner},
-			{"Extend zero ttl", func() error { _, err := s.Extend(ctx, "u", "m", 0); return err }, ErrInvalidTTL},
-			{"Extend empty owner", func() error { _, err := s.Extend(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
-			{"Count empty owner", func() error { _, err := s.Count(ctx, ""); return err }, ErrInvalidOwner},
-			{"Members empty owner", func() error { _, err := s.Members(ctx, ""); return err }, ErrInvalidOwner},
-			{"Payload empty member", func() error { _, err := s.Payload(ctx, "u", ""); return err }, ErrInvalidMember},
-			{"Acquire empty owner", func() error { _, err := q.Acquire(ctx, "", "m", time.Second); return err }, ErrInvalidOwner},
-			{"Acquire negative ttl", func() error { _, err := q.Acquire(ctx, "u", "n", -1); return err }, ErrInvalidTTL},
-			{"Acquire WithLimit(0)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(0)); return err }, ErrInvalidLimit},
-			{"Acquire WithLimit(huge)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(maxLimit+1)); return err }, ErrInvalidLimit},
-			{"Release empty member", func() error { _, err := q.Release(ctx, "u", ""); return err }, ErrInvalidMember},
-			{"NewQuota limit 0", func() error { _, err := NewQuota(s, 0); return err }, ErrInvalidLimit},
-			{"NewQuota limit -1", func() error { _, err := NewQuota(s, -1); return err }, ErrInvalidLimit},
-			{"NewQuota nil set", func() error { _, err := NewQuota(nil, 1); return err }, ErrInvalidOption},
-			{"New empty name", func() error { _, err := Open(context.Background(), b.rdb, ""); return err }, ErrInvalidName},
-			{"New name with brace", func() error { _, err := Open(context.Background(), b.rdb, "a{b"); return err }, ErrInvalidName},
-			{"New name with close brace", func() error { _, err := Open(context.Background(), b.rdb, s.Name()+"}"); return err }, ErrInvalidName},
-			{"New name with space", func() error { _, err := Open(context.Background(), b.rdb, "a b"); return err }, ErrInvalidName},
-			{"New name with newline", func() error { _, err := Open(context.Background(), b.rdb, "a\nb"); return err }, ErrInvalidName},
-			{"New name not UTF-8", func() error { _, err := Open(context.Background(), b.rdb, "a\xff"); return err }, ErrInvalidName},
+			{"Add empty owner", func() error { _, err := s.Add(ctx, "", "m", time.Second); return err }, ErrInvalidArgument},
+			{"Add huge owner", func() error { _, err := s.Add(ctx, huge, "m", time.Second); return err }, ErrInvalidArgument},
+			{"Add empty member", func() error { _, err := s.Add(ctx, "u", "", time.Second); return err }, ErrInvalidArgument},
+			{"Add huge member", func() error { _, err := s.Add(ctx, "u", huge, time.Second); return err }, ErrInvalidArgument},
+			{"Add zero ttl", func() error { _, err := s.Add(ctx, "u", "n", 0); return err }, ErrInvalidArgument},
+			{"Add negative ttl", func() error { _, err := s.Add(ctx, "u", "n", -time.Second); return err }, ErrInvalidArgument},
+			{"Add sub-ms ttl", func() error { _, err := s.Add(ctx, "u", "n", 999*time.Microsecond); return err }, ErrInvalidArgument},
+			{"Add ttl past maxTTL", func() error { _, err := s.Add(ctx, "u", "n", maxTTL+time.Millisecond); return err }, ErrInvalidArgument},
+			{"Add payload without WithPayloadStorage", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithPayload([]byte("x"))); return err }, ErrInvalidArgument},
+			{"Add with WithLimit", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithLimit(2)); return err }, ErrInvalidArgument},
+			{"Remove empty owner", func() error { _, err := s.Remove(ctx, "", "m"); return err }, ErrInvalidArgument},
+			{"Remove empty member", func() error { _, err := s.Remove(ctx, "u", "m", ""); return err }, ErrInvalidArgument},
+			{"Contains empty member", func() error { _, err := s.Contains(ctx, "u", ""); return err }, ErrInvalidArgument},
+			{"Deadline huge owner", func() error { _, err := s.Deadline(ctx, huge, "m"); return err }, ErrInvalidArgument},
+			{"Extend zero ttl", func() error { _, err := s.Extend(ctx, "u", "m", 0); return err }, ErrInvalidArgument},
+			{"Extend empty owner", func() error { _, err := s.Extend(ctx, "", "m", time.Second); return err }, ErrInvalidArgument},
+			{"Count empty owner", func() error { _, err := s.Count(ctx, ""); return err }, ErrInvalidArgument},
+			{"Members empty owner", func() error { _, err := s.Members(ctx, "", 0); return err }, ErrInvalidArgument},
+			{"Payload empty member", func() error { _, err := s.Payload(ctx, "u", ""); return err }, ErrInvalidArgument},
+			{"Acquire empty owner", func() error { _, err := q.Acquire(ctx, "", "m", time.Second); return err }, ErrInvalidArgument},
+			{"Acquire negative ttl", func() error { _, err := q.Acquire(ctx, "u", "n", -1); return err }, ErrInvalidArgument},
+			{"Acquire WithLimit(0)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(0)); return err }, ErrInvalidArgument},
+			{"Acquire WithLimit(huge)", func() error { _, err := q.Acquire(ctx, "u", "n", time.Second, WithLimit(maxLimit+1)); return err }, ErrInvalidArgument},
+			{"Release empty member", func() error { _, err := q.Release(ctx, "u", ""); return err }, ErrInvalidArgument},
+			{"NewQuota limit 0", func() error { _, err := NewQuota(s, 0); return err }, ErrInvalidArgument},
+			{"NewQuota limit -1", func() error { _, err := NewQuota(s, -1); return err }, ErrInvalidArgument},
+			{"NewQuota nil set", func() error { _, err := NewQuota(nil, 1); return err }, ErrInvalidArgument},
+			{"New empty name", func() error { _, err := Open(context.Background(), b.rdb, ""); return err }, ErrInvalidArgument},
+			{"New name with brace", func() error { _, err := Open(context.Background(), b.rdb, "a{b"); return err }, ErrInvalidArgument},
+			{"New name with close brace", func() error { _, err := Open(context.Background(), b.rdb, s.Name()+"}"); return err }, ErrInvalidArgument},
+			{"New name with space", func() error { _, err := Open(context.Background(), b.rdb, "a b"); return err }, ErrInvalidArgument},
+			{"New name with newline", func() error { _, err := Open(context.Background(), b.rdb, "a\nb"); return err }, ErrInvalidArgument},
+			{"New name not UTF-8", func() error { _, err := Open(context.Background(), b.rdb, "a\xff"); return err }, ErrInvalidArgument},
 			{"New name too long", func() error {
 				_, err := Open(context.Background(), b.rdb, strings.Repeat("n", maxNameLen+1))
 				return err
-			}, ErrInvalidName},
-			{"New shards 0", func() error { _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(0)); return err }, ErrInvalidOption},
+			}, ErrInvalidArgument},
+			{"New shards 0", func() error { _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(0)); return err }, ErrInvalidArgument},
 			{"New shards too many", func() error {
 				_, err := Open(context.Background(), b.rdb, s.Name(), WithShards(maxShards+1))
 				return err
-			}, ErrInvalidOption},
-			{"New nil client", func() error { _, err := Open(context.Background(), nil, "x"); return err }, ErrInvalidOption},
+			}, ErrInvalidArgument},
+			{"New nil client", func() error { _, err := Open(context.Background(), nil, "x"); return err }, ErrInvalidArgument},
 		}
 		for _, c := range cases {
 			err := c.call()
@@ -87,12 +87,12 @@ func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
 	for _, v := range []any{nil, "x", int64(1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"},
 		[]any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)}} {
-		if _, err := parseDecision(v, 3); !errors.Is(err, ErrUnexpectedReply) {
+		if _, err := parseDecision(v, 3); !errors.Is(err, errUnexpectedReply) {
 			t.Errorf("parseDecision(%#v): %v", v, err)
 		}
 	}
 	for _, v := range []any{nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}} {
-		if _, err := parseMembers("members.lua", v); !errors.Is(err, ErrUnexpectedReply) {
+		if _, err := parseMembers("members.lua", v); !errors.Is(err, errUnexpectedReply) {
 			t.Errorf("parseMembers(%#v): %v", v, err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestForeignKeyType(t *testing.T) {
 		if _, err := q.Acquire(ctx, "u", "m", time.Second); err == nil {
 			t.Fatal("Acquire over a string key succeeded")
 		}
-		if _, err := s.Members(ctx, "u"); err == nil {
+		if _, err := s.Members(ctx, "u", 0); err == nil {
 			t.Fatal("Members over a string key succeeded")
 		}
 	})

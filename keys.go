@@ -107,12 +107,12 @@ func shardOf(owner string, shards int) int {
 // characters (Drop and operators match keys by pattern), no spaces.
 func validateName(name string) error {
 	if name == "" || len(name) > maxNameLen {
-		return fmt.Errorf("%w: %q must be 1 to %d bytes", ErrInvalidName, name, maxNameLen)
+		return fmt.Errorf("%w: set name %q must be 1 to %d bytes", ErrInvalidArgument, name, maxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_.:/-", c) >= 0) {
-			return fmt.Errorf("%w: %q holds %q: use letters, digits and _.:/-", ErrInvalidName, name, c)
+			return fmt.Errorf("%w: set name %q holds %q: use letters, digits and _.:/-", ErrInvalidArgument, name, c)
 		}
 	}
 	return nil
@@ -120,14 +120,14 @@ func validateName(name string) error {
 
 func validateOwner(owner string) error {
 	if owner == "" || len(owner) > maxOwnerLen {
-		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidOwner, len(owner), maxOwnerLen)
+		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidArgument, len(owner), maxOwnerLen)
 	}
 	return nil
 }
 
 func validateMember(member string) error {
 	if member == "" || len(member) > maxMemberLen {
-		return fmt.Errorf("%w: member of %d bytes (want 1 to %d)", ErrInvalidMember, len(member), maxMemberLen)
+		return fmt.Errorf("%w: member of %d bytes (want 1 to %d)", ErrInvalidArgument, len(member), maxMemberLen)
 	}
 	return nil
 }

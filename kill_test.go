@@ -34,7 +34,7 @@ const (
 	helperSet    = "EXPSET_HELPER_SET"    // the set's name
 	helperShards = "EXPSET_HELPER_SHARDS" // its shard count (it has expiry events and nothing else)
 	helperLease  = "EXPSET_HELPER_LEASE"  // sweeper: WithLeaseTTL
-	helperVis    = "EXPSET_HELPER_VIS"    // consumer: WithVisibilityTimeout
+	helperVis    = "EXPSET_HELPER_VIS"    // consumer: WithLeaseTTL
 	helperLimit  = "EXPSET_HELPER_LIMIT"  // waiter: the quota's limit
 	helperHold   = "EXPSET_HELPER_HOLD"   // waiter: how long each admitted member is held
 	helperGroup  = "EXPSET_HELPER_GROUP"  // worker: its consumer group
@@ -96,8 +96,8 @@ func helperMain(role string) error {
 		out.Unlock()
 	}
 	var swept atomic.Int64
-	hooks := Hooks{OnSweep: func(_ context.Context, si SweepInfo) {
-		say("swept %d %d", si.Shard, swept.Add(int64(si.Expired)))
+	hooks := Hooks{OnSweep: func(_ context.Context, ci CallInfo, si SweepStats) {
+		say("swept %d %d", ci.Shard, swept.Add(int64(si.Expired)))
 		time.Sleep(2 * time.Millisecond)
 	}}
 	ctx := context.Background()
@@ -113,7 +113,7 @@ func helperMain(role string) error {
 		if err != nil {
 			return err
 		}
-		w, err := NewSweeper(s, WithLeaseTTL(lease), WithMaxIdle(100*time.Millisecond),
+		w, err := NewSweeper(s, WithLeaseTTL(lease), WithPollInterval(100*time.Millisecond),
 			WithOwnersPerBatch(1), WithMembersPerBatch(2))
 		if err != nil {
 			return err
@@ -131,7 +131,7 @@ func helperMain(role string) error {
 			say("got %d %s", e.Shard, e.ID)
 			time.Sleep(time.Hour) // killed before it returns
 			return nil
-		}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond))
+		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond))
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
@@ -333,9 +333,14 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		var mu sync.Mutex
 		var survivor SweepStats
 		var sweepErrs []error
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) { mu.Lock(); survivor.add(sweepStatsOf(si)); mu.Unlock() }
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) { mu.Lock(); sweepErrs = append(sweepErrs, ei.Err); mu.Unlock() }
-		stop := runSweeper(t, newSweeper(t, s, WithLeaseTTL(leaseTTL), WithMaxIdle(maxIdle)))
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) { mu.Lock(); survivor.add(si); mu.Unlock() }
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
+			mu.Lock()
+			sweepErrs = append(sweepErrs, ei.Err)
+			mu.Unlock()
+		}
+		stop := runSweeper(t, newSweeper(t, s, WithLeaseTTL(leaseTTL), WithPollInterval(maxIdle)))
 
 		last := h.waitLine("a tenth of the members swept", func(l string) bool {
 			f := strings.Fields(l)
@@ -491,7 +496,7 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 			mu.Unlock()
 			rec.add(e)
 			return nil
-		}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond))
+		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond))
 		waitHealed(t, "every event handled and acknowledged", killWait, func() error {
 			for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
 				if st.Events != 0 || st.Pending != 0 || st.Dead != 0 {
@@ -568,7 +573,7 @@ func helperWorker(s *Set) error {
 		}
 		fmt.Printf("ok %d %s %d\n", e.Shard, e.ID, e.Attempt)
 		return nil
-	}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2), WithReadBatch(10))
+	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2), WithReadBatch(10))
 }
 
 // term sends SIGTERM and waits until the process has exited.
@@ -663,7 +668,7 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 				}
 				record(group, []string{fmt.Sprintf("%s %d %s %d", kind, e.Shard, e.ID, e.Attempt)})
 				return err
-			}, WithVisibilityTimeout(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2)))
+			}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(2)))
 		}
 		waitHealed(t, "every event handled or buried by both groups", killWait, func() error {
 			for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {

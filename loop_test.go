@@ -72,19 +72,19 @@ func TestCannotHeal(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{live, fmt.Errorf("expset: consume: %w", ErrNoEvents), true},
-		{live, fmt.Errorf("x: %w", ErrNoIndex), true},
-		{live, fmt.Errorf("x: %w", ErrInvalidOption), true},
-		{live, fmt.Errorf("x: %w", ErrInvalidConsumer), true},
+		{live, fmt.Errorf("expset: consume: %w", ErrInvalidArgument), true},
+		{live, fmt.Errorf("x: %w", ErrInvalidArgument), true},
+		{live, fmt.Errorf("x: %w", ErrInvalidArgument), true},
+		{live, fmt.Errorf("x: %w", ErrInvalidArgument), true},
 		{live, fmt.Errorf("x: %w", ErrConfigMismatch), true},
-		{live, shardErr(3, fmt.Errorf("x: %w", ErrNoEvents)), true},
+		{live, shardErr(3, fmt.Errorf("x: %w", ErrInvalidArgument)), true},
 		{live, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
 		{live, errors.New("LOADING Redis is loading the dataset in memory"), false},
 		{live, errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
 		{live, errors.New("NOGROUP No such key or consumer group"), false},
 		{live, errors.New("CROSSSLOT Keys in request don't hash to the same slot"), false},
 		{live, context.DeadlineExceeded, false}, // a call's own timeout, not the loop's
-		{live, fmt.Errorf("x: %w", ErrUnexpectedReply), false},
+		{live, fmt.Errorf("x: %w", errUnexpectedReply), false},
 		{ended, errors.New("connection refused"), true},
 	} {
 		if got := cannotHeal(c.ctx, c.err); got != c.want {
@@ -152,13 +152,16 @@ func TestErrorLogRateLimitsPerOpAndShard(t *testing.T) {
 }
 
 func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
-	var got []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) { got = append(got, e) }}}
+	var got []errorReport
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+		e := errorReport{ci, retry}
+		got = append(got, e)
+	}}}
 	boom := errors.New("boom")
 	ctx := context.Background()
 	s.reportError(ctx, "sweep", 4, boom, time.Second)
 	s.reportError(ctx, "sweep", 4, boom, time.Second) // the hook sees every error
-	if len(got) != 2 || got[0] != (ErrorInfo{Set: "orders", Op: "sweep", Shard: 4, Err: boom, Retry: time.Second}) {
+	if len(got) != 2 || got[0] != (errorReport{CallInfo{Set: "orders", Op: "sweep", Shard: 4, Err: boom}, time.Second}) {
 		t.Fatalf("hook got %+v", got)
 	}
 	ended, cancel := context.WithCancel(ctx)
@@ -182,8 +185,9 @@ func TestReportErrorGoesToTheHookElseToSlog(t *testing.T) {
 func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var reported []ErrorInfo
-	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+	var reported []errorReport
+	s := &Set{name: "orders", errLog: &errorLog{}, hooks: Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+		e := errorReport{ci, retry}
 		mu.Lock()
 		reported = append(reported, e)
 		mu.Unlock()
@@ -202,10 +206,10 @@ func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 		case 3:
 			return time.Millisecond, nil
 		}
-		return 0, fmt.Errorf("consume: %w", ErrNoEvents)
+		return 0, fmt.Errorf("consume: %w", ErrInvalidArgument)
 	})
-	if !errors.Is(err, ErrNoEvents) || calls != 4 {
-		t.Fatalf("loop returned %v after %d rounds, want ErrNoEvents after 4", err, calls)
+	if !errors.Is(err, ErrInvalidArgument) || calls != 4 {
+		t.Fatalf("loop returned %v after %d rounds, want ErrInvalidArgument after 4", err, calls)
 	}
 	mu.Lock()
 	defer mu.Unlock()

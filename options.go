@@ -2,42 +2,55 @@ package expset
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
 // defaultShards is the shard count of a set opened without WithShards.
 const defaultShards = 16
 
-// MaxTTL is the longest ttl a call accepts: deadlines stay far inside the
-// range a double holds exactly.
-const MaxTTL = 100 * 365 * 24 * time.Hour
+// maxTTL is the longest ttl a call accepts (100 years): deadlines stay far
+// inside the range a double holds exactly.
+const maxTTL = 100 * 365 * 24 * time.Hour
 
-// Option configures Open, NewQuota, NewSweeper, Consume or NewCodec: each
-// option's doc says which. Options apply in order, the later winning where
+// Option configures Open, NewQuota, NewSweeper, Consume, NewCodec, or one
+// Add or Acquire: each option's doc says which. Options apply in order, the later winning where
 // two set one thing. The first invalid option (out of range, or given where
 // it does not apply) fails the call that was given it, with an error matching
-// ErrInvalidOption (or the sentinel of the argument, such as
-// ErrInvalidConsumer) that names the option; nothing is written then. The
+// ErrInvalidArgument that names the option; nothing is written then. The
 // zero Option does nothing.
 type Option struct {
 	name  string // "WithShards", for errors
-	where scope  // the one call it applies to
+	where scope  // the calls it applies to
 	apply func(*options) error
 }
 
-// scope is the call an Option applies to.
+// scope is the set of calls an Option applies to: one bit per call.
 type scope uint8
 
 const (
-	inOpen scope = iota + 1
+	inOpen scope = 1 << iota
 	inQuota
 	inSweeper
 	inConsume
 	inCodec
+	inAdd
+	inAcquire // Quota.Acquire, AcquireWait and AcquireMany's requests
 )
 
+var scopeNames = [...]string{"Open", "NewQuota", "NewSweeper", "Set.Consume", "NewCodec", "Set.Add", "Quota.Acquire"}
+
 func (w scope) String() string {
-	return [...]string{"?", "Open", "NewQuota", "NewSweeper", "Set.Consume", "NewCodec"}[w]
+	var names []string
+	for i, n := range scopeNames {
+		if w&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "?"
+	}
+	return strings.Join(names, " and ")
 }
 
 // options is what an Option configures: the one config of its scope.
@@ -47,6 +60,7 @@ type options struct {
 	sweeper *sweeperConfig
 	consume *consumeConfig
 	codec   *Codec
+	call    *callConfig
 }
 
 func setOption(name string, f func(*setConfig) error) Option {
@@ -77,8 +91,8 @@ func applyOptions(where scope, o *options, opts []Option) error {
 		if opt.apply == nil {
 			continue
 		}
-		if opt.where != where {
-			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidOption, opt.name, opt.where, where)
+		if opt.where&where == 0 {
+			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidArgument, opt.name, opt.where, where)
 		}
 		if err := opt.apply(o); err != nil {
 			return err
@@ -87,11 +101,11 @@ func applyOptions(where scope, o *options, opts []Option) error {
 	return nil
 }
 
-// inRange returns an ErrInvalidOption error naming opt when v is outside
+// inRange returns an ErrInvalidArgument error naming opt when v is outside
 // lo..hi.
 func inRange[T int | time.Duration](opt string, v, lo, hi T) error {
 	if v < lo || v > hi {
-		return fmt.Errorf("%w: %s(%v): want %v to %v", ErrInvalidOption, opt, v, lo, hi)
+		return fmt.Errorf("%w: %s(%v): want %v to %v", ErrInvalidArgument, opt, v, lo, hi)
 	}
 	return nil
 }
@@ -187,27 +201,27 @@ type retention struct {
 
 // WithEventRetention bounds each shard's event stream, whether or not any
 // consumer reads it: events older than maxAge (by their stream ID, the
-// server's clock when the sweeper wrote them; 1s to MaxTTL) and, past maxLen
+// server's clock when the sweeper wrote them; 1s to 100 years) and, past maxLen
 // events in a shard's stream (1 to 2^30), the oldest ones are
 // removed. Default 7 days and 100,000 events per shard. The sweeper trims,
 // in the script that writes events,
-// on every sweep of a shard (at least every WithMaxIdle while Run runs), so a
+// on every sweep of a shard (at least every WithPollInterval while Run runs), so a
 // stream exceeds the bound only by what was written since the shard's last
 // sweep. An event removed this way was not yet acknowledged by every
 // consumer group that needs it: retention is the one way an expiry event is
 // dropped without a handler having returned nil for it or it being
 // dead-lettered. Each shard counts what retention removed (Stats,
-// ShardStats.Trimmed, SweepInfo.Trimmed). Dead letters are not trimmed. The
+// ShardStats.Trimmed, the Trimmed of the SweepStats Hooks.OnSweep receives). Dead letters are not trimmed. The
 // retention is not recorded in Redis: every process that sweeps the set
 // should give the same. Applies only to a set WithExpiryEvents (Open fails
-// with ErrInvalidOption otherwise).
+// with ErrInvalidArgument otherwise).
 func WithEventRetention(maxAge time.Duration, maxLen int) Option {
 	return setOption("WithEventRetention", func(c *setConfig) error {
 		switch {
-		case maxAge < time.Second || maxAge > MaxTTL:
-			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidOption, maxAge, MaxTTL)
+		case maxAge < time.Second || maxAge > maxTTL:
+			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidArgument, maxAge, maxTTL)
 		case maxLen < 1 || maxLen > maxEventMaxLen:
-			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidOption, maxLen, maxEventMaxLen)
+			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidArgument, maxLen, maxEventMaxLen)
 		}
 		c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
 		return nil
@@ -222,37 +236,34 @@ func WithPayloadStorage() Option {
 	return setOption("WithPayloadStorage", func(c *setConfig) error { c.payloads = true; return nil })
 }
 
-// CallOption configures one Add or Acquire call.
-type CallOption func(*callConfig)
-
+// callConfig is what the options of one Add or Acquire set.
 type callConfig struct {
 	payload    []byte
 	hasPayload bool
 	limit      int
-	err        error
 }
 
-// WithPayload stores p with the member (at most 1 MiB; the set
-// needs WithPayloadStorage). An upsert without WithPayload keeps any payload the
-// member already has.
-func WithPayload(p []byte) CallOption {
-	return func(c *callConfig) {
+func callOption(name string, where scope, f func(*callConfig) error) Option {
+	return Option{name, where, func(o *options) error { return f(o.call) }}
+}
+
+// WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at
+// most 1 MiB; the set needs WithPayloadStorage). An upsert without
+// WithPayload keeps any payload the member already has.
+func WithPayload(p []byte) Option {
+	return callOption("WithPayload", inAdd|inAcquire, func(c *callConfig) error {
 		c.payload, c.hasPayload = p, true
-	}
+		return nil
+	})
 }
 
-// WithLimit overrides the quota's limit for one Acquire: a VIP owner allowed
-// more, say (1 to 2^30). Add rejects it with ErrInvalidOption.
-func WithLimit(n int) CallOption {
-	return func(c *callConfig) {
-		if n < 1 || n > maxLimit {
-			if c.err == nil {
-				c.err = fmt.Errorf("%w: WithLimit(%d): want 1 to %d", ErrInvalidLimit, n, maxLimit)
-			}
-			return
-		}
+// WithLimit overrides the quota's limit for one Quota.Acquire: a VIP owner
+// allowed more, say (1 to 2^30).
+func WithLimit(n int) Option {
+	return callOption("WithLimit", inAcquire, func(c *callConfig) error {
 		c.limit = n
-	}
+		return inRange("WithLimit", n, 1, maxLimit)
+	})
 }
 
 // WithEvictOldest makes Acquire, at the limit, evict the member with the
@@ -260,7 +271,7 @@ func WithLimit(n int) CallOption {
 // login ends the oldest"). Decision.Evicted lists what went, also on a retry
 // of the Acquire (see Quota.Acquire and WithEvictionReceiptTTL). An evicted
 // member's payload goes with it. With WithExpiryEvents each evicted member
-// produces one event, like an expiry, with Expiry.Reason ReasonEvicted, its
+// produces one event, like an expiry, with Expiry.Evicted set, its
 // deadline (not reached) and its payload.
 func WithEvictOldest() Option {
 	return quotaOption("WithEvictOldest", func(q *Quota) error { q.evict = true; return nil })
@@ -289,4 +300,47 @@ func WithEvictionReceiptTTL(d time.Duration) Option {
 // deadline, so a retried request changes nothing.
 func WithRefreshOnReacquire() Option {
 	return quotaOption("WithRefreshOnReacquire", func(q *Quota) error { q.refresh = true; return nil })
+}
+
+// WithLeaseTTL sets how long a lease lasts without a renewal, for NewSweeper
+// (a shard's lease; default 10s; 30ms to 1h) and for Set.Consume (a lease on
+// one event; default 30s; 1ms to 24h). Each holder renews its leases about
+// every third of it, so whoever holds a lease keeps it as long as it lives;
+// one that dies, or loses Redis, holds what it leased until this has passed.
+//
+// A Sweeper that dies leaves its shards unswept that long. A consumer whose
+// handler call is running keeps its event however long the call lasts (see
+// WithMaxHandlingTime); an event whose consumer died, or lost Redis, goes to
+// another consumer once this long has passed since the last renewal; an
+// event whose handler failed comes again this long after the failure.
+func WithLeaseTTL(d time.Duration) Option {
+	return Option{"WithLeaseTTL", inSweeper | inConsume, func(o *options) error {
+		if o.sweeper != nil {
+			o.sweeper.leaseTTL = d
+			return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
+		}
+		o.consume.visibility = d
+		return inRange("WithLeaseTTL", d, time.Millisecond, 24*time.Hour)
+	}}
+}
+
+// WithPollInterval sets the longest an idle loop waits before looking at
+// Redis again (1ms to 1m), for NewSweeper and Set.Consume.
+//
+// Sweeper.Run (default 1s) wakes for the earliest deadline the due indexes
+// show; this cap is how soon it notices an earlier deadline added by another
+// process, and how often it tries to take shards whose lease another sweeper
+// holds. Consume (default 100ms) waits this long after finding every
+// shard's stream empty: its reads do not block in Redis, so this bounds both
+// the idle load (one pipelined read of all shards per interval) and the
+// added delivery latency.
+func WithPollInterval(d time.Duration) Option {
+	return Option{"WithPollInterval", inSweeper | inConsume, func(o *options) error {
+		if o.sweeper != nil {
+			o.sweeper.maxIdle = d
+		} else {
+			o.consume.poll = d
+		}
+		return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
+	}}
 }

@@ -44,13 +44,13 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 		own := map[string][2]Option{
 			"Open":        {WithShards(0), WithEventRetention(0, 1)},
 			"NewQuota":    {WithEvictionReceiptTTL(0), WithEvictionReceiptTTL(25 * time.Hour)},
-			"NewSweeper":  {WithMaxIdle(0), WithLeaseTTL(0)},
+			"NewSweeper":  {WithPollInterval(0), WithLeaseTTL(0)},
 			"Set.Consume": {WithReadBatch(0), WithMaxAttempts(0)},
 			"NewCodec":    {codecOption("KeepFirst", func(*Codec) error { return errors.New("first") }), codecOption("KeepSecond", func(*Codec) error { return errors.New("second") })},
 		}
 		foreign := map[string]Option{
 			"Open": WithEvictOldest(), "NewQuota": WithShards(2), "NewSweeper": WithReadBatch(5),
-			"Set.Consume": WithLeaseTTL(time.Second), "NewCodec": WithPayloadStorage(),
+			"Set.Consume": WithMembersPerBatch(5), "NewCodec": WithPayloadStorage(),
 		}
 		for call, run := range calls {
 			if err := run(Option{}); err != nil {
@@ -63,8 +63,8 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 			}
 			f := foreign[call]
 			err = run(f, first)
-			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), f.name+" is an option of "+f.where.String()+", not of "+call) {
-				t.Errorf("%s(%s): %v, want ErrInvalidOption naming where it belongs", call, f.name, err)
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), f.name+" is an option of "+f.where.String()+", not of "+call) {
+				t.Errorf("%s(%s): %v, want ErrInvalidArgument naming where it belongs", call, f.name, err)
 			}
 		}
 	})

@@ -15,7 +15,7 @@ import (
 // number of concurrent callers can over-admit. A Quota is safe for
 // simultaneous use by multiple goroutines; several quotas with different
 // limits may share one Set. The zero value is not usable: a zero or nil
-// *Quota's calls fail with ErrNotOpened; create one with NewQuota.
+// *Quota's calls fail with ErrInvalidArgument; create one with NewQuota.
 type Quota struct {
 	set        *Set
 	limit      int
@@ -43,13 +43,13 @@ type Decision struct {
 // WithRefreshOnReacquire.
 func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: nil Set", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: NewQuota of a nil Set: open it with Open", ErrInvalidArgument)
 	}
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
 	if limit < 1 || limit > maxLimit {
-		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, maxLimit)
+		return nil, fmt.Errorf("%w: limit %d (want 1 to %d)", ErrInvalidArgument, limit, maxLimit)
 	}
 	q := &Quota{set: s, limit: limit, receiptTTL: defaultEvictionReceiptTTL}
 	if err := applyOptions(inQuota, &options{quota: q}, opts); err != nil {
@@ -58,26 +58,10 @@ func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 	return q, nil
 }
 
-// Limit returns the quota's default limit (0 for a nil Quota).
-func (q *Quota) Limit() int {
-	if q == nil {
-		return 0
-	}
-	return q.limit
-}
-
-// Set returns the set the quota guards (nil for a nil Quota).
-func (q *Quota) Set() *Set {
-	if q == nil {
-		return nil
-	}
-	return q.set
-}
-
-// opened returns ErrNotOpened for a nil or zero Quota.
+// opened returns ErrInvalidArgument for a nil or zero Quota.
 func (q *Quota) opened() error {
 	if q == nil || q.set == nil || q.limit < 1 {
-		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrNotOpened)
+		return fmt.Errorf("%w: zero or nil *Quota: create it with NewQuota", ErrInvalidArgument)
 	}
 	return q.set.opened()
 }
@@ -100,15 +84,15 @@ func (q *Quota) opened() error {
 // reports Evicted empty. A receipt is matched by the member's deadline: a
 // member released and admitted again at the very same deadline within the
 // window is reported with the evictions of its earlier admission. With
-// expiry events every evicted member also gets one event (Reason
-// ReasonEvicted), whatever happens to the reply.
+// expiry events every evicted member also gets one event (Expiry.Evicted
+// set), whatever happens to the reply.
 //
 // One call moves at most 1000 members and about 1 MiB of payloads (see
 // docs/design.md): when more members must be evicted than that (a limit
 // lowered far below the live count), Acquire evicts as many as it may,
 // reports them in Evicted, and denies with RetryAfter 0; calling it again
 // continues.
-func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
 		return Decision{}, err
@@ -129,7 +113,7 @@ func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
 func (s *Set) decided(ctx context.Context, c acquireCall, v any) (Decision, error) {
 	d, err := parseDecision(v, c.limit)
 	if err == nil && s.hooks.OnAcquire != nil {
-		s.hooks.OnAcquire(ctx, AcquireInfo{Set: s.name, Shard: c.shard, Decision: d})
+		s.hooks.OnAcquire(ctx, CallInfo{Set: s.name, Op: "acquire", Shard: c.shard}, d)
 	}
 	return d, err
 }
@@ -144,7 +128,7 @@ type acquireCall struct {
 }
 
 // prepare validates one Acquire and builds its script call; it sends nothing.
-func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOption) (acquireCall, error) {
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) (acquireCall, error) {
 	if err := q.opened(); err != nil {
 		return acquireCall{}, err
 	}
@@ -156,7 +140,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []CallOpti
 	if err != nil {
 		return acquireCall{}, err
 	}
-	c, err := s.callOptions(opts, true)
+	c, err := s.callOptions(inAcquire, opts)
 	if err != nil {
 		return acquireCall{}, err
 	}
@@ -276,14 +260,14 @@ type AcquireRequest struct {
 	Owner   string
 	Member  string
 	TTL     time.Duration
-	Options []CallOption
+	Options []Option
 }
 
 // BatchError reports the requests of a batch that failed in Redis. Errs has
 // one entry per request, in order: nil where the request succeeded (its
 // Decision is valid), the request's error where it failed (its Decision is
 // the zero Decision: not allowed). errors.Is and errors.As see every non-nil
-// entry, so errors.Is(err, ErrUnexpectedReply) or a network error match.
+// entry: a network error, a timeout or a Redis error of any request matches.
 type BatchError struct {
 	Errs []error
 }
@@ -331,9 +315,8 @@ func (e *BatchError) Unwrap() []error {
 // ("a", then "b" and "c" at a limit of 2 admits a and b and denies c).
 //
 // Every request is validated first: a bad one fails the whole call with an
-// error that names its index and wraps the sentinel (ErrInvalidOwner,
-// ErrInvalidTTL, ...), and nothing is sent. Otherwise AcquireMany returns one
-// Decision per request, in order. When some requests fail in Redis (a
+// error that names its index and wraps ErrInvalidArgument, and nothing is
+// sent. Otherwise AcquireMany returns one Decision per request, in order. When some requests fail in Redis (a
 // network error, a key of another type), it still returns every Decision
 // together with a *BatchError saying which failed; the others took effect.
 // An empty batch returns (nil, nil) without a round trip.
@@ -432,7 +415,7 @@ func (s *Set) manyCall(shard int, calls []acquireCall, idx []int) *scriptCall {
 // manyReplies reads the reply of an acquire_many.lua call that sent the
 // requests idx: the decisions of the first ran of them go into out, and a
 // request whose own reply is an error goes to fail. err is the call's own
-// error, or ErrUnexpectedReply when its reply cannot be read (ran is then
+// error, or an unexpected-reply error when its reply cannot be read (ran is then
 // 0).
 func (s *Set) manyReplies(ctx context.Context, c *scriptCall, calls []acquireCall, idx []int, out []Decision, fail func(i int, err error)) (ran int, err error) {
 	if c.err != nil {

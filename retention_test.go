@@ -24,14 +24,14 @@ func trimmedTotal(t *testing.T, s *Set) int64 {
 
 // TestEventRetentionMaxLen: with no consumer at all, a sweep that writes 12
 // events to a stream retained at 5 leaves the 5 latest, and the 7 trimmed
-// are counted in SweepStats, Stats and SweepInfo; later sweeps add to the
+// are counted in SweepStats, Stats and Hooks.OnSweep; later sweeps add to the
 // count.
 func TestEventRetentionMaxLen(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hooked int
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
-			WithHooks(Hooks{OnSweep: func(_ context.Context, si SweepInfo) { hooked += si.Trimmed }}))
+			WithHooks(Hooks{OnSweep: func(_ context.Context, ci CallInfo, si SweepStats) { hooked += si.Trimmed }}))
 		ctx := context.Background()
 		for i := range 12 {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))
@@ -77,7 +77,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 				}
 			}
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {
@@ -89,7 +89,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 }
 
 // TestEventRetentionOptions: out-of-range bounds, or retention on a set
-// without events, fail Open with ErrInvalidOption, writing nothing.
+// without events, fail Open with ErrInvalidArgument, writing nothing.
 func TestEventRetentionOptions(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
@@ -98,13 +98,13 @@ func TestEventRetentionOptions(t *testing.T) {
 		opts []Option
 	}{
 		{[]Option{WithExpiryEvents(), WithEventRetention(999*time.Millisecond, 10)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(MaxTTL+time.Millisecond, 10)}},
+		{[]Option{WithExpiryEvents(), WithEventRetention(maxTTL+time.Millisecond, 10)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, 0)}},
 		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, maxEventMaxLen+1)}},
 		{[]Option{WithEventRetention(time.Hour, 10)}},
 	} {
-		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("New with %d options: %v, want ErrInvalidOption", len(c.opts), err)
+		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("New with %d options: %v, want ErrInvalidArgument", len(c.opts), err)
 		}
 	}
 	if keys := setKeys(t, rdb, "retention"); len(keys) != 0 {

@@ -175,10 +175,10 @@ func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 }
 
 // Script replies are checked here: a reply of the wrong shape is an
-// ErrUnexpectedReply error naming the script, never a panic.
+// errUnexpectedReply error naming the script, never a panic.
 
 func unexpected(script string, v any) error {
-	return fmt.Errorf("%w from %s: %T %v", ErrUnexpectedReply, script, v, v)
+	return fmt.Errorf("%w from %s: %T %v", errUnexpectedReply, script, v, v)
 }
 
 // asInt64 reads an integer reply, or an exact integer given as a string (a

@@ -449,8 +449,9 @@ func TestSoak(t *testing.T) {
 	var stops []func()
 	for i := 0; i < 2; i++ {
 		s := open()
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) { mu.Lock(); swept.add(sweepStatsOf(si)); mu.Unlock() }
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) { mu.Lock(); swept.add(si); mu.Unlock() }
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			if errors.Is(ei.Err, ErrLeaseLost) {
 				mu.Lock()
 				leaseLost++
@@ -459,7 +460,7 @@ func TestSoak(t *testing.T) {
 			}
 			t.Errorf("sweeper: %v", ei.Err)
 		}
-		w := newSweeper(t, s, WithLeaseTTL(time.Second), WithMaxIdle(50*time.Millisecond))
+		w := newSweeper(t, s, WithLeaseTTL(time.Second), WithPollInterval(50*time.Millisecond))
 		stops = append(stops, runSweeper(t, w))
 	}
 	var handled []handledEvent
@@ -479,7 +480,7 @@ func TestSoak(t *testing.T) {
 				return errors.New("soak: fails on its first attempt")
 			}
 			return nil
-		}, WithVisibilityTimeout(2*time.Second), WithPollInterval(10*time.Millisecond), WithReadBatch(20)))
+		}, WithLeaseTTL(2*time.Second), WithPollInterval(10*time.Millisecond), WithReadBatch(20)))
 	}
 
 	// Writers: 8 on the quota's 6 owners, 4 adding to 8 owners of their
@@ -515,7 +516,7 @@ func TestSoak(t *testing.T) {
 		defer wg.Done()
 		for !stopWriters.Load() {
 			o := quotaOwners[audits%len(quotaOwners)]
-			ms, err := ws.Members(ctx, o)
+			ms, err := ws.Members(ctx, o, 0)
 			if err != nil || len(ms) > soakLimit {
 				t.Errorf("over-admission or error: Members(%s) = %v, %v", o, ms, err)
 				stopWriters.Store(true)

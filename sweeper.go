@@ -15,7 +15,7 @@ import (
 // Sweeper defaults.
 const (
 	defaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
-	defaultMaxIdle         = time.Second      // WithMaxIdle
+	defaultMaxIdle         = time.Second      // WithPollInterval
 	defaultOwnersPerBatch  = 100              // WithOwnersPerBatch
 	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
@@ -49,7 +49,7 @@ const indexGrace = time.Hour
 //
 // A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
 // per Sweeper is what it is built for. Create one with NewSweeper: a zero
-// or nil *Sweeper's Run and SweepOnce fail with ErrNotOpened.
+// or nil *Sweeper's Run and SweepOnce fail with ErrInvalidArgument.
 type Sweeper struct {
 	set   *Set
 	locks *redislock.Client
@@ -61,29 +61,6 @@ type sweeperConfig struct {
 	maxIdle  time.Duration
 	owners   int
 	members  int
-}
-
-// WithLeaseTTL sets how long a shard's lease lasts without a refresh (default
-// defaultLeaseTTL, 10s; 30ms to 1h). Run refreshes each lease it holds about
-// every third of it. A sweeper that dies holds its shards until its leases
-// lapse, so this is also how long its shards may go unswept.
-func WithLeaseTTL(d time.Duration) Option {
-	return sweeperOption("WithLeaseTTL", func(c *sweeperConfig) error {
-		c.leaseTTL = d
-		return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
-	})
-}
-
-// WithMaxIdle sets the longest Run waits before looking at its shards again
-// (default 1s; 1ms to 1m). Run wakes for the earliest
-// deadline the due indexes show; this cap is how soon it notices an earlier
-// deadline added by another process, and how often it tries to take shards
-// whose lease another sweeper holds.
-func WithMaxIdle(d time.Duration) Option {
-	return sweeperOption("WithMaxIdle", func(c *sweeperConfig) error {
-		c.maxIdle = d
-		return inRange("WithMaxIdle", d, time.Millisecond, time.Minute)
-	})
 }
 
 // WithOwnersPerBatch sets how many due owners one sweep script takes
@@ -105,16 +82,15 @@ func WithMembersPerBatch(n int) Option {
 	})
 }
 
-// NewSweeper returns a sweeper of s. It fails with ErrInvalidOption for a
-// nil s or an invalid option (the first one), and with ErrNoIndex for a set
-// that keeps no due index (opened without WithExpiryEvents or
+// NewSweeper returns a sweeper of s. It fails with ErrInvalidArgument for a
+// nil s, an invalid option (the first one), or a set that keeps no due index (opened without WithExpiryEvents or
 // WithSweepIndex).
-// Options: WithLeaseTTL, WithMaxIdle, WithOwnersPerBatch,
+// Options: WithLeaseTTL, WithPollInterval, WithOwnersPerBatch,
 // WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
 // set) report what Run sweeps and the errors it survives.
 func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidArgument)
 	}
 	if err := s.opened(); err != nil {
 		return nil, err
@@ -129,7 +105,7 @@ func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
 		return nil, err
 	}
 	if !s.index {
-		return nil, fmt.Errorf("%w: set %q (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrNoIndex, s.name)
+		return nil, fmt.Errorf("%w: set %q keeps no due index (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrInvalidArgument, s.name)
 	}
 	return &Sweeper{set: s, cfg: cfg, locks: redislock.New(s.rdb)}, nil
 }
@@ -230,8 +206,9 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		r.stats.Batches = 1
 	}
 	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
-		h(ctx, SweepInfo{Set: w.set.name, Shard: sk.shard, Batch: len(owners) > 0, Owners: r.stats.Owners,
-			Expired: r.stats.Expired, Lateness: r.stats.MaxLateness, Trimmed: r.stats.Trimmed})
+		var st SweepStats
+		st.add(r.stats) // computes MeanLateness
+		h(ctx, CallInfo{Set: w.set.name, Op: "sweep", Shard: sk.shard}, st)
 	}
 	return r, err
 }
@@ -313,10 +290,10 @@ func release(ctx context.Context, l *lease) {
 
 func (w *Sweeper) check() error {
 	if w == nil {
-		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrNotOpened)
+		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
 	if w.set == nil || w.locks == nil {
-		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrNotOpened)
+		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
 	return nil
 }
@@ -402,9 +379,9 @@ type shardState struct {
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
 // takes every shard whose lease is free, sweeps each when the earliest
-// deadline in its due index comes (looking at least every max idle interval,
-// WithMaxIdle), refreshes its leases about every third of their TTL, and
-// drops a shard at once when its lease is lost. Every max idle interval it
+// deadline in its due index comes (looking at least every poll interval,
+// WithPollInterval), refreshes its leases about every third of their TTL, and
+// drops a shard at once when its lease is lost. Every poll interval it
 // tries again to take the shards it does not hold, so the shards of a
 // sweeper that died are taken over once its leases lapse.
 //
@@ -557,7 +534,7 @@ func (w *Sweeper) report(ctx context.Context, op string, shard int, err error, r
 // shape, built from the pieces in this file:
 //
 //   - loop runs rounds until ctx ends; a round's error either ends the loop
-//     (cannotHeal: ctx ended, or misuse such as ErrNoEvents) or is reported
+//     (cannotHeal: ctx ended, or misuse such as ErrInvalidArgument) or is reported
 //     and the round retried after a capped exponential backoff with jitter.
 //   - backoff is that delay, kept per loop or per shard, so one failing shard
 //     backs off while the others carry on.
@@ -631,7 +608,7 @@ func cannotHeal(ctx context.Context, err error) bool {
 
 // misuse reports whether err is a caller's mistake that retrying cannot mend.
 func misuse(err error) bool {
-	for _, m := range []error{ErrNoEvents, ErrNoIndex, ErrInvalidOption, ErrInvalidConsumer, ErrInvalidName, ErrConfigMismatch} {
+	for _, m := range []error{ErrInvalidArgument, ErrConfigMismatch} {
 		if errors.Is(err, m) {
 			return true
 		}
@@ -698,16 +675,6 @@ func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, 
 	}
 }
 
-// ErrorInfo describes one error a background loop (Sweeper.Run,
-// Set.Consume) survived; the loop carries on and tries again after Retry.
-type ErrorInfo struct {
-	Set   string
-	Op    string        // what failed: "sweep", "lease", "consume", ...
-	Shard int           // the shard it is confined to, or -1 when not shard-specific
-	Err   error         // the error
-	Retry time.Duration // how long the loop waits before trying that again
-}
-
 // reportError reports an error a background loop survived: to
 // Hooks.OnError when set (every error), else to slog.Default() at warning
 // level, at most one line per op and shard every errorLogEvery, with the
@@ -718,7 +685,7 @@ func (s *Set) reportError(ctx context.Context, op string, shard int, err error, 
 		return
 	}
 	if h := s.hooks.OnError; h != nil {
-		h(ctx, ErrorInfo{Set: s.name, Op: op, Shard: shard, Err: err, Retry: retry})
+		h(ctx, CallInfo{Set: s.name, Op: op, Shard: shard, Err: err}, retry)
 		return
 	}
 	s.errLog.log(ctx, s.name, op, shard, err, retry)

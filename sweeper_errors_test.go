@@ -84,7 +84,7 @@ func TestRunReportsAWrongTypeShard(t *testing.T) {
 		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "shards 1 to 3 swept", func() bool {
 			for i := 1; i < 4; i++ {
@@ -124,16 +124,17 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		logs := captureSlog(t)
 		var mu sync.Mutex
-		var got []ErrorInfo
-		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+		var got []errorReport
+		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()
 		}}))
-		reported := func() []ErrorInfo {
+		reported := func() []errorReport {
 			mu.Lock()
 			defer mu.Unlock()
-			return append([]ErrorInfo(nil), got...)
+			return append([]errorReport(nil), got...)
 		}
 		ctx := context.Background()
 		owners := oneOwnerPerShard(s)
@@ -143,7 +144,7 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 		if err := b.rdb.HSet(ctx, s.shards[2].events, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "three errors reported", func() bool { return len(reported()) >= 3 })
 		waitFor(t, "shards 0 and 1 swept", func() bool {
@@ -189,12 +190,13 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var errs []error
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			errs = append(errs, ei.Err)
 			mu.Unlock()
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "an error handled", func() bool {
 			mu.Lock()
@@ -224,9 +226,10 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var mu sync.Mutex
-	var got []ErrorInfo
+	var got []errorReport
 	s, clk := newTestSet(t, backend{name: "miniredis", rdb: rdb, mr: mr}, WithShards(2), WithExpiryEvents(),
-		WithHooks(Hooks{OnError: func(_ context.Context, e ErrorInfo) {
+		WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			e := errorReport{ci, retry}
 			mu.Lock()
 			got = append(got, e)
 			mu.Unlock()
@@ -235,7 +238,7 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	leases := func() []string {
 		return []string{rdb.Get(ctx, s.shards[0].lease).Val(), rdb.Get(ctx, s.shards[1].lease).Val()}
 	}
-	stop := runSweeper(t, newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
+	stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(90*time.Millisecond)))
 	waitFor(t, "both leases", func() bool { l := leases(); return l[0] != "" && l[1] != "" })
 	held := leases()
 

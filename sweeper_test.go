@@ -216,13 +216,13 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
-		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithMaxIdle(0), WithOwnersPerBatch(0),
+		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
 			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
-			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidOption) || w != nil {
-				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidOption", o.name, w, err)
+			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
+				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidArgument", o.name, w, err)
 			}
 		}
-		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidOption) || w != nil {
+		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidArgument) || w != nil {
 			t.Errorf("nil set: %v, %v", w, err)
 		}
 	})
@@ -247,8 +247,8 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
 		checkKeyTTL(t, b, s.OwnerKey("v"), time.Minute)
-		if w, err := NewSweeper(s); !errors.Is(err, ErrNoIndex) || w != nil {
-			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrNoIndex", w, err)
+		if w, err := NewSweeper(s); !errors.Is(err, ErrInvalidArgument) || w != nil {
+			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrInvalidArgument", w, err)
 		}
 		// WithSweepIndex is recorded like the other options.
 		if _, err := Open(context.Background(), b.rdb, s.Name(), WithShards(1), WithSweepIndex()); !errors.Is(err, ErrConfigMismatch) {
@@ -315,12 +315,12 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		seeded := seedStaggered(t, s, 20, 3, 5)
 		var mu sync.Mutex
 		var got SweepStats
-		s.hooks.OnSweep = func(_ context.Context, si SweepInfo) {
+		s.hooks.OnSweep = func(_ context.Context, ci CallInfo, si SweepStats) {
 			mu.Lock()
-			got.add(sweepStatsOf(si))
+			got.add(si)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(10*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(10*time.Millisecond))
 		stop := runSweeper(t, w)
 		clk.Advance(3 * time.Second)
 		want := 0
@@ -383,7 +383,7 @@ func TestTwoSweepersRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
 		seeded := seedStaggered(t, s, 40, 10, 8)
-		opts := []Option{WithMaxIdle(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		opts := []Option{WithPollInterval(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
 		stop1 := runSweeper(t, newSweeper(t, s, opts...))
 		stop2 := runSweeper(t, newSweeper(t, s, opts...))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -442,12 +442,13 @@ func TestLeaseStolen(t *testing.T) {
 		owner := oneOwnerPerShard(s)
 		var mu sync.Mutex
 		var lost []error
-		s.hooks.OnError = func(_ context.Context, ei ErrorInfo) {
+		s.hooks.OnError = func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			lost = append(lost, ei.Err)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithMaxIdle(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
+		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
 		waitFor(t, "both leases", func() bool {
 			// One key per EXISTS: on a cluster the two shards' keys lie in

@@ -49,7 +49,7 @@ const waitCleanup = 5 * time.Second
 // are Acquire's, with the same errors. Safe for simultaneous use; a Set's
 // waiters share one subscription per shard and one keep-alive goroutine,
 // which stop when the last waiter returns.
-func (q *Quota) AcquireWait(ctx context.Context, owner, member string, ttl time.Duration, opts ...CallOption) (Decision, error) {
+func (q *Quota) AcquireWait(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
 		return Decision{}, err
@@ -199,7 +199,7 @@ func (s *Set) waited(ctx context.Context, w *waiter, start time.Time, admitted b
 		if w != nil {
 			shard = w.shard
 		}
-		s.hooks.OnWait(ctx, WaitInfo{Set: s.name, Shard: shard, Waited: time.Since(start), Admitted: admitted, Err: err})
+		s.hooks.OnWait(ctx, CallInfo{Set: s.name, Op: "wait", Shard: shard, Duration: time.Since(start), Err: err})
 	}
 	return err
 }

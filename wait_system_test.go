@@ -372,7 +372,8 @@ func TestWaitResubscribes(t *testing.T) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var subErrs []error
-		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnError: func(_ context.Context, ei ErrorInfo) {
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, retry time.Duration) {
+			ei := errorReport{ci, retry}
 			mu.Lock()
 			subErrs = append(subErrs, fmt.Errorf("%s: %w", ei.Op, ei.Err))
 			mu.Unlock()

@@ -52,7 +52,7 @@ func checkNoTrace(t *testing.T, b backend, s *Set, owner string) {
 
 // waitAsync runs AcquireWait of member for owner "tenant" in a goroutine;
 // the channel gets its error, or one saying it was not allowed.
-func waitAsync(ctx context.Context, q *Quota, member string, opts ...CallOption) <-chan error {
+func waitAsync(ctx context.Context, q *Quota, member string, opts ...Option) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		d, err := q.AcquireWait(ctx, "tenant", member, time.Minute, opts...)
@@ -67,10 +67,10 @@ func waitAsync(ctx context.Context, q *Quota, member string, opts ...CallOption)
 // waitRecorder collects Hooks.OnWait reports.
 type waitRecorder struct {
 	mu    sync.Mutex
-	infos []WaitInfo
+	infos []CallInfo
 }
 
-func (r *waitRecorder) hook(_ context.Context, wi WaitInfo) {
+func (r *waitRecorder) hook(_ context.Context, wi CallInfo) {
 	r.mu.Lock()
 	r.infos = append(r.infos, wi)
 	r.mu.Unlock()
@@ -80,7 +80,7 @@ func (r *waitRecorder) counts() (admitted, gaveUp int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, wi := range r.infos {
-		if wi.Admitted {
+		if wi.Err == nil {
 			admitted++
 		} else {
 			gaveUp++

@@ -71,7 +71,7 @@ func runMemory(b *testing.B, srv server, perOwner, nOwners int, events bool) {
 		fatalIf(b, l.seed(ctx, owners, member, ttl), "seed expset")
 		fatalIf(b, bare.seed(ctx, owners, member, ttl), "seed bare")
 	}
-	s := l.q.Set()
+	s := l.s
 	members := float64(perOwner * nOwners)
 	var ownerBytes, bareBytes, indexBytes int64
 	for _, o := range owners {

@@ -47,6 +47,7 @@ var recipes = []recipe{
 type library struct {
 	rdb  redis.UniversalClient
 	name string
+	s    *expset.Set
 	q    *expset.Quota
 }
 
@@ -60,7 +61,7 @@ func openLibrary(ctx context.Context, rdb redis.UniversalClient, tag string, lim
 	if err != nil {
 		return nil, err
 	}
-	return &library{rdb: rdb, name: name, q: q}, nil
+	return &library{rdb: rdb, name: name, s: s, q: q}, nil
 }
 
 func (l *library) acquire(ctx context.Context, owner, member string, ttl time.Duration) (bool, int, error) {

@@ -91,7 +91,7 @@ func runServerTime(b *testing.B, srv server, held int) {
 		}
 		return nil
 	}
-	s := l.q.Set()
+	s := l.s
 	ms := ttl.Milliseconds()
 	cases := []scriptCase{
 		{name: "expset", cmd: "evalsha", seed: seedLib, call: func(ctx context.Context, owner, member string) error {

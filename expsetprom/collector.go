@@ -147,52 +147,52 @@ func (c *Collector) Hooks() expset.Hooks {
 			c.calls.WithLabelValues(ci.Set, ci.Op, result).Inc()
 			c.callTime.WithLabelValues(ci.Set, ci.Op).Observe(ci.Duration.Seconds())
 		},
-		OnAcquire: func(_ context.Context, ai expset.AcquireInfo) {
+		OnAcquire: func(_ context.Context, ci expset.CallInfo, d expset.Decision) {
 			outcome := "denied"
 			switch {
-			case ai.Decision.Existing:
+			case d.Existing:
 				outcome = "existing"
-			case ai.Decision.Allowed:
+			case d.Allowed:
 				outcome = "admitted"
 			}
-			c.acquires.WithLabelValues(ai.Set, outcome).Inc()
-			if n := len(ai.Decision.Evicted); n > 0 {
-				c.evicted.WithLabelValues(ai.Set).Add(float64(n))
+			c.acquires.WithLabelValues(ci.Set, outcome).Inc()
+			if n := len(d.Evicted); n > 0 {
+				c.evicted.WithLabelValues(ci.Set).Add(float64(n))
 			}
 		},
-		OnSweep: func(_ context.Context, si expset.SweepInfo) {
-			if si.Trimmed > 0 {
-				c.trimmed.WithLabelValues(si.Set).Add(float64(si.Trimmed))
+		OnSweep: func(_ context.Context, ci expset.CallInfo, st expset.SweepStats) {
+			if st.Trimmed > 0 {
+				c.trimmed.WithLabelValues(ci.Set).Add(float64(st.Trimmed))
 			}
-			if !si.Batch {
+			if st.Batches == 0 {
 				return
 			}
-			c.batches.WithLabelValues(si.Set).Inc()
-			c.owners.WithLabelValues(si.Set).Add(float64(si.Owners))
-			c.swept.WithLabelValues(si.Set).Add(float64(si.Expired))
-			if si.Expired > 0 {
-				c.lateness.WithLabelValues(si.Set).Observe(si.Lateness.Seconds())
+			c.batches.WithLabelValues(ci.Set).Add(float64(st.Batches))
+			c.owners.WithLabelValues(ci.Set).Add(float64(st.Owners))
+			c.swept.WithLabelValues(ci.Set).Add(float64(st.Expired))
+			if st.Expired > 0 {
+				c.lateness.WithLabelValues(ci.Set).Observe(st.MaxLateness.Seconds())
 			}
 		},
-		OnEvent: func(_ context.Context, ei expset.EventInfo) {
+		OnEvent: func(_ context.Context, ci expset.CallInfo, ei expset.EventInfo) {
 			result := "ok"
 			switch {
 			case ei.DeadLettered:
 				result = "dead_lettered"
-			case ei.Err != nil:
+			case ci.Err != nil:
 				result = "error"
 			}
-			c.events.WithLabelValues(ei.Set, result).Inc()
+			c.events.WithLabelValues(ci.Set, result).Inc()
 		},
-		OnError: func(_ context.Context, ei expset.ErrorInfo) {
-			c.errors.WithLabelValues(ei.Set, ei.Op).Inc()
+		OnError: func(_ context.Context, ci expset.CallInfo, _ time.Duration) {
+			c.errors.WithLabelValues(ci.Set, ci.Op).Inc()
 		},
-		OnWait: func(_ context.Context, wi expset.WaitInfo) {
+		OnWait: func(_ context.Context, ci expset.CallInfo) {
 			outcome := "given_up"
-			if wi.Admitted {
+			if ci.Err == nil {
 				outcome = "admitted"
 			}
-			c.waits.WithLabelValues(wi.Set, outcome).Observe(wi.Waited.Seconds())
+			c.waits.WithLabelValues(ci.Set, outcome).Observe(ci.Duration.Seconds())
 		},
 	}
 }

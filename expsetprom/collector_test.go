@@ -45,14 +45,15 @@ func TestScrape(t *testing.T) {
 	must(q2.Acquire(ctx, "u", "b", time.Minute)) // denied
 	must(q.Acquire(ctx, "u", "c", time.Minute))  // admitted, evicts a
 	must(set.Count(ctx, "u"))
-	c.Hooks().OnSweep(context.Background(), expset.SweepInfo{Set: "orders", Batch: true, Owners: 3, Expired: 5, Lateness: 20 * time.Millisecond, Trimmed: 2})
-	c.Hooks().OnSweep(context.Background(), expset.SweepInfo{Set: "orders", Trimmed: 4}) // a call that only trimmed: no batch
-	c.Hooks().OnError(context.Background(), expset.ErrorInfo{Set: "orders", Op: "sweep", Shard: 1, Err: io.EOF, Retry: time.Second})
-	c.Hooks().OnEvent(context.Background(), expset.EventInfo{Set: "orders", Attempt: 1})
-	c.Hooks().OnEvent(context.Background(), expset.EventInfo{Set: "orders", Attempt: 5, Err: io.EOF, DeadLettered: true})
-	c.Hooks().OnWait(context.Background(), expset.WaitInfo{Set: "orders", Waited: 30 * time.Millisecond, Admitted: true})
-	c.Hooks().OnWait(context.Background(), expset.WaitInfo{Set: "orders", Waited: 2 * time.Second, Err: context.Canceled})
-	c.Hooks().OnWait(context.Background(), expset.WaitInfo{Set: "orders", Waited: time.Second, Err: context.DeadlineExceeded})
+	sweep := expset.CallInfo{Set: "orders", Op: "sweep"}
+	c.Hooks().OnSweep(context.Background(), sweep, expset.SweepStats{Batches: 1, Owners: 3, Expired: 5, MaxLateness: 20 * time.Millisecond, Trimmed: 2})
+	c.Hooks().OnSweep(context.Background(), sweep, expset.SweepStats{Trimmed: 4}) // a call that only trimmed: no batch
+	c.Hooks().OnError(context.Background(), expset.CallInfo{Set: "orders", Op: "sweep", Shard: 1, Err: io.EOF}, time.Second)
+	c.Hooks().OnEvent(context.Background(), expset.CallInfo{Set: "orders", Op: "event"}, expset.EventInfo{Attempt: 1})
+	c.Hooks().OnEvent(context.Background(), expset.CallInfo{Set: "orders", Op: "event", Err: io.EOF}, expset.EventInfo{Attempt: 5, DeadLettered: true})
+	c.Hooks().OnWait(context.Background(), expset.CallInfo{Set: "orders", Op: "wait", Duration: 30 * time.Millisecond})
+	c.Hooks().OnWait(context.Background(), expset.CallInfo{Set: "orders", Op: "wait", Duration: 2 * time.Second, Err: context.Canceled})
+	c.Hooks().OnWait(context.Background(), expset.CallInfo{Set: "orders", Op: "wait", Duration: time.Second, Err: context.DeadlineExceeded})
 
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()

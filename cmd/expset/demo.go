@@ -114,7 +114,7 @@ func (a *app) demo(ctx context.Context, ttl time.Duration, keep bool) error {
 		return err
 	}
 	p("%-28s -> expired unpaid: live=%v (no sweeper needed to hide it)", "order-1", live)
-	ms, err := orders.Members(ctx, user)
+	ms, err := orders.Members(ctx, user, 0)
 	if err != nil {
 		return err
 	}

@@ -142,7 +142,7 @@ func (a *app) eventsSet(ctx context.Context, name string, perShard bool) (*expse
 	}
 	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration())
 	if err == nil && !cfg.Events {
-		err = fmt.Errorf("%w: set %q was opened without WithExpiryEvents", expset.ErrNoEvents, name)
+		err = fmt.Errorf("set %q was opened without WithExpiryEvents: it has no events", name)
 	}
 	if err != nil {
 		c.close()
@@ -363,7 +363,7 @@ func parseRefs(args []string) ([]deadRef, error) {
 
 // resolve finds the dead letters refs name among all of set's; it changes
 // nothing, and fails when any is missing (errNotFound) or ambiguous.
-func resolve(set *expset.Set, all []expset.DeadLetter, refs []deadRef) ([]expset.DeadLetter, error) {
+func resolve(ctx context.Context, set *expset.Set, all []expset.DeadLetter, refs []deadRef) ([]expset.DeadLetter, error) {
 	var out []expset.DeadLetter
 	var missing []string
 	for _, r := range refs {
@@ -378,9 +378,9 @@ func resolve(set *expset.Set, all []expset.DeadLetter, refs []deadRef) ([]expset
 		}
 		switch {
 		case len(found) == 0 && r.shard == allShards:
-			missing = append(missing, fmt.Sprintf("%s (in no shard's dead-letter stream, %s to %s)", r.id, set.DeadLettersKey(0), set.DeadLettersKey(set.Shards()-1)))
+			missing = append(missing, fmt.Sprintf("%s (in no shard's dead-letter stream, %s to %s)", r.id, deadKey(ctx, set, 0), deadKey(ctx, set, set.Shards()-1)))
 		case len(found) == 0:
-			missing = append(missing, fmt.Sprintf("%s in shard %d (%s)", r.id, r.shard, set.DeadLettersKey(r.shard)))
+			missing = append(missing, fmt.Sprintf("%s in shard %d (%s)", r.id, r.shard, deadKey(ctx, set, r.shard)))
 		case len(found) > 1:
 			var in []string
 			for _, d := range found {
@@ -414,7 +414,7 @@ func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []dead
 	}
 	letters := all
 	if len(refs) > 0 {
-		if letters, err = resolve(set, all, refs); err != nil {
+		if letters, err = resolve(ctx, set, all, refs); err != nil {
 			return err
 		}
 	}
@@ -461,4 +461,14 @@ func deadLetters(n int) string {
 		return "1 dead letter"
 	}
 	return strconv.Itoa(n) + " dead letters"
+}
+
+// deadKey names shard's dead-letter stream, as Set.Stats reports it, for
+// error messages; "shard N's stream" when Stats fails.
+func deadKey(ctx context.Context, set *expset.Set, shard int) string {
+	st, err := set.Stats(ctx)
+	if err != nil || shard < 0 || shard >= len(st) {
+		return fmt.Sprintf("shard %d's stream", shard)
+	}
+	return st[shard].DeadLettersKey
 }

@@ -55,7 +55,7 @@ func (a *app) inspectCmd() *cobra.Command {
 	return cmd
 }
 
-// maxOwnerLen is the longest owner a set holds (see expset.ErrInvalidOwner).
+// maxOwnerLen is the longest owner a set holds (see expset.ErrInvalidArgument).
 const maxOwnerLen = 1024
 
 // checkOwner rejects an owner no set can hold, as a usage error.

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func exitCode(err error, started bool) int {
 	switch {
 	case !started, errors.Is(err, errUsage),
-		errors.Is(err, expset.ErrInvalidName), errors.Is(err, expset.ErrInvalidOwner):
+		errors.Is(err, expset.ErrInvalidArgument):
 		return 2
 	case errors.Is(err, errNotFound), errors.Is(err, expset.ErrNotFound):
 		return 3

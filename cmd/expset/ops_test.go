@@ -83,7 +83,7 @@ func bury(t *testing.T, set *expset.Set, n int) {
 	go func() {
 		done <- set.Consume(ctx, "billing", "test", func(context.Context, expset.Expiry) error {
 			return errors.New("always fails")
-		}, expset.WithMaxAttempts(1), expset.WithVisibilityTimeout(200*time.Millisecond), expset.WithPollInterval(5*time.Millisecond))
+		}, expset.WithMaxAttempts(1), expset.WithLeaseTTL(200*time.Millisecond), expset.WithPollInterval(5*time.Millisecond))
 	}()
 	waitFor(t, strconv.Itoa(n)+" dead letters", func() bool {
 		ds, err := set.DeadLetters(ctx, allShards, 0)

@@ -48,7 +48,7 @@ type sweepProgress struct {
 	total   expset.SweepStats // what Run swept, batch by batch (MeanLateness not kept)
 }
 
-func (p *sweepProgress) onSweep(_ context.Context, si expset.SweepInfo) {
+func (p *sweepProgress) onSweep(_ context.Context, _ expset.CallInfo, si expset.SweepStats) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.expired += si.Expired
@@ -56,12 +56,10 @@ func (p *sweepProgress) onSweep(_ context.Context, si expset.SweepInfo) {
 	p.total.Expired += si.Expired
 	p.total.Owners += si.Owners
 	p.total.Trimmed += si.Trimmed
-	p.total.MaxLateness = max(p.total.MaxLateness, si.Lateness)
-	if si.Batch {
-		p.total.Batches++
-	}
+	p.total.MaxLateness = max(p.total.MaxLateness, si.MaxLateness)
+	p.total.Batches += si.Batches
 	if si.Expired > 0 {
-		p.lastLag = si.Lateness
+		p.lastLag = si.MaxLateness
 	}
 }
 
@@ -149,14 +147,14 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	if err != nil {
 		return noSet(err, name, c)
 	}
-	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.ErrorInfo) {
+	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.CallInfo, _ time.Duration) {
 		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
 	}})}
 	if cfg.Events {
 		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
 	}
 	set, err := openExisting(ctx, c, name, setOpts...)
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err != nil {
@@ -165,11 +163,11 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 
 	var total expset.SweepStats
 	opts := []expset.Option{
-		expset.WithLeaseTTL(o.leaseTTL), expset.WithMaxIdle(o.maxIdle),
+		expset.WithLeaseTTL(o.leaseTTL), expset.WithPollInterval(o.maxIdle),
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
 	}
 	w, err := expset.NewSweeper(set, opts...)
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err != nil {
@@ -189,7 +187,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 		prog.mu.Unlock()
 	}
 	stop()
-	if errors.Is(err, expset.ErrInvalidOption) {
+	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	sum := sweepSummary{Set: set.Name(), Once: o.once}

@@ -19,7 +19,7 @@ type acquirePath struct {
 	vs         string
 	setOpts    []expset.Option
 	quotaOpts  []expset.Option
-	callOpts   []expset.CallOption
+	callOpts   []expset.Option
 	held       int
 	retry      bool
 	want       func(d expset.Decision) bool
@@ -40,7 +40,7 @@ var acquirePaths = []acquirePath{
 		quotaOpts: []expset.Option{expset.WithEvictOldest()},
 		want:      func(d expset.Decision) bool { return d.Allowed && len(d.Evicted) == 1 }},
 	{name: "payload", what: "WithPayloads set, 32-byte WithPayload, 1 live member", vs: "straightforward/live", held: 1,
-		setOpts: []expset.Option{expset.WithPayloadStorage()}, callOpts: []expset.CallOption{expset.WithPayload(payload)}, want: allowedNew},
+		setOpts: []expset.Option{expset.WithPayloadStorage()}, callOpts: []expset.Option{expset.WithPayload(payload)}, want: allowedNew},
 	{name: "events", what: "WithExpiryEvents set, 1 live member", vs: "straightforward/live", held: 1,
 		setOpts: []expset.Option{expset.WithExpiryEvents()}, want: allowedNew},
 	{name: "events-fresh", what: "WithExpiryEvents set, the owner's first member (due-index write)", vs: "straightforward/fresh",
