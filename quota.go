@@ -204,6 +204,10 @@ func parseDecision(v any, limit int) (Decision, error) {
 		case 0:
 			d.RetryAfter = time.Duration(x>>8) * time.Millisecond
 		case 1, 2:
+			if d.Count < 1 || x>>8 < 1 {
+				// An allowed member counts itself and has a deadline.
+				return Decision{}, unexpected("acquire.lua", v)
+			}
 			d.Allowed, d.Existing = true, x&3 == 2
 			d.Deadline = msTime(x >> 8)
 		default:
