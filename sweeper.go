@@ -182,7 +182,13 @@ func parseSweep(v any) (sweepReply, error) {
 // sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
 // due).
 func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
-	keys := make([]string, 3, 3+2*len(owners))
+	// Payload keys are declared only for a set with payloads: the server
+	// builds a string for every key it is given.
+	nk := 3 + len(owners)
+	if w.set.payloads {
+		nk += len(owners)
+	}
+	keys := make([]string, 3, nk)
 	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
 	ret := w.set.retain
 	args := make([]any, 6, 6+len(owners))
@@ -191,8 +197,10 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		keys = append(keys, sk.owner+o)
 		args = append(args, o)
 	}
-	for _, o := range owners {
-		keys = append(keys, sk.payload+o)
+	if w.set.payloads {
+		for _, o := range owners {
+			keys = append(keys, sk.payload+o)
+		}
 	}
 	v, err := w.set.run(ctx, "sweep", sk.shard, scriptSweep, keys, args...)
 	if err != nil {

@@ -298,3 +298,49 @@ func TestSweepOnceSweepsPastAFailingShard(t *testing.T) {
 		}
 	})
 }
+
+// TestSweepWrongTypeKeepsMembers: a sweep round that fails on a key of
+// another type (the shard's stream, an owner's payload hash) removes nothing
+// of the owner it failed on, so each of its expired members still gets its
+// one event once the key is mended.
+func TestSweepWrongTypeKeepsMembers(t *testing.T) {
+	t.Parallel()
+	for _, payloads := range []bool{false, true} {
+		t.Run("payloads="+strconv.FormatBool(payloads), func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				opts := []Option{WithShards(1), WithExpiryEvents()}
+				if payloads {
+					opts = append(opts, WithPayloadStorage())
+				}
+				s, clk := newTestSet(t, b, opts...)
+				ctx := context.Background()
+				sk := &s.shards[0]
+				d1 := must[time.Time](t)(s.Add(ctx, "o", "m1", time.Second))
+				d2 := must[time.Time](t)(s.Add(ctx, "o", "m2", time.Hour))
+				clk.Advance(2 * time.Second)
+				broken := sk.events
+				if payloads {
+					broken = sk.payload + "o"
+				}
+				if err := b.rdb.Set(ctx, broken, "not mine", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				w := newSweeper(t, s)
+				if _, err := w.sweepBatch(ctx, sk, []string{"o"}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Fatalf("sweep over a %s of another type: %v, want WRONGTYPE", broken, err)
+				}
+				zs := must[[]redis.Z](t)(b.rdb.ZRangeWithScores(ctx, s.OwnerKey("o"), 0, -1).Result())
+				if len(zs) != 2 || zs[0].Member != "m1" || int64(zs[0].Score) != d1.UnixMilli() ||
+					zs[1].Member != "m2" || int64(zs[1].Score) != d2.UnixMilli() {
+					t.Fatalf("after the failed sweep the owner holds %v, want m1 at %d and m2 at %d", zs, d1.UnixMilli(), d2.UnixMilli())
+				}
+				must[int64](t)(b.rdb.Del(ctx, broken).Result())
+				st := must[SweepStats](t)(w.SweepOnce(ctx))
+				evs := eventsOf(t, s)
+				if st.Expired != 1 || len(evs) != 1 || evs[0].Member != "m1" || !evs[0].Deadline.Equal(d1) {
+					t.Fatalf("once mended: %+v, events %+v; want m1's one event", st, evs)
+				}
+			})
+		})
+	}
+}

@@ -74,7 +74,7 @@ func eventsOf(t *testing.T, s *Set) []Expiry {
 }
 
 // checkSwept checks that at now every member with a deadline <= now is gone,
-// every later one is there, and the index lists exactly the owners that
+// every later one is there with its deadline unchanged, and the index lists exactly the owners that
 // still have members, each at its earliest deadline or below.
 func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, now time.Time) (expired int) {
 	t.Helper()
@@ -85,16 +85,19 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 		if err != nil {
 			t.Fatal(err)
 		}
-		have := map[string]bool{}
+		have := map[string]int64{} // member -> stored deadline
 		for _, z := range zs {
-			have[z.Member.(string)] = true
+			have[z.Member.(string)] = int64(z.Score)
 		}
 		for m, d := range ms {
+			stored, ok := have[m]
 			switch {
-			case !d.After(now) && have[m]:
+			case !d.After(now) && ok:
 				t.Errorf("%s/%s expired at %v (now %v) but is still stored", o, m, d, now)
-			case d.After(now) && !have[m]:
+			case d.After(now) && !ok:
 				t.Errorf("%s/%s live until %v (now %v) but is gone", o, m, d, now)
+			case ok && stored != d.UnixMilli():
+				t.Errorf("%s/%s stored with deadline %d, want %d", o, m, stored, d.UnixMilli())
 			}
 			if !d.After(now) {
 				expired++
@@ -119,12 +122,18 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 
 func TestSweepStaggered(t *testing.T) {
 	t.Parallel()
-	for _, ev := range []bool{false, true} {
-		t.Run(fmt.Sprintf("events=%v", ev), func(t *testing.T) {
+	for _, c := range []struct {
+		ev, payloads bool
+	}{{false, false}, {true, false}, {true, true}} {
+		ev := c.ev
+		t.Run(fmt.Sprintf("events=%v/payloads=%v", c.ev, c.payloads), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []Option{WithSweepIndex()}
 				if ev {
-					opts = append(opts, WithExpiryEvents(), WithPayloadStorage())
+					opts = append(opts, WithExpiryEvents())
+				}
+				if c.payloads {
+					opts = append(opts, WithPayloadStorage())
 				}
 				s, clk := newTestSet(t, b, append(opts, WithShards(4))...)
 				seeded := seedStaggered(t, s, 60, 25, 10)

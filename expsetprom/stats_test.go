@@ -18,19 +18,6 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// eachBackend runs fn on miniredis, a real redis-server and the shared
-// three-master cluster.
-func eachBackend(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		fn(t, c)
-	})
-	t.Run("redis", func(t *testing.T) { fn(t, redistest.Client(t)) })
-	t.Run("cluster", func(t *testing.T) { fn(t, redistest.SharedCluster(t).Client(t)) })
-}
-
 // gather collects reg into name{shard} -> value, for the set's samples.
 func gather(t *testing.T, reg *prometheus.Registry, set string) map[string]float64 {
 	t.Helper()
@@ -58,7 +45,7 @@ func gather(t *testing.T, reg *prometheus.Registry, set string) map[string]float
 }
 
 func TestStatsCollector(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		name := "prom-" + uuid.NewString()[:8]
 		now := time.Now().Truncate(time.Second)

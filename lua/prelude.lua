@@ -48,6 +48,9 @@ local TTL_BUCKET = 16384
 -- (docs/design.md has the numbers).
 local MAX_BATCH = 1000
 local BYTES_MAX = 1048576
+-- ENTRY_COST is what one stream entry costs beyond its member, owner and
+-- payload, counted against BYTES_MAX.
+local ENTRY_COST = 64
 
 -- INDEX_GRACE (ms) is how long an index entry of a set without events may
 -- stay overdue (no sweeper visited it) before writes remove it, and how long
@@ -60,16 +63,13 @@ local INDEX_GRACE = 3600000
 -- local of the prelude that lib's code names is an upvalue that each run
 -- allocates (measured: lib and waitlib with 8 between them cost about 4k
 -- instructions a run), so lib names as few as it can: its own call and
--- constants, lib_ and INDEX_GRACE.
+-- DEL_WEIGHT, lib_, ENTRY_COST and INDEX_GRACE.
 local lib_
 local function lib()
   if lib_ then
     return lib_
   end
   local call = redis.call
-  -- ENTRY_COST is what one stream entry costs beyond its member, owner and
-  -- payload, counted against BYTES_MAX.
-  local ENTRY_COST = 64
   -- DEL_WEIGHT: a payload only deleted (no event carries it) costs about a
   -- hundredth of one copied into an event (measured: 37 us against 6 ms per
   -- MiB), so it counts 1/DEL_WEIGHT of its length.

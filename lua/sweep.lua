@@ -4,7 +4,8 @@
 -- KEYS[2]         shard event stream   expset:{name:S}:ev
 -- KEYS[3]         retention counter    expset:{name:S}:trimmed
 -- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[7..]
--- KEYS[4+n..3+2n] owner payload hashes expset:{name:S}:p:<owner>, same order
+-- KEYS[4+n..3+2n] owner payload hashes expset:{name:S}:p:<owner>, same order;
+--                 declared only with flag p
 -- ARGV[1]         now in ms, or "" for the server's TIME
 -- ARGV[2]         flags (see prelude: e, p)
 -- ARGV[3]         member budget: the most members this call removes (1..1000)
@@ -14,15 +15,30 @@
 -- ARGV[7..6+n]    owners read from the due index by the previous call (n may be 0)
 --
 -- The owners were read from the index before this call, so each one's actual
--- state is checked again here. For each owner, in order, while the budget
+-- state is read again here. For each owner, in order, while the budget
 -- (members, and bytes moved: see BYTES_MAX in the prelude) lasts: its
 -- expired members are dropped (each with one expiry event when flag e is
--- set), then the owner is re-filed in the index under its earliest
--- remaining deadline, or taken out of the index when it has no members left.
--- An owner with more expired members than the budget allows stays due, at a
--- score <= now, and is listed again. Owners left over when the budget runs out
--- are untouched and stay due. Without events, the index key is then made to
+-- set), and the owner is re-filed in the index under its earliest remaining
+-- deadline, or taken out of the index when it has no members left. An owner
+-- with more expired members than the budget allows stays due, at a score
+-- <= now, and is listed again. Owners left over when the budget runs out are
+-- untouched and stay due. Without events, the index key is then made to
 -- outlive the latest score filed by INDEX_GRACE (see file_owner).
+--
+-- One read per owner serves both the drop and the re-filing: the owner's
+-- first members in deadline order (POP+1 with events and no payloads,
+-- else PEEK+1), which hold its expired members and, after them, its
+-- earliest remaining deadline. With events and no payloads that read is a
+-- ZPOPMIN, so an owner whose members all expired is done in one call
+-- besides its events; members it popped that stay (live, or past the
+-- budget) are put back as read, scores unchanged (keys of a set with events carry no TTL, so a key the pop
+-- emptied loses nothing). Only when every member read has expired does a
+-- second read continue by rank, for at most the rest of the budget plus
+-- one. The index is written once per round: one ZADD re-files every owner
+-- visited, one ZREM takes out the emptied ones. Every argument to
+-- redis.call is a string (a number costs a %.17g formatting), and each
+-- deadline read is converted to a number once. bench/README.md and
+-- docs/design.md ("Sweeping, per member reclaimed") have the measurements.
 --
 -- With flag e, the stream is then trimmed to the retention, exactly: entries
 -- whose ID (server time) is older than the max age, then the oldest past the
@@ -37,51 +53,174 @@
 --   owners    owners that lost at least one expired member
 --   stale     index entries corrected without removing anything (stale early,
 --             or the owner no longer exists)
---   earliest  the lowest score in the index after the call, -1 when empty
+--   earliest  the lowest score in the index after the call, -1 when empty;
+--             when owners are due (listed below), now: the lowest score is
+--             at or before it and is not read
 --   trimmed   events retention removed from the stream in this call
 --   due...    up to batch owners whose score is <= now, lowest score first:
 --             the owners to pass to the next call (none: the shard is swept)
+local tonumber, unpack = tonumber, unpack -- read once, not per owner
 local due, stream, flags = KEYS[1], KEYS[2], ARGV[2]
 local now = now_ms(ARGV[1])
+local NOW = string.format('%d', now)
 local budget = tonumber(ARGV[3])
-local batch = tonumber(ARGV[4])
 local events, payloads = has(flags, 'e'), has(flags, 'p')
 local n = #ARGV - 6
+
+-- PEEK (a read) and POP (a pop, see below): the expired members the first
+-- read of an owner takes before a second read is needed.
+local PEEK, POP = 2, 1
+-- RANK[i] is i as a string, for the small ranks and limits of the common
+-- case.
+local RANK = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10'}
 
 local expired, late_sum, late_max, owners, stale = 0, 0, 0, 0, 0
 local bytes = BYTES_MAX
 local latest = 0 -- the latest score filed, for the index TTL (no events)
+local gone, ng = {}, 0 -- owners to take out of the index
+local refile, nr = {}, 0 -- score, owner pairs to file in the index
+local ds = {} -- the deadlines read, as numbers, up to the first live one
+-- With events and no payloads the first read of an owner pops. Nothing may
+-- fail between a pop and the writes that follow it (the events, the put
+-- back), or popped members would go without their events: a stream key of
+-- another type fails here, before any pop (a payload hash of another type
+-- would fail the byte count, so sets with payloads read instead).
+local pop = events and not payloads
+local peek = PEEK
+if pop then
+  peek = POP
+  if n > 0 then
+    call('XLEN', stream)
+  end
+end
 for i = 1, n do
   if budget <= 0 or bytes <= 0 then
     break
   end
-  local key, pkey, owner = KEYS[3 + i], KEYS[3 + n + i], ARGV[6 + i]
-  -- drop's own read of the expired members is the re-check: it finds none
-  -- when the entry was stale (or the owner is gone).
-  local removed, _, ls, lm, used = lib().drop(key, pkey, stream, owner, now, events, payloads, budget, true, bytes)
-  if removed > 0 then
-    budget = budget - removed
-    bytes = bytes - used
-    expired = expired + removed
-    late_sum = late_sum + ls
-    if lm > late_max then
-      late_max = lm
-    end
+  local key, owner = KEYS[3 + i], ARGV[6 + i]
+  local want = peek
+  if want > budget then
+    want = budget
   end
-  local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if first[1] then
-    call('ZADD', due, first[2], owner)
-    if tonumber(first[2]) > latest then
-      latest = tonumber(first[2])
-    end
+  -- r: the owner's first members in deadline order (popped ones first).
+  local r, got, popped
+  if pop then
+    r = call('ZPOPMIN', key, RANK[want + 1])
+    got = #r / 2
+    popped = got
   else
-    call('ZREM', due, owner)
+    r = call('ZRANGE', key, '0', RANK[want], 'WITHSCORES')
+    got = #r / 2
+    popped = 0
   end
-  if removed > 0 then
+  -- k counts the expired members read (a prefix: the reads are in deadline
+  -- order); live is the first live deadline read, if any.
+  local k, live = 0, nil
+  for pass = 1, 2 do
+    while k < got do
+      local d = tonumber(r[2 * k + 2])
+      if d > now then
+        live = d
+        break
+      end
+      k = k + 1
+      ds[k] = d
+    end
+    if pass == 2 or k < got or got <= want or budget <= want then
+      break
+    end
+    -- Every member read has expired and the budget takes more: read on by
+    -- rank, for the rest of the budget plus one (the next deadline).
+    local from = got - popped
+    local to = from + budget - want - 1
+    local more = call('ZRANGE', key, RANK[from], RANK[to] or string.format('%d', to), 'WITHSCORES')
+    for j = 1, #more do
+      r[2 * got + j] = more[j]
+    end
+    got = got + #more / 2
+  end
+  -- Every read took at most budget + 1 members: the one after the budget
+  -- stays, expired, and keeps the owner due.
+  local kexp = k
+  if k > budget then
+    k = budget
+  end
+  if k > 0 then
+    -- Take the first k while their bytes fit (the first always does), with
+    -- their events and payloads.
+    if payloads then
+      local ids, dl = {}, {}
+      for j = 1, k do
+        ids[j], dl[j] = r[2 * j - 1], r[2 * j]
+      end
+      local pkey, used = KEYS[3 + n + i], 0
+      k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+      bytes = bytes - used
+      lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
+    elseif events then
+      local fixed, used = ENTRY_COST + #owner, 0
+      for j = 1, k do
+        local m = r[2 * j - 1]
+        local c = fixed + #m
+        if j > 1 and used + c > bytes then
+          k = j - 1
+          break
+        end
+        used = used + c
+        call('XADD', stream, '*', 'o', owner, 'm', m, 'd', r[2 * j])
+      end
+      bytes = bytes - used
+    end
+    for j = 1, k do
+      local late = now - ds[j]
+      late_sum = late_sum + late
+      if late > late_max then
+        late_max = late
+      end
+    end
+    budget = budget - k
+    expired = expired + k
     owners = owners + 1
   else
     stale = stale + 1
   end
+  if k > popped then
+    local last = k - popped - 1
+    call('ZREMRANGEBYRANK', key, '0', RANK[last] or string.format('%d', last))
+  elseif k < popped then
+    -- Popped and staying (live, or past a budget): put back as read.
+    local back = {}
+    for j = k + 1, popped do
+      back[2 * (j - k) - 1] = r[2 * j]
+      back[2 * (j - k)] = r[2 * j - 1]
+    end
+    call('ZADD', key, unpack(back))
+  end
+  -- The owner's earliest deadline now: the member after the ones removed.
+  local first = r[2 * k + 2]
+  if first then
+    refile[nr + 1] = first
+    refile[nr + 2] = owner
+    nr = nr + 2
+    if not events then
+      local f = live
+      if k < kexp then
+        f = ds[k + 1]
+      end
+      if f > latest then
+        latest = f
+      end
+    end
+  else
+    ng = ng + 1
+    gone[ng] = owner
+  end
+end
+if ng > 0 then
+  call('ZREM', due, unpack(gone))
+end
+if nr > 0 then
+  call('ZADD', due, unpack(refile))
 end
 
 -- Without events the index key outlives the latest score filed in it by
@@ -94,11 +233,6 @@ if not events and latest > 0 then
   keep_index(due, ttl)
 end
 
-local head = call('ZRANGE', due, 0, 0, 'WITHSCORES')
-local earliest = -1
-if head[2] then
-  earliest = tonumber(head[2])
-end
 local trimmed = 0
 if events then
   -- Stream IDs carry the server's clock, which now may not be (WithClock).
@@ -108,7 +242,7 @@ if events then
   end
   local minid = server - tonumber(ARGV[5])
   if minid > 0 then
-    trimmed = call('XTRIM', stream, 'MINID', minid)
+    trimmed = call('XTRIM', stream, 'MINID', string.format('%d', minid))
   end
   trimmed = trimmed + call('XTRIM', stream, 'MAXLEN', ARGV[6])
   if trimmed > 0 then
@@ -116,9 +250,17 @@ if events then
   end
 end
 
+local next = call('ZRANGE', due, '-inf', NOW, 'BYSCORE', 'LIMIT', '0', ARGV[4])
+local earliest = now
+if not next[1] then
+  local head = call('ZRANGE', due, '0', '0', 'WITHSCORES')
+  earliest = -1
+  if head[2] then
+    earliest = tonumber(head[2])
+  end
+end
 local reply = {now, expired, late_sum, late_max, owners, stale, earliest, trimmed}
-local next = call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
 for i = 1, #next do
-  reply[#reply + 1] = next[i]
+  reply[8 + i] = next[i]
 end
 return reply
