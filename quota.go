@@ -310,7 +310,8 @@ func (e *BatchError) Unwrap() []error {
 }
 
 // AcquireMany runs many Acquires in one round trip (one per node on Redis
-// Cluster): the requests of one shard go together in one script call
+// Cluster; a shard's requests past the first 100 take one more round trip
+// per 100): the requests of one shard go together in one script call
 // (acquire_many.lua, at most 100 requests each), which runs each of them as
 // Acquire's script would, one after the other, reading the server's clock
 // once. Each request is as atomic as an Acquire (the requests of one call
