@@ -308,11 +308,12 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	if err != nil {
 		return time.Time{}, err
 	}
-	flags := s.flags
-	args := []any{s.now(), ms, member, owner, flags}
+	// The common call sends ttl and member alone (see add.lua).
+	args := []any{ms, member}
 	if c.hasPayload {
-		args[4] = flags + "P"
-		args = append(args, c.payload)
+		args = append(args, s.flags+"P", s.now(), owner, c.payload)
+	} else if s.flags != "" || s.clock != nil {
+		args = append(args, s.flags, s.now(), owner)
 	}
 	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
 	if err != nil {
@@ -401,7 +402,12 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), s.now(), ms, member, s.flags)
+	// The common call sends ttl and member alone (see extend.lua).
+	args := []any{ms, member}
+	if s.flags != "" || s.clock != nil {
+		args = append(args, s.flags, s.now())
+	}
+	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -2,13 +2,10 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Quota caps how many live members each owner of a Set may hold: "at most 3
@@ -158,9 +155,15 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) 
 	if q.refresh {
 		flags += "r"
 	}
-	args := []any{s.now(), ms, member, owner, flags, limit}
 	if c.hasPayload {
-		args[4] = flags + "P"
+		flags += "P"
+	}
+	// The common call sends ttl, member and limit alone (see acquire.lua).
+	args := []any{ms, member, limit}
+	if flags != "" || s.clock != nil {
+		args = append(args, flags, s.now(), owner)
+	}
+	if c.hasPayload {
 		args = append(args, c.payload)
 	}
 	keys := s.lineKeys(owner) // an evicting quota ignores the line: its keys below
@@ -176,7 +179,42 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) 
 	return acquireCall{shard: s.ShardOf(owner), keys: keys, args: args, limit: limit}, nil
 }
 
+// waiterArgs returns c's arguments for a waiter's call (acquire.lua's flag
+// w): every argument up to the owner, with w among the flags, then the
+// ticket and its lease in ms.
+func (c acquireCall) waiterArgs(s *Set, owner, ticket string, lease time.Duration) []any {
+	args := append([]any(nil), c.args...)
+	if len(args) == 3 {
+		args = append(args, "", s.now(), owner)
+	}
+	args[3] = args[3].(string) + "w"
+	return append(args, ticket, lease.Milliseconds())
+}
+
+// parseDecision reads acquire.lua's reply: one integer (value*256 +
+// count*4 + status) or the table {status, count, deadline, retry,
+// evicted...}.
 func parseDecision(v any, limit int) (Decision, error) {
+	if x, ok := v.(int64); ok {
+		if x < 0 {
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+		d := Decision{Count: int(x >> 2 & 63), Limit: limit}
+		switch x & 3 {
+		case 0:
+			d.RetryAfter = time.Duration(x>>8) * time.Millisecond
+		case 1, 2:
+			if d.Count < 1 || x>>8 < 1 {
+				// An allowed member counts itself and has a deadline.
+				return Decision{}, unexpected("acquire.lua", v)
+			}
+			d.Allowed, d.Existing = true, x&3 == 2
+			d.Deadline = msTime(x >> 8)
+		default:
+			return Decision{}, unexpected("acquire.lua", v)
+		}
+		return d, nil
+	}
 	xs, ok := v.([]any)
 	if !ok || len(xs) < 4 {
 		return Decision{}, unexpected("acquire.lua", v)
@@ -272,22 +310,27 @@ func (e *BatchError) Unwrap() []error {
 }
 
 // AcquireMany runs many Acquires in one round trip (one per node on Redis
-// Cluster): a pipeline of the same script Acquire runs, one per request, so
-// each request is as atomic as an Acquire and the batch as a whole is not.
-// Requests for one owner run in the order given; a batch may hold several
-// requests for one owner ("a", then "b" and "c" at a limit of 2 admits a and
-// b and denies c).
+// Cluster; a shard's requests past the first 100 take one more round trip
+// per 100): the requests of one shard go together in one script call
+// (acquire_many.lua, at most 100 requests each), which runs each of them as
+// Acquire's script would, one after the other, reading the server's clock
+// once. Each request is as atomic as an Acquire (the requests of one call
+// even run together), the batch as a whole is not. Requests for one owner
+// run in the order given; a batch may hold several requests for one owner
+// ("a", then "b" and "c" at a limit of 2 admits a and b and denies c).
 //
 // Every request is validated first: a bad one fails the whole call with an
-// error that names its index and wraps ErrInvalidArgument, and nothing is sent. Otherwise AcquireMany returns one
-// Decision per request, in order. When some requests fail in Redis (a
+// error that names its index and wraps ErrInvalidArgument, and nothing is
+// sent. Otherwise AcquireMany returns one Decision per request, in order. When some requests fail in Redis (a
 // network error, a key of another type), it still returns every Decision
 // together with a *BatchError saying which failed; the others took effect.
 // An empty batch returns (nil, nil) without a round trip.
 //
-// When the server's script cache was flushed, the requests that got NOSCRIPT
-// did not run: the script is loaded (on every master of a cluster) and they
-// are sent once more.
+// A script call moves at most twice what one Acquire may (expired members
+// dropped, members evicted, payload bytes): a call that reaches it stops and
+// its remaining requests go in the next round trip. When the server's script
+// cache was flushed, the calls that got NOSCRIPT did not run: they are sent
+// once more with the script.
 func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decision, error) {
 	if err := q.opened(); err != nil {
 		return nil, err
@@ -303,42 +346,47 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 		}
 		calls[i] = c
 	}
-	cmds := q.set.pipelineAcquire(ctx, calls)
-	var retry []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			retry = append(retry, i)
+	// The requests of each shard, in order, still to run.
+	pending := make(map[int][]int)
+	var shards []int
+	for i, c := range calls {
+		if _, ok := pending[c.shard]; !ok {
+			shards = append(shards, c.shard)
 		}
-	}
-	if len(retry) > 0 {
-		if err := scriptAcquire.Load(ctx, q.set.rdb).Err(); err != nil {
-			for _, i := range retry {
-				cmds[i].SetErr(fmt.Errorf("load acquire.lua after NOSCRIPT: %w", err))
-			}
-		} else {
-			sub := make([]acquireCall, len(retry))
-			for j, i := range retry {
-				sub[j] = calls[i]
-			}
-			again := q.set.pipelineAcquire(ctx, sub)
-			for j, i := range retry {
-				cmds[i] = again[j]
-			}
-		}
+		pending[c.shard] = append(pending[c.shard], i)
 	}
 
 	out := make([]Decision, len(reqs))
 	var errs []error
-	for i, cmd := range cmds {
-		d, err := q.set.decisionOf(ctx, cmd, calls[i])
-		if err != nil {
-			if errs == nil {
-				errs = make([]error, len(reqs))
-			}
-			errs[i] = err
-			continue
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(reqs))
 		}
-		out[i] = d
+		errs[i] = err
+	}
+	for len(shards) > 0 {
+		batch := make([]*scriptCall, len(shards))
+		for j, sh := range shards {
+			batch[j] = q.set.manyCall(sh, calls, pending[sh][:min(len(pending[sh]), manyPerCall)])
+		}
+		q.set.runPipelined(ctx, batch)
+		next := shards[:0]
+		for j, sh := range shards {
+			sent := pending[sh][:min(len(pending[sh]), manyPerCall)]
+			ran, err := q.set.manyReplies(ctx, batch[j], calls, sent, out, fail)
+			if err != nil {
+				// The call failed as a whole, or its reply cannot be read:
+				// what it did is unknown, and it is not sent again.
+				for _, i := range pending[sh][ran:] {
+					fail(i, err)
+				}
+				continue
+			}
+			if pending[sh] = pending[sh][ran:]; len(pending[sh]) > 0 {
+				next = append(next, sh)
+			}
+		}
+		shards = next
 	}
 	if errs != nil {
 		return out, &BatchError{Errs: errs}
@@ -346,37 +394,54 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 	return out, nil
 }
 
-// pipelineAcquire sends the acquire script for each call in one pipeline
-// and returns one command per call. The pipeline's own error is only the
-// first command's, so callers read each command's.
-func (s *Set) pipelineAcquire(ctx context.Context, calls []acquireCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	var start time.Time
-	if s.hooks.OnCall != nil {
-		start = time.Now()
+// manyPerCall is the most requests one acquire_many.lua call runs.
+const manyPerCall = 100
+
+// manyCall builds the acquire_many.lua call of the requests idx (of one
+// shard) of calls.
+func (s *Set) manyCall(shard int, calls []acquireCall, idx []int) *scriptCall {
+	nk, na := 0, 1
+	for _, i := range idx {
+		nk += len(calls[i].keys)
+		na += 2 + len(calls[i].args)
 	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = scriptAcquire.EvalSha(ctx, p, c.keys, c.args...)
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	args = append(args, s.now())
+	for _, i := range idx {
+		c := calls[i]
+		keys = append(keys, c.keys...)
+		args = append(args, len(c.keys), len(c.args))
+		args = append(args, c.args...)
+	}
+	return &scriptCall{op: "acquire-many", shard: shard, sc: scriptMany, keys: keys, args: args}
+}
+
+// manyReplies reads the reply of an acquire_many.lua call that sent the
+// requests idx: the decisions of the first ran of them go into out, and a
+// request whose own reply is an error goes to fail. err is the call's own
+// error, or an unexpected-reply error when its reply cannot be read (ran is then
+// 0).
+func (s *Set) manyReplies(ctx context.Context, c *scriptCall, calls []acquireCall, idx []int, out []Decision, fail func(i int, err error)) (ran int, err error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	xs, ok := c.v.([]any)
+	if !ok || len(xs) == 0 || len(xs) > len(idx) {
+		return 0, unexpected("acquire_many.lua", c.v)
+	}
+	for j, x := range xs {
+		i := idx[j]
+		if rerr, ok := x.(error); ok {
+			fail(i, fmt.Errorf("expset: acquire %s: %w", calls[i].keys[0], rerr))
+			continue
 		}
-		return nil
-	})
-	if s.hooks.OnCall != nil {
-		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: "acquire-many", Shard: -1, Duration: time.Since(start), Err: err})
+		d, derr := s.decided(ctx, calls[i], x)
+		if derr != nil {
+			fail(i, derr)
+			continue
+		}
+		out[i] = d
 	}
-	return cmds
-}
-
-func (s *Set) decisionOf(ctx context.Context, cmd *redis.Cmd, c acquireCall) (Decision, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return Decision{}, fmt.Errorf("expset: acquire %s: %w", c.keys[0], err)
-	}
-	return s.decided(ctx, c, v)
-}
-
-// isNoScript reports whether err means the server does not have the script
-// cached (EVALSHA was refused and the script did not run).
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+	return len(xs), nil
 }

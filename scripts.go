@@ -18,10 +18,11 @@ var luaFS embed.FS
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
-	scriptAdd      = loadScript("add.lua")
-	scriptAcquire  = loadScript("wait_gate.lua", "acquire.lua")
-	scriptRemove   = loadScript("wait_gate.lua", "remove.lua")
-	scriptExtend   = loadScript("extend.lua")
+	scriptAdd      = loadLean("add.lua")
+	scriptAcquire  = redis.NewScript(acquireSource())
+	scriptMany     = redis.NewScript(manySource())
+	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
+	scriptExtend   = loadLean("extend.lua")
 	scriptDeadline = loadScript("deadline.lua")
 	scriptCount    = loadScript("count.lua")
 	scriptMembers  = loadScript("members.lua")
@@ -49,18 +50,37 @@ var (
 // MAX_BATCH (lua/prelude.lua), also the most expired members one write drops.
 const maxBatch = 1000
 
+// ttlBucket is the scripts' TTL_BUCKET (lua/prelude.lua): the owner key of a
+// set without expiry events expires at the end of its latest deadline's
+// bucket of this length, so it lives at most this long past the latest
+// deadline it was given.
+const ttlBucket = 16384 * time.Millisecond
+
 // loadScript returns lua/prelude.lua followed by lua/<names...> as one
 // script.
 func loadScript(names ...string) *redis.Script {
-	return redis.NewScript(luaSource(names...))
+	return redis.NewScript(luaSource(false, names...))
 }
 
-func luaSource(names ...string) string {
+// loadLean is loadScript for the lean scripts, whose common paths build no
+// closure: the prelude comes without its helpers section (see
+// lua/prelude.lua).
+func loadLean(names ...string) *redis.Script {
+	return redis.NewScript(luaSource(true, names...))
+}
+
+// The lines that open and close the prelude's helpers section.
+const (
+	helpersOpen  = "-- helpers {\n"
+	helpersClose = "-- } helpers\n"
+)
+
+func luaSource(lean bool, names ...string) string {
 	var src []byte
 	for _, name := range append([]string{"prelude.lua"}, names...) {
-		b, err := luaFS.ReadFile("lua/" + name)
-		if err != nil {
-			panic("expset: embedded lua/" + name + " missing: " + err.Error())
+		b := []byte(readLua(name))
+		if lean && name == "prelude.lua" {
+			b = withoutHelpers(b)
 		}
 		if len(src) > 0 {
 			src = append(src, '\n')
@@ -68,6 +88,42 @@ func luaSource(names ...string) string {
 		src = append(src, b...)
 	}
 	return string(src)
+}
+
+// acquireSource returns acquire.lua with lua/quota.lua after it as its body,
+// the offsets quota.lua adds to its KEYS and ARGV indices (0 here) left out.
+func acquireSource() string {
+	quota := strings.NewReplacer("ko + ", "", "ao + ", "").Replace(readLua("quota.lua"))
+	return luaSource(true, "wait_gate.lua", "acquire.lua") + "\n" + quota
+}
+
+// readLua returns the embedded lua/<name>.
+func readLua(name string) string {
+	b, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	}
+	return string(b)
+}
+
+// manySource returns acquire_many.lua with lua/quota.lua before it as the
+// body of the function admit(keys, ko, nk, argv, ao, na, now) (see both
+// files).
+func manySource() string {
+	return luaSource(true, "wait_gate.lua") +
+		"\nlocal admit_used, admit_moved = 0, 0\nlocal function admit(keys, ko, nk, argv, ao, na, now)\n" +
+		readLua("quota.lua") + "end\n" + readLua("acquire_many.lua")
+}
+
+// withoutHelpers returns the prelude without its helpers section.
+func withoutHelpers(prelude []byte) []byte {
+	s := string(prelude)
+	i := strings.Index(s, helpersOpen)
+	j := strings.Index(s, helpersClose)
+	if i < 0 || j < i {
+		panic("expset: lua/prelude.lua has no helpers section")
+	}
+	return []byte(s[:i] + s[j+len(helpersClose):])
 }
 
 // scriptCall is one script run of a batch sent with runPipelined.

@@ -23,6 +23,34 @@ func TestMaxBatchMatchesLua(t *testing.T) {
 	}
 }
 
+// TestTTLBucketMatchesLua checks that the scripts' TTL_BUCKET is ttlBucket.
+func TestTTLBucketMatchesLua(t *testing.T) {
+	t.Parallel()
+	want := "local TTL_BUCKET = " + strconv.FormatInt(ttlBucket.Milliseconds(), 10) + "\n"
+	if src := luaSource(true, "acquire.lua"); !strings.Contains(src, want) {
+		t.Fatalf("lua/prelude.lua lacks %q", want)
+	}
+}
+
+// TestLeanScriptsLackHelpers checks that the lean scripts are loaded
+// without the prelude's helpers section (no closure built per run but
+// lib's) and the others with it.
+func TestLeanScriptsLackHelpers(t *testing.T) {
+	t.Parallel()
+	if src := luaSource(true, "acquire.lua"); strings.Contains(src, "local function now_ms") || !strings.Contains(src, "local function lib()") {
+		t.Fatal("a lean script keeps the prelude's helpers, or lost lib()")
+	}
+	if src := luaSource(false, "sweep.lua"); !strings.Contains(src, "local function now_ms") {
+		t.Fatal("a script that is not lean lost the prelude's helpers")
+	}
+	if src := acquireSource(); strings.Contains(src, "local function now_ms") || strings.Contains(src, "ko + ") || !strings.Contains(src, "keys[1]") {
+		t.Fatal("acquire's script keeps the helpers or quota.lua's index offsets")
+	}
+	if src := manySource(); strings.Contains(src, "local function now_ms") || !strings.Contains(src, "keys[ko + 1]") {
+		t.Fatal("acquire_many's script keeps the helpers or lost quota.lua's index offsets")
+	}
+}
+
 // ownerScriptKeys is the one key order of the scripts that work on one
 // owner (Set.ownerKeys): each declares it, or KEYS[1] alone; a script's own
 // keys, if any, come after it (acquire.lua's eviction receipt, KEYS[5]).

@@ -255,7 +255,7 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 		if n := b.rdb.Exists(ctx, s.shards[0].due).Val(); n != 0 {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
-		checkPTTL(t, b, s.OwnerKey("v"), time.Minute)
+		checkKeyTTL(t, b, s.OwnerKey("v"), time.Minute)
 		if w, err := NewSweeper(s); !errors.Is(err, ErrInvalidArgument) || w != nil {
 			t.Fatalf("NewSweeper of a set without an index: %v, %v, want ErrInvalidArgument", w, err)
 		}

@@ -76,8 +76,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	// The waiter's call: acquire.lua with flag w, the leases key before the
 	// line key, and the ticket and lease after the other arguments.
 	keys := append(s.ownerKeys(owner), w.keys[0], w.keys[1])
-	args := append(append([]any(nil), c.args...), w.ticket, waitLease.Milliseconds())
-	args[4] = args[4].(string) + "w"
+	args := c.waiterArgs(s, owner, w.ticket, waitLease)
 
 	var timer *time.Timer
 	defer func() {

@@ -3,7 +3,10 @@
 -- so each EVALSHA still runs one self-contained script.
 --
 -- Conventions every script follows:
---   * ARGV[1] is "now" in Unix milliseconds, or "" to read the server's TIME.
+--   * "now" is given in Unix milliseconds, or "" to read the server's TIME:
+--     ARGV[1] in every script but the lean ones, which put the arguments of
+--     their common path first (acquire, add, extend, remove: see their
+--     headers).
 --   * Scores are deadlines in whole Unix milliseconds (< 2^53, exact in a
 --     double). Numbers reach redis.call as arguments (formatted with 17 digits)
 --     or are returned as integer replies; none passes through tostring or "..".
@@ -19,34 +22,20 @@ local call = redis.call
 
 -- Every redis.call, every closure and every global lookup costs measurable
 -- time on each run (the script body runs afresh on every EVALSHA), so the
--- common paths call as little as they can; bench/README.md has the numbers.
+-- common paths call as little as they can, and build no closure: the lean
+-- scripts (acquire, add, extend, remove) are loaded without the helpers
+-- between the "helpers {" and "} helpers" lines below (scripts.go), and the
+-- helpers of the rarer paths are built on first use (lib()).
+-- bench/README.md and docs/design.md have the numbers.
 
-local function now_ms(arg)
-  if arg ~= '' then
-    return tonumber(arg)
-  end
-  local t = call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
-
-local function has(flags, c)
-  return string.find(flags, c, 1, true) ~= nil
-end
-
--- keep_ttl makes the owner key outlive its latest deadline, which is now+ttl
--- when fresh (the key is new, or now+ttl is its latest deadline) and at most
--- that otherwise. With expiry events on, keys carry no TTL: the sweeper must
--- see every expired member before it goes.
-local function keep_ttl(key, ttl, fresh, events)
-  if events then
-    return
-  end
-  if fresh then
-    call('PEXPIRE', key, ttl)
-  else
-    call('PEXPIRE', key, ttl, 'GT')
-  end
-end
+-- TTL_BUCKET (ms): the owner key of a set without events expires at the end
+-- of its latest deadline's bucket, (floor(d / TTL_BUCKET) + 1) * TTL_BUCKET,
+-- so a write whose deadline falls in the bucket of the latest one already
+-- there need not touch the key's TTL. Every script that writes a deadline
+-- keeps the key's TTL at least that far (never shortening it): a key lives
+-- at most one bucket (16.4 s) past the latest deadline it was given.
+-- ttlBucket in Go; TestTTLBucketMatchesLua keeps the two equal.
+local TTL_BUCKET = 16384
 
 -- MAX_BATCH is the most items one script call takes or handles: members
 -- removed, dropped or evicted, owners swept, entries acknowledged or kicked
@@ -62,55 +51,60 @@ local BYTES_MAX = 1048576
 -- ENTRY_COST is what one stream entry costs beyond its member, owner and
 -- payload, counted against BYTES_MAX.
 local ENTRY_COST = 64
--- DEL_WEIGHT: a payload only deleted (no event carries it) costs about a
--- hundredth of one copied into an event (measured: 37 us against 6 ms per
--- MiB), so it counts 1/DEL_WEIGHT of its length.
-local DEL_WEIGHT = 32
 
 -- INDEX_GRACE (ms) is how long an index entry of a set without events may
 -- stay overdue (no sweeper visited it) before writes remove it, and how long
 -- the index key outlives the latest deadline filed in it (indexGrace in Go).
 local INDEX_GRACE = 3600000
 
--- keep_index makes the due index key of a set without events outlive
--- now + ttl (ms) by INDEX_GRACE, never shortening it.
-local function keep_index(due, ttl)
-  -- GT leaves a key without TTL alone (a new index): NX gives it one.
-  if call('PEXPIRE', due, ttl + INDEX_GRACE, 'GT') == 0 then
-    call('PEXPIRE', due, ttl + INDEX_GRACE, 'NX')
-  end
-end
-
--- file_owner files owner in the shard's due index at deadline d (ZADD LT:
--- the entry stays at or below the owner's earliest deadline). Without events
--- the index is only the sweeper's shortcut (owner keys expire by their TTL),
--- so it is kept bounded without a sweeper: first up to two entries overdue by
--- more than INDEX_GRACE are removed (before the ZADD, so that the owner's
--- own stale entry gives way to its new one), then the index key is made to
--- outlive d by INDEX_GRACE (ttl is d - now in ms). With events nothing but
--- the ZADD is done: the sweeper must see every entry.
-local function file_owner(due, owner, d, ttl, now, events)
-  if events then
-    call('ZADD', due, 'LT', d, owner)
-    return
-  end
-  local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
-  if old[1] then
-    call('ZREM', due, unpack(old))
-  end
-  call('ZADD', due, 'LT', d, owner)
-  keep_index(due, ttl)
-end
-
--- lib() returns the helpers of the rarer paths (expired members, payloads),
--- built on first use: defining them up front would cost every run of every
--- script a closure each.
+-- lib() returns the helpers of the rarer paths (expired members, payloads,
+-- eviction, the due index without events), built on first use: defining
+-- them up front would cost every run of every script a closure each. Every
+-- local of the prelude that lib's code names is an upvalue that each run
+-- allocates (measured: lib and waitlib with 8 between them cost about 4k
+-- instructions a run), so lib names as few as it can: its own call and
+-- DEL_WEIGHT, lib_, ENTRY_COST and INDEX_GRACE.
 local lib_
 local function lib()
   if lib_ then
     return lib_
   end
+  local call = redis.call
+  -- DEL_WEIGHT: a payload only deleted (no event carries it) costs about a
+  -- hundredth of one copied into an event (measured: 37 us against 6 ms per
+  -- MiB), so it counts 1/DEL_WEIGHT of its length.
+  local DEL_WEIGHT = 32
   local L = {}
+
+  -- L.keep_index makes the due index key of a set without events outlive
+  -- now + ttl (ms) by INDEX_GRACE, never shortening it.
+  function L.keep_index(due, ttl)
+    -- GT leaves a key without TTL alone (a new index): NX gives it one.
+    if call('PEXPIRE', due, ttl + INDEX_GRACE, 'GT') == 0 then
+      call('PEXPIRE', due, ttl + INDEX_GRACE, 'NX')
+    end
+  end
+
+  -- L.file_owner files owner in the shard's due index at deadline d (ZADD LT:
+  -- the entry stays at or below the owner's earliest deadline). Without events
+  -- the index is only the sweeper's shortcut (owner keys expire by their TTL),
+  -- so it is kept bounded without a sweeper: first up to two entries overdue by
+  -- more than INDEX_GRACE are removed (before the ZADD, so that the owner's
+  -- own stale entry gives way to its new one), then the index key is made to
+  -- outlive d by INDEX_GRACE (ttl is d - now in ms). With events nothing but
+  -- the ZADD is done: the sweeper must see every entry.
+  function L.file_owner(due, owner, d, ttl, now, events)
+    if events then
+      call('ZADD', due, 'LT', d, owner)
+      return
+    end
+    local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
+    if old[1] then
+      call('ZREM', due, unpack(old))
+    end
+    call('ZADD', due, 'LT', d, owner)
+    L.keep_index(due, ttl)
+  end
 
   -- L.fit returns how many of ids[1..n], taken in order, fit in budget
   -- bytes, and the bytes they take: each costs its own length, plus
@@ -143,7 +137,7 @@ local function lib()
 
   -- L.drop removes expired members of key (deadline <= now), earliest
   -- first: at most max of them, and (with events or payloads) no more than
-  -- fit in budget bytes (default BYTES_MAX). With events it appends one
+  -- fit in budget bytes (BYTES_MAX when the caller has moved nothing yet). With events it appends one
   -- entry per member to stream (fields o, m, d and, with a payload, p);
   -- with payloads it deletes their payloads from pkey. It returns how many
   -- it removed, whether expired members may remain, (bounded path only,
@@ -170,7 +164,7 @@ local function lib()
     end
     local n, used = got, 0
     if events or payloads then
-      n, used = L.fit(pkey, owner, ids, got, events, payloads, budget or BYTES_MAX)
+      n, used = L.fit(pkey, owner, ids, got, events, payloads, budget)
       for i = n + 1, got do
         ids[i] = nil
       end
@@ -267,3 +261,27 @@ local function lib()
   lib_ = L
   return L
 end
+
+-- helpers {
+-- The helpers of the scripts that are not lean (scripts.go leaves this
+-- section out of the lean ones).
+local function now_ms(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+local function has(flags, c)
+  return string.find(flags, c, 1, true) ~= nil
+end
+
+local function keep_index(due, ttl)
+  lib().keep_index(due, ttl)
+end
+
+local function file_owner(due, owner, d, ttl, now, events)
+  lib().file_owner(due, owner, d, ttl, now, events)
+end
+-- } helpers

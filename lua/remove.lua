@@ -1,4 +1,5 @@
--- remove.lua: remove members of one owner (Set.Remove, Quota.Release).
+-- remove.lua: remove members of one owner (Set.Remove, Quota.Release). A
+-- lean script (see prelude): loaded without the prelude's helpers.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due
@@ -21,8 +22,20 @@
 -- Reply: {removed, taken}: the number of live members removed, and how many
 -- of ARGV[4..] the call took (all of them, unless payloads filled it).
 local key, owner, flags = KEYS[1], ARGV[2], ARGV[3]
-local now = now_ms(ARGV[1])
-local events, payloads, index = has(flags, 'e'), has(flags, 'p'), has(flags, 'i')
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local events, payloads, index = false, false, false
+if flags ~= '' then
+  local find = string.find
+  events = find(flags, 'e', 1, true) ~= nil
+  payloads = find(flags, 'p', 1, true) ~= nil
+  index = find(flags, 'i', 1, true) ~= nil
+end
 
 local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
 if first[1] == nil then
@@ -31,7 +44,7 @@ end
 local more, used = false, 0
 if tonumber(first[2]) <= now then
   local _
-  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH)
+  _, more, _, _, used = lib().drop(key, KEYS[4], KEYS[3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
 end
 
 local ids = {}

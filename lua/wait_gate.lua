@@ -22,6 +22,7 @@ local function waitlib()
   if waitlib_ then
     return waitlib_
   end
+  local call = redis.call -- a local, not the prelude's: see lib()
   local W = {}
 
   -- W.publish sends ticket on line's shard wake channel.

@@ -110,6 +110,7 @@ func acquireLevers(e *env) ([]workload, error) {
 		{"acquire-lean-ttl.lua", "acquire-lean.lua, key TTL refreshed only when short (skip taken)", libArgs, false},
 		{"acquire-all.lua", "all of the above but the clock, EVALSHA", shortArgs, true},
 		{"acquire-all-resp3.lua", "acquire-all.lua reading scores as numbers (RESP3)", shortArgs, true},
+		{"acquire-all-noscores.lua", "acquire-all.lua reading members without scores, then one ZMSCORE of the scores it needs", shortArgs, true},
 	} {
 		src, err := file(v.file)
 		if err != nil {

@@ -142,9 +142,15 @@ func run(ctx context.Context, goroutines int, j job) error {
 	return nil
 }
 
+// ttlBucket is the library's TTL bucket in ms (lua/prelude.lua's
+// TTL_BUCKET): the owner key of a set without events expires at the end of
+// its latest deadline's bucket.
+const ttlBucket = 16384
+
 // seed gives each owner the members with deadline d, written straight into
-// the set's documented key layout, pipelined: with keyTTL a key TTL up to d
-// (as a set without events keeps), with index the owner's due-index entry.
+// the set's documented key layout, pipelined: with keyTTL a key TTL to the
+// end of d's TTL bucket (as a set without events keeps), with index the
+// owner's due-index entry.
 func seed(ctx context.Context, rdb *redis.Client, s *expset.Set, owners []string, members []string, d time.Time, keyTTL, index bool) error {
 	return seedOf(ctx, rdb, s, owners, func(int) []string { return members }, d, keyTTL, index)
 }
@@ -159,7 +165,7 @@ func seedOf(ctx context.Context, rdb *redis.Client, s *expset.Set, owners []stri
 			pipe.ZAdd(ctx, key, redis.Z{Score: score, Member: m})
 		}
 		if keyTTL {
-			pipe.PExpireAt(ctx, key, d)
+			pipe.PExpireAt(ctx, key, time.UnixMilli((d.UnixMilli()/ttlBucket+1)*ttlBucket))
 		}
 		if index {
 			pipe.ZAdd(ctx, dueKey(s, o), redis.Z{Score: score, Member: o})
