@@ -18,11 +18,11 @@ var luaFS embed.FS
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
-	scriptAdd      = loadLean("add.lua")
-	scriptAcquire  = redis.NewScript(acquireSource())
-	scriptMany     = redis.NewScript(manySource())
+	scriptAdd      = bucketed.add
+	scriptAcquire  = bucketed.acquire
+	scriptMany     = bucketed.many
 	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
-	scriptExtend   = loadLean("extend.lua")
+	scriptExtend   = bucketed.extend
 	scriptDeadline = loadScript("deadline.lua")
 	scriptCount    = loadScript("count.lua")
 	scriptMembers  = loadScript("members.lua")
@@ -55,6 +55,52 @@ const maxBatch = 1000
 // bucket of this length, so it lives at most this long past the latest
 // deadline it was given.
 const ttlBucket = 16384 * time.Millisecond
+
+// deadlineWriters are the scripts that write deadlines to owner keys, and
+// with them the keys' TTLs, built for one TTL bucket (lua/prelude.lua's
+// TTL_BUCKET).
+type deadlineWriters struct{ add, extend, acquire, many *redis.Script }
+
+var (
+	// bucketed serves the sets this version recorded: an owner key lives to
+	// the end of its latest deadline's ttlBucket, and a write skips the
+	// PEXPIRE when the key already reaches its deadline's bucket.
+	bucketed = newDeadlineWriters(ttlBucket)
+	// exact serves the sets an earlier version recorded (their configuration
+	// a string, not a hash). That version's processes set an owner key's TTL
+	// to its latest deadline exactly, so a key may reach no further than that
+	// while they still run beside this one: a bucketed write would skip a
+	// PEXPIRE the key needs, and its member would vanish before its
+	// deadline. A bucket of 1 ms refreshes the TTL whenever the new deadline
+	// is later than every one the key holds, as that version did.
+	exact = newDeadlineWriters(time.Millisecond)
+)
+
+// newDeadlineWriters builds the deadline-writing scripts for a TTL bucket of
+// b (a whole number of milliseconds).
+func newDeadlineWriters(b time.Duration) deadlineWriters {
+	bucket := func(src string) *redis.Script {
+		const decl = "local TTL_BUCKET = 16384\n"
+		if !strings.Contains(src, decl) {
+			panic("expset: lua/prelude.lua does not declare " + strings.TrimSpace(decl))
+		}
+		return redis.NewScript(strings.Replace(src, decl, "local TTL_BUCKET = "+strconv.FormatInt(b.Milliseconds(), 10)+"\n", 1))
+	}
+	return deadlineWriters{
+		add:     bucket(luaSource(true, "add.lua")),
+		extend:  bucket(luaSource(true, "extend.lua")),
+		acquire: bucket(acquireSource()),
+		many:    bucket(manySource()),
+	}
+}
+
+// writers returns the deadline-writing scripts for s's owner keys.
+func (s *Set) writers() *deadlineWriters {
+	if s.exactTTL {
+		return &exact
+	}
+	return &bucketed
+}
 
 // loadScript returns lua/prelude.lua followed by lua/<names...> as one
 // script.

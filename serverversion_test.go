@@ -12,7 +12,8 @@ import (
 )
 
 // allScripts are every script expset runs, to check that none ran.
-var allScripts = []*redis.Script{scriptAdd, scriptAcquire, scriptMany, scriptRemove, scriptExtend, scriptDeadline,
+var allScripts = []*redis.Script{scriptAdd, scriptAcquire, scriptMany, scriptRemove, scriptExtend,
+	exact.add, exact.acquire, exact.many, exact.extend, scriptDeadline,
 	scriptCount, scriptMembers, scriptPayload, scriptOpen, scriptSweep, scriptAck, scriptBury, scriptClaim, scriptKick}
 
 // assertNoScriptRan fails t when any of expset's scripts is in the script
