@@ -250,20 +250,17 @@ func TestKeysVanishWithoutSweeper(t *testing.T) {
 		}
 	})
 	t.Run("redis", func(t *testing.T) {
-		b := backend{rdb: realClient(t)}
-		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
-		ctx := context.Background()
-		// The key lives to the end of its deadline's TTL bucket: a deadline
-		// 200ms before a bucket's end (by this machine's clock, which is the
-		// server's) keeps the test short.
+		b := backend{rdb: realClient(t), start: time.Now()}
+		// Key TTLs are relative to the call's now, so a clock 300ms before a
+		// bucket's end keeps the test short: the member's deadline is 200ms
+		// before that end, and the real server expires the key at it.
 		bucket := ttlBucket.Milliseconds()
-		now := time.Now().UnixMilli()
-		ttl := (now/bucket+1)*bucket - now - 200
-		if ttl < 50 {
-			ttl += bucket
-		}
-		must[time.Time](t)(s.Add(ctx, "u", "a", time.Duration(ttl)*time.Millisecond))
-		deadline := time.Now().Add(time.Duration(ttl)*time.Millisecond + ttlBucket + 5*time.Second)
+		clk := &fakeClock{t: time.UnixMilli((time.Now().UnixMilli()/bucket+1)*bucket - 300)}
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now)))
+		ctx := context.Background()
+		must[time.Time](t)(s.Add(ctx, "u", "a", 100*time.Millisecond))
+		checkPTTL(t, b, s.OwnerKey("u"), 300*time.Millisecond)
+		deadline := time.Now().Add(5 * time.Second)
 		for b.rdb.Exists(ctx, s.OwnerKey("u")).Val() == 1 {
 			if time.Now().After(deadline) {
 				t.Fatal("owner key still there 5s after the end of its only member's TTL bucket")

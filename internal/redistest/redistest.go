@@ -23,11 +23,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,7 +172,17 @@ func Client(tb testing.TB) *redis.Client {
 // The go command shows what a passing package printed only with -v, -json,
 // or when run without package arguments (go test in the package's
 // directory); go test ./... discards it.
+//
+// The tests mostly wait on servers and timers, not on the CPU, so unless
+// -parallel is given, Main lets up to 4 parallel tests run at once (or
+// GOMAXPROCS, when larger) instead of the go command's GOMAXPROCS.
 func Main(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.Stop()
