@@ -41,7 +41,7 @@ func TestAddReadsAndExpiry(t *testing.T) {
 			t.Fatalf("members %v, want %v", got, want)
 		}
 		if got := must[[]Member](t)(s.Members(ctx, "alice", 2)); !equalMembers(got, want[:2]) {
-			t.Fatalf("MembersN(2) %v", got)
+			t.Fatalf("Members(n=2) %v", got)
 		}
 
 		// Exactly at the deadline a member is expired; a millisecond before it

@@ -209,7 +209,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 		}
 		flush()
 		if ms, err := s.Members(ctx, "u", 1); err != nil || !equalMembers(ms, want[:1]) {
-			t.Fatalf("MembersN: %v, %v", ms, err)
+			t.Fatalf("Members(n): %v, %v", ms, err)
 		}
 		flush()
 		if p, err := s.Payload(ctx, "u", "a"); err != nil || string(p) != "pa" {

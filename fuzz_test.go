@@ -321,7 +321,7 @@ func (r *modelRun) step(op modelOp) {
 			r.fail("Contains: library %v, %v; model %v", has, err, ok)
 		}
 		if got, err := r.s.Members(ctx, owner, 1); err != nil || !equalMembers(got, r.m.live(owner)[:min(1, len(r.m.live(owner)))]) {
-			r.fail("MembersN 1: library %v, %v; model %v", got, err, r.m.live(owner))
+			r.fail("Members n=1: library %v, %v; model %v", got, err, r.m.live(owner))
 		}
 	}
 	r.checkOwner(op.owner)
