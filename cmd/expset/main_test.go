@@ -91,3 +91,20 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("demo --help: exit %d, %q", code, errs)
 	}
 }
+
+func TestVerbFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"events tail n", "events tail n"},
+		{"events --json dead n", "events dead --json n"},
+		{"events --redis r --limit 3 dead n", "events dead --redis r --limit 3 n"},
+		{"events --redis=r kick n 1-0", "events kick --redis=r n 1-0"},
+		{"events n kick 1-0", "events n kick 1-0"}, // NAME first: no verb, a usage error
+		{"events --json n dead", "events --json n dead"},
+		{"events -- dead n", "events -- dead n"},
+		{"stats --json n", "stats --json n"},
+	} {
+		if got := strings.Join(verbFirst(strings.Fields(tc.in)), " "); got != tc.want {
+			t.Errorf("verbFirst(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
