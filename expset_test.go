@@ -559,4 +559,3 @@ func realClient(t *testing.T) redis.UniversalClient {
 	t.Helper()
 	return redistest.Client(t)
 }
-
