@@ -12,6 +12,7 @@
 -- it moved.
 local admit_used, admit_moved = 0, 0
 local function admit(keys, ko, nk, argv, ao, na, now)
+  local call = redis.call -- a local, not the prelude's: an upvalue costs every run
   admit_used, admit_moved = 0, 0
   local key, member, limarg = keys[ko + 1], argv[ao + 2], argv[ao + 3]
   local flags
