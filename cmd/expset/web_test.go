@@ -16,6 +16,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/redistest"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,11 +61,20 @@ func miniSet(t *testing.T, shards int) (*redis.Client, *expset.Set) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	set, err := expset.Open(context.Background(), rdb, "web-test", expset.WithShards(shards), expset.WithExpiryEvents(), expset.WithPayloadStorage())
+	return rdb, webTestSet(t, rdb, shards)
+}
+
+// webTestSet opens a fresh set with expiry events and payloads over shards
+// shards, dropped when t ends.
+func webTestSet(t *testing.T, rdb redis.UniversalClient, shards int) *expset.Set {
+	t.Helper()
+	name := "web-" + uuid.NewString()[:8]
+	set, err := expset.Open(context.Background(), rdb, name, expset.WithShards(shards), expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rdb, set
+	t.Cleanup(func() { expset.Drop(context.Background(), rdb, name) })
+	return set
 }
 
 // addDead writes n dead letters of group straight to shard's dead-letter
@@ -190,7 +201,11 @@ func TestWebListenRules(t *testing.T) {
 }
 
 func TestWebReadOnlyRefusesChanges(t *testing.T) {
-	rdb, set := miniSet(t, 2)
+	redistest.EachBackend(t, testWebReadOnly)
+}
+
+func testWebReadOnly(t *testing.T, rdb redis.UniversalClient) {
+	set := webTestSet(t, rdb, 2)
 	f := newWebFix(t, rdb, set, webOpts{})
 	f.addDead(0, 3, "billing", "boom", "user-1")
 	_, body := f.get("/dead?s=" + set.Name())
@@ -217,7 +232,11 @@ func TestWebReadOnlyRefusesChanges(t *testing.T) {
 }
 
 func TestWebChangesNeedThePageAndItsToken(t *testing.T) {
-	rdb, set := miniSet(t, 2)
+	redistest.EachBackend(t, testWebChanges)
+}
+
+func testWebChanges(t *testing.T, rdb redis.UniversalClient) {
+	set := webTestSet(t, rdb, 2)
 	f := newWebFix(t, rdb, set, webOpts{allowChanges: true})
 	f.addDead(1, 2, "billing", "boom", "user-1")
 	_, body := f.get("/dead?s=" + set.Name())
@@ -275,7 +294,7 @@ func TestWebChangesNeedThePageAndItsToken(t *testing.T) {
 		t.Fatalf("delete: %d, %d dead left; want 303, 0", code, f.deadCount())
 	}
 	log := f.log.String()
-	if !strings.Contains(log, "kicked 1 dead letter(s) of set web-test") || !strings.Contains(log, "deleted 1 dead letter(s)") {
+	if !strings.Contains(log, "kicked 1 dead letter(s) of set "+set.Name()) || !strings.Contains(log, "deleted 1 dead letter(s)") {
 		t.Errorf("actions not logged:\n%s", log)
 	}
 }
@@ -298,7 +317,7 @@ func TestWebAuth(t *testing.T) {
 		{o: webOpts{basicAuth: "ops:pw"}, want: 401},
 	} {
 		f := newWebFix(t, rdb, set, tc.o)
-		for _, path := range []string{"/", "/set?s=web-test", "/static/app.js"} {
+		for _, path := range []string{"/", "/set?s=" + set.Name(), "/static/app.js"} {
 			req, _ := http.NewRequest("GET", f.srv.URL+path, nil)
 			if tc.user != "" {
 				req.SetBasicAuth(tc.user, tc.pw)
@@ -325,7 +344,11 @@ func TestWebAuth(t *testing.T) {
 }
 
 func TestWebPagesAndPaging(t *testing.T) {
-	rdb, set := miniSet(t, 3)
+	redistest.EachBackend(t, testWebPages)
+}
+
+func testWebPages(t *testing.T, rdb redis.UniversalClient) {
+	set := webTestSet(t, rdb, 3)
 	ctx := context.Background()
 	f := newWebFix(t, rdb, set, webOpts{allowChanges: true})
 	f.addDead(0, 70, "billing", "gateway timeout", "user-1")

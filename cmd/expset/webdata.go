@@ -19,12 +19,12 @@ import (
 // an exclusive start, counts with XLEN, and a filtered count stops after
 // webCountBudget entries.
 const (
-	webPageSize      = 50      // dead letters or members on one page
-	webScanBatch     = 1000    // stream entries read by one XRANGE
-	webPageBudget    = 20000   // entries a filtered page scans before it offers to go on
-	webCountBudget   = 200000  // entries a filtered count scans before it says "at least"
-	webActionBatch   = 500     // dead letters kicked or deleted by one library call
-	webOwnersShown   = 20      // owners listed on a set's page
+	webPageSize      = 50     // dead letters or members on one page
+	webScanBatch     = 1000   // stream entries read by one XRANGE
+	webPageBudget    = 20000  // entries a filtered page scans before it offers to go on
+	webCountBudget   = 200000 // entries a filtered count scans before it says "at least"
+	webActionBatch   = 500    // dead letters kicked or deleted by one library call
+	webOwnersShown   = 20     // owners listed on a set's page
 	webSampleEvery   = 2 * time.Second
 	webSamplesKept   = 150 // five minutes of samples
 	webMaxFilterText = 1024
@@ -270,7 +270,7 @@ func (r *rates) add(c counters, err error) {
 
 // ratePoint is one rate per second between two samples.
 type ratePoint struct {
-	At                         time.Time
+	At                          time.Time
 	Expiries, Delivered, Buried float64
 }
 
