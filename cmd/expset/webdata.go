@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,16 +16,19 @@ import (
 )
 
 // What "expset web" reads, and how much at most. Every read is bounded: a
-// page of dead letters reads the streams in batches with XRANGE COUNT from
-// an exclusive start, counts with XLEN, and a filtered count stops after
+// page of dead letters reads the streams in steps of webScanBatch entries
+// from an exclusive start (deadscan.lua: XRANGE with COUNT, the filter
+// applied in Redis), counts them all with XLEN, and counts those a filter
+// selects in the same pass as its first page, stopping after
 // webCountBudget entries.
 const (
-	webPageSize      = 50     // dead letters or members on one page
-	webScanBatch     = 1000   // stream entries read by one XRANGE
-	webPageBudget    = 20000  // entries a filtered page scans before it offers to go on
-	webCountBudget   = 200000 // entries a filtered count scans before it says "at least"
-	webActionBatch   = 500    // dead letters kicked or deleted by one library call
-	webOwnersShown   = 20     // owners listed on a set's page
+	webPageSize      = 50               // dead letters or members on one page
+	webScanBatch     = 2000             // stream entries one deadscan.lua reads
+	webPageBudget    = 100000           // entries a page reads before it offers to go on
+	webCountBudget   = 1000000          // entries a filtered count reads before it says "at least"
+	webCountKept     = 15 * time.Second // how long a filtered count serves the next pages
+	webActionBatch   = 500              // dead letters kicked or deleted by one library call
+	webOwnersShown   = 20               // owners listed on a set's page
 	webSampleEvery   = 2 * time.Second
 	webSamplesKept   = 150 // five minutes of samples
 	webMaxFilterText = 1024
@@ -39,6 +43,7 @@ type webSet struct {
 	events []string // per shard: the expiry event stream's key
 	dead   []string // per shard: the dead-letter stream's key
 	rates  rates
+	counts countCache
 }
 
 // openWebSet opens the recorded set name and learns its stream keys.
@@ -480,15 +485,29 @@ func parseRef(s string, shards int, emptyID bool) (cursor, error) {
 	return cursor{n, id}, nil
 }
 
-// scanDead reads the dead letters of the shards f selects, from after
-// (exclusive) in shard order, in batches of webScanBatch, calling fn for each
-// until fn returns false, budget entries have been read (budget <= 0: no
-// bound), or the end. It returns the position after the last letter given
-// to fn and whether the end was reached. upTo, when not nil, holds per shard
-// the last ID to read: entries added after a scan began are left alone.
-func (w *webSet) scanDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, after cursor, budget int, upTo []string, fn func(letter) bool) (cursor, bool, error) {
+//go:embed lua/deadscan.lua
+var deadScanLua string
+
+var deadScan = redis.NewScript(deadScanLua)
+
+// filterDead reads the dead letters of the shards f selects from after, in
+// shard order, with deadscan.lua (the filter runs in Redis: only matches
+// travel), webScanBatch entries a call. It returns up to want matching
+// letters, stopping after the last of them when stop is true, else reading
+// on to count every match; it reads at most budget entries (0: no bound).
+// upTo, when not nil, holds per shard the last ID to read ("" to skip the
+// shard). It returns where the next page starts: after the want-th match,
+// else after the last entry read; and whether it read to the end.
+func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
 	pos := after
+	defer func() {
+		next = pos
+		if want > 0 && len(out) == want {
+			next = cursor{out[want-1].Shard, out[want-1].ID}
+		}
+	}()
 	read := 0
+	text := strings.ToLower(f.Err)
 	for shard := after.Shard; shard < len(w.dead); shard++ {
 		if f.Shard >= 0 && shard != f.Shard {
 			continue
@@ -498,36 +517,83 @@ func (w *webSet) scanDead(ctx context.Context, rdb redis.UniversalClient, f dead
 		}
 		end := "+"
 		if upTo != nil {
-			if upTo[shard] == "" {
+			if end = upTo[shard]; end == "" {
 				continue
 			}
-			end = upTo[shard]
 		}
 		for {
-			if budget > 0 && read >= budget {
-				return pos, false, nil
+			n := webScanBatch
+			if budget > 0 {
+				if n = min(n, budget-read); n <= 0 {
+					return out, matches, pos, false, nil
+				}
 			}
 			start := "-"
 			if pos.ID != "" {
 				start = "(" + pos.ID
 			}
-			msgs, err := rdb.XRangeN(ctx, w.dead[shard], start, end, webScanBatch).Result()
+			stopArg := "0"
+			if stop {
+				stopArg = "1"
+			}
+			v, err := deadScan.Run(ctx, rdb, []string{w.dead[shard]}, start, end, n, want-len(out), f.Group, f.Owner, text, stopArg).Result()
 			if err != nil {
-				return pos, false, fmt.Errorf("read %s: %w", w.dead[shard], err)
+				return out, matches, pos, false, fmt.Errorf("read %s: %w", w.dead[shard], err)
 			}
-			for _, m := range msgs {
-				read++
-				pos.ID = m.ID
-				if !fn(parseLetter(shard, m)) {
-					return pos, false, nil
-				}
+			last, got, m, entries, ok := parseDeadScan(v)
+			if !ok {
+				return out, matches, pos, false, fmt.Errorf("deadscan.lua on %s answered %v", w.dead[shard], v)
 			}
-			if len(msgs) < webScanBatch {
+			read += got
+			matches += m
+			if last != "" {
+				pos.ID = last
+			}
+			for _, e := range entries {
+				out = append(out, parseLetter(shard, e))
+			}
+			if stop && want > 0 && len(out) >= want {
+				return out, matches, pos, false, nil
+			}
+			if got < n {
 				break
 			}
 		}
 	}
-	return pos, true, nil
+	return out, matches, pos, true, nil
+}
+
+// parseDeadScan reads deadscan.lua's reply.
+func parseDeadScan(v any) (last string, read int, matches int64, entries []redis.XMessage, ok bool) {
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 4 {
+		return "", 0, 0, nil, false
+	}
+	last, ok1 := xs[0].(string)
+	n, ok2 := xs[1].(int64)
+	m, ok3 := xs[2].(int64)
+	es, ok4 := xs[3].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return "", 0, 0, nil, false
+	}
+	for _, e := range es {
+		pair, ok := e.([]any)
+		if !ok || len(pair) != 2 {
+			return "", 0, 0, nil, false
+		}
+		id, ok1 := pair[0].(string)
+		fields, ok2 := pair[1].([]any)
+		if !ok1 || !ok2 || len(fields)%2 != 0 {
+			return "", 0, 0, nil, false
+		}
+		msg := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
+		for i := 0; i < len(fields); i += 2 {
+			k, _ := fields[i].(string)
+			msg.Values[k] = fields[i+1]
+		}
+		entries = append(entries, msg)
+	}
+	return last, int(n), m, entries, true
 }
 
 // lastDeadIDs returns the newest dead letter's ID of every shard ("" for
@@ -579,39 +645,82 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 			p.Total += c.Val()
 		}
 	}
-	budget := 0
-	if f.any() {
-		budget = webPageBudget
-	}
-	pos, done, err := w.scanDead(ctx, rdb, f, from, budget, nil, func(l letter) bool {
-		p.Scanned++
-		if f.match(l) {
-			p.Letters = append(p.Letters, l)
-		}
-		return len(p.Letters) < webPageSize
-	})
-	if err != nil {
-		return p, err
-	}
-	p.Stalled = !done && len(p.Letters) < webPageSize
-	if !done {
-		p.Next = pos.String()
-	}
 	p.Matches = p.Total
-	if f.any() {
-		p.Matches = 0
-		_, done, err := w.scanDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, webCountBudget, nil, func(l letter) bool {
-			if f.match(l) {
-				p.Matches++
-			}
-			return true
-		})
+	first := from == cursor{max(f.Shard, 0), ""}
+	if f.any() && first {
+		// The first page and the count in one pass.
+		letters, m, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, false, webCountBudget, nil)
 		if err != nil {
 			return p, err
 		}
-		p.AtLeast = !done
+		p.Letters, p.Matches, p.AtLeast = letters, m, !done
+		if !done || m > int64(len(letters)) {
+			p.Next = next.String()
+		}
+		w.counts.put(f, m, !done)
+		return p, nil
+	}
+	letters, _, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, true, webPageBudget, nil)
+	if err != nil {
+		return p, err
+	}
+	p.Letters = letters
+	p.Stalled = !done && len(p.Letters) < webPageSize
+	if !done {
+		p.Next = next.String()
+	}
+	if f.any() {
+		m, atLeast, ok := w.counts.get(f)
+		if !ok {
+			_, m, _, done, err = w.filterDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
+			if err != nil {
+				return p, err
+			}
+			atLeast = !done
+			w.counts.put(f, m, atLeast)
+		}
+		p.Matches, p.AtLeast = m, atLeast
 	}
 	return p, nil
+}
+
+// countCache keeps the counts of recent filters for webCountKept, so the
+// next pages of a filter do not count again.
+type countCache struct {
+	mu sync.Mutex
+	m  map[deadFilter]countEntry
+}
+
+type countEntry struct {
+	n       int64
+	atLeast bool
+	at      time.Time
+}
+
+func (c *countCache) get(f deadFilter) (int64, bool, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[f]
+	if !ok || time.Since(e.at) > webCountKept {
+		return 0, false, false
+	}
+	return e.n, e.atLeast, true
+}
+
+// clear forgets every count (after a change).
+func (c *countCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+}
+
+func (c *countCache) put(f deadFilter, n int64, atLeast bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > 100 {
+		c.m = map[deadFilter]countEntry{}
+	}
+	c.m[f] = countEntry{n, atLeast, time.Now()}
 }
 
 // readLetter reads one dead letter, or fails with errNotFound.
@@ -661,29 +770,23 @@ func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kic
 		return 0, err
 	}
 	total := 0
-	var batch []cursor
-	var actErr error
-	flush := func() bool {
-		n, err := w.act(ctx, kick, batch)
-		total += n
-		batch = batch[:0]
-		actErr = err
-		return err == nil
-	}
-	_, _, err = w.scanDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, 0, upTo, func(l letter) bool {
-		if !f.match(l) {
-			return true
+	pos := cursor{max(f.Shard, 0), ""}
+	for {
+		letters, _, next, done, err := w.filterDead(ctx, rdb, f, pos, webActionBatch, true, 0, upTo)
+		if err != nil {
+			return total, err
 		}
-		batch = append(batch, cursor{l.Shard, l.ID})
-		return len(batch) < webActionBatch || flush()
-	})
-	if err == nil && actErr == nil && len(batch) > 0 {
-		flush()
+		refs := make([]cursor, len(letters))
+		for i, l := range letters {
+			refs[i] = cursor{l.Shard, l.ID}
+		}
+		n, err := w.act(ctx, kick, refs)
+		total += n
+		if err != nil || done {
+			return total, err
+		}
+		pos = next
 	}
-	if actErr != nil {
-		return total, actErr
-	}
-	return total, err
 }
 
 // Name, Shards, Events and Payloads describe the set to the templates.

@@ -85,7 +85,7 @@ func (a *app) webDemo(ctx context.Context, names []string) (*conn, []string, err
 	run("billing", func(ctx context.Context) error {
 		return set.Consume(ctx, "billing", "billing-1", func(ctx context.Context, e expset.Expiry) error {
 			if rand.IntN(4) == 0 {
-				return errors.New("payment gateway: timeout after 3s (order " + e.Member + ")")
+				return errors.New("payment gateway: timeout after 3s")
 			}
 			return nil
 		}, expset.WithMaxAttempts(2), expset.WithLeaseTTL(2*time.Second), expset.WithPollInterval(100*time.Millisecond))

@@ -82,7 +82,7 @@ func ago(now time.Time, v any) string {
 	if d < 0 {
 		return "in " + (-d).Round(time.Millisecond).String()
 	}
-	if d > time.Minute {
+	if d > 10*time.Second {
 		d = d.Round(time.Second)
 	} else {
 		d = d.Round(time.Millisecond)
@@ -476,6 +476,7 @@ func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: do=%q: want kick, delete, kick-matching or delete-matching", errUsage, do))
 		return
 	}
+	ws.counts.clear()
 	s.logf("%s %s %d dead letter(s) of set %s (%s)", r.RemoteAddr, verb, n, ws.name, what)
 	if err != nil {
 		s.fail(w, fmt.Errorf("after %d %s: %w", n, verb, err))
