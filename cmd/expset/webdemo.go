@@ -102,7 +102,7 @@ func (a *app) webDemo(ctx context.Context, names []string) (*conn, []string, err
 	c.close = func() {
 		cancel()
 		wg.Wait()
-		cleanup(&conn{rdb: c.rdb}, set)
+		cleanup(&conn{rdb: c.rdb}, set.Name())
 		inner()
 	}
 	return c, []string{webDemoSet}, nil
