@@ -136,7 +136,7 @@ func placeOrders(ctx context.Context, set *expset.Set) error {
 }
 
 func demoOrder(ctx context.Context, set *expset.Set, owner, order string, ttl time.Duration) error {
-	var opts []expset.Option
+	var opts []expset.AddOption
 	if rand.IntN(5) > 0 {
 		opts = append(opts, expset.WithPayload(fmt.Appendf(nil, `{"order":%q,"user":%q,"amount_cents":%d,"email":"%s@example.com"}`, order, owner, 500+rand.IntN(20000), owner)))
 	}
