@@ -104,7 +104,9 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // returns nil the event is acknowledged, in a batch per shard: when the
 // events of the read are handled, within 100ms, before a third of the lease
 // TTL into its lease, and when Consume stops (a consumer that dies first
-// leaves them to be handled again). When it fails, the event is delivered
+// leaves them to be handled again); the acknowledgement of a last attempt
+// (WithMaxAttempts) is sent at once, so a handled event is never
+// dead-lettered. When it fails, the event is delivered
 // again, to any consumer of the group, once the lease TTL has passed; when
 // the call that fails is attempt WithMaxAttempts, the event moves to the
 // shard's dead-letter stream with the error (see DeadLetters, Kick). An
@@ -495,6 +497,12 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	case herr == nil:
 		c.event(ctx, d.shard, attempt, nil, false)
 		c.bufferAck(ctx, d.shard, d.id, leased)
+		if attempt >= c.cfg.maxAttempts {
+			// The last attempt: a claim of the event after a crash would
+			// take its call for one that never returned and bury it, so its
+			// acknowledgement goes now, with those waiting.
+			c.flushAcks(ctx)
+		}
 		return nil
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
