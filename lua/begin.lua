@@ -27,14 +27,17 @@
 -- Reply: mode b, {the attempt number of the call (1 for the first), 1 when
 -- taken now or 0 when the lease taken ARGV[7] ms ago at most runs on}; mode
 -- t, 1. 0 when the conditions do not hold (another consumer holds the
--- event, or it was acknowledged); -1 (mode b) when every attempt is used.
+-- event, it was acknowledged, or retention trimmed it: see hold in
+-- groups.lua); -1 (mode b) when every attempt is used.
 local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local holder, idle = pending_of(stream, group, id)
 if ARGV[4] == 't' then
   if holder ~= consumer then
     return 0
   end
-  call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  if not hold(stream, att, group, consumer, id) then
+    return 0
+  end
   return 1
 end
 if not holder or (holder ~= consumer and idle < tonumber(ARGV[5])) then
@@ -47,7 +50,9 @@ if used >= tonumber(ARGV[6]) then
 end
 local taken = 0
 if holder ~= consumer or idle >= tonumber(ARGV[7]) then
-  call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  if not hold(stream, att, group, consumer, id) then
+    return 0
+  end
   taken = 1
 end
 return {call('HINCRBY', att, field, 1), taken}

@@ -21,6 +21,25 @@ local function pending_of(stream, group, id)
   return p[2], tonumber(p[3])
 end
 
+-- hold makes consumer hold id, pending in group, with idle time idle (0
+-- when nil) without counting a delivery (XCLAIM ... JUSTID), and reports
+-- whether the entry is still there: Redis drops an entry deleted from the
+-- stream (retention trimmed it) from the pending list when it is claimed,
+-- and then its attempts field goes too, so nothing is left behind.
+local function hold(stream, att, group, consumer, id, idle)
+  local r
+  if idle then
+    r = call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', idle, 'JUSTID')
+  else
+    r = call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  end
+  if r[1] then
+    return true
+  end
+  call('HDEL', att, att_field(id, group))
+  return false
+end
+
 -- info returns field k of an XINFO reply: a flat list on Redis, a table
 -- keyed by name on some emulators.
 local function info(t, k)

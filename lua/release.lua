@@ -19,8 +19,7 @@ local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local n = 0
 for i = 5, #ARGV do
   local id = ARGV[i]
-  if pending_of(stream, group, id) == consumer then
-    call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', ARGV[3], 'JUSTID')
+  if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
       local field = att_field(id, group)
       if call('HINCRBY', att, field, -1) <= 0 then
