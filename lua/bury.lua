@@ -29,7 +29,7 @@ local e = call('XRANGE', stream, id, id)[1]
 if not e then
   -- Retention trimmed it (and counted it): nothing left to bury.
   call('XACK', stream, group, id)
-  call('HDEL', att, att_field(id, group))
+  att_clear(att, id, group)
   return 0
 end
 bury(stream, dead, att, group, consumer, id, e[2], used, ARGV[5])
