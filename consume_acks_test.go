@@ -270,7 +270,7 @@ func TestConsumeLastAttemptAckNotDeferred(t *testing.T) {
 		const n = 5
 		const vis = 2 * time.Second
 		s := oneShardEvents(t, b, n)
-		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1)}
+		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1)}
 		ok, crashed, _ := crashAfter(t, b.client(t), s, "g", "doomed", 2, opts...)
 		handled := map[string]bool{}
 		for _, e := range ok {

@@ -134,7 +134,6 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, n)
-		trimmer := must[*Set](t)(Open(ctx, b.rdb, s.Name(), WithClock(clk.Now), WithRecordedConfiguration(), WithEventRetention(time.Hour, 1)))
 		started := make(chan string, n)
 		release := make(chan struct{})
 		var stops []func()
@@ -155,7 +154,7 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 		for range 4 {
 			<-started
 		}
-		st := must[SweepStats](t)(newSweeper(t, trimmer).SweepOnce(ctx))
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 1)).SweepOnce(ctx))
 		if st.Trimmed != n-1 {
 			t.Fatalf("trimmed %d, want %d", st.Trimmed, n-1)
 		}
