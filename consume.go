@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -331,7 +330,7 @@ func (c *consumer) fail(ctx context.Context, i int, err error) {
 }
 
 func isNoGroup(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "NOGROUP")
+	return redis.HasErrorPrefix(err, "NOGROUP")
 }
 
 // read takes up to a batch of new events from each of the shards, in one
@@ -825,7 +824,7 @@ func (s *Set) createGroups(ctx context.Context, i int, group string) error {
 	key := s.shards[i].events
 	for _, g := range groups {
 		err := s.rdb.XGroupCreateMkStream(ctx, key, g, "0").Err()
-		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 			return fmt.Errorf("expset: create group %q on %s: %w", g, key, err)
 		}
 	}
@@ -845,7 +844,7 @@ func (s *Set) declareGroups(ctx context.Context) error {
 	}
 	cmds, _ := pipe.Exec(ctx)
 	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		if err := cmd.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 			return fmt.Errorf("expset: open %q: create consumer group: %w", s.name, err)
 		}
 	}

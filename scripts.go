@@ -115,7 +115,7 @@ func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 	took := time.Since(start)
 	for i, c := range calls {
 		v, err := cmds[i].Result()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
 			c.v, c.err = s.run(ctx, c.op, c.shard, c.sc, c.keys, c.args...)
 			continue
 		}

@@ -167,7 +167,7 @@ func TestOpenReadsVersionUnderACLs(t *testing.T) {
 	}
 	for _, protocol := range []int{2, 3} {
 		c := srv.Client(t, func(o *redis.Options) { o.Username, o.Password, o.Protocol = "app", "pw", protocol })
-		if err := c.Info(ctx, "server").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		if err := c.Info(ctx, "server").Err(); err == nil || !redis.HasErrorPrefix(err, "NOPERM") {
 			t.Fatalf("test premise: INFO as app: %v; want NOPERM", err)
 		}
 		v, err := readServerVersion(ctx, c, protocol)

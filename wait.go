@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,12 +211,8 @@ func transient(err error) bool {
 	if isNetError(err) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
 	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY"} {
-		if strings.HasPrefix(re.Error(), p) {
+		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
 	}
@@ -452,7 +447,7 @@ func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string, sub *wakeSu
 		switch {
 		case err == nil:
 			r.plain.Store(1)
-		case strings.Contains(strings.ToLower(err.Error()), "unknown command"):
+		case redis.HasErrorPrefix(err, "unknown command"):
 			r.plain.Store(2)
 		default:
 			return nil, err

@@ -23,10 +23,16 @@
 -- Reply: {cursor, {id, attempts used, buried (0/1), {field, value, ...}}...}
 -- where cursor is where the next call starts ("0-0" once the whole list was
 -- scanned). Entries deleted from the stream while pending are acknowledged
--- and left out.
+-- and left out. Error: NOGROUP when the stream or the group is missing.
 local stream, dead, att, group, consumer = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
 local max = tonumber(ARGV[6])
-local r = call('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+-- A missing stream or group (the stream was deleted) is returned as
+-- XAUTOCLAIM's own error reply, NOGROUP first on every server, so that Go
+-- matches it by its code.
+local r = redis.pcall('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+if r.err then
+  return redis.error_reply(r.err)
+end
 local out = {r[1]}
 for _, e in ipairs(r[2]) do
   local field = att_field(e[1], group)

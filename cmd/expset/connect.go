@@ -183,7 +183,7 @@ func clusterForm(ctx context.Context, c *redis.Client, u string) string {
 // hint adds to err what to type instead when Redis answered MOVED: the
 // command reached one node of a cluster through a plain client.
 func hint(err error) error {
-	if err == nil || errors.Is(err, errClusterNode) || !strings.Contains(err.Error(), "MOVED ") {
+	if err == nil || errors.Is(err, errClusterNode) || !redis.HasErrorPrefix(err, "MOVED ") {
 		return err
 	}
 	return fmt.Errorf("%w: --redis names one node of a Redis Cluster: give the cluster form, --redis 'redis://host:port?addr=host2:port2' (or add --cluster)", err)

@@ -84,7 +84,7 @@ func TestClusterRejectsCrossSlotScripts(t *testing.T) {
 	// Declared keys in two slots: CROSSSLOT (miniredis accepts this).
 	two := redis.NewScript(`redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); return 1`)
 	err := two.Run(ctx, cc, []string{"x:{7}:a", "x:{8}:b"}).Err()
-	if err == nil || !strings.HasPrefix(err.Error(), "CROSSSLOT") {
+	if err == nil || !redis.HasErrorPrefix(err, "CROSSSLOT") {
 		t.Fatalf("script over x:{7}:a and x:{8}:b: got %v, want a CROSSSLOT error", err)
 	}
 
