@@ -120,6 +120,9 @@ type setConfig struct {
 	hooks    Hooks
 	groups   []string // WithConsumerGroups
 	recorded bool     // WithRecordedConfiguration
+
+	evictingServer bool       // WithEvictingServer
+	durable        durability // WithDurability
 }
 
 // WithShards sets how many shards the owners are spread over (default
