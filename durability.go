@@ -40,8 +40,8 @@ const (
 // false asks for nothing and fails with ErrInvalidArgument. The setting is
 // not recorded in Redis: each process chooses its own. The client must be
 // a *redis.Client, *redis.ClusterClient or *redis.Ring.
-func WithDurability(replicas int, aof bool, timeout time.Duration) Option {
-	return setOption("WithDurability", func(c *setConfig) error {
+func WithDurability(replicas int, aof bool, timeout time.Duration) OpenOption {
+	return openOption(func(c *setConfig) error {
 		if err := inRange("WithDurability replicas", replicas, 0, maxDurableReplicas); err != nil {
 			return err
 		}

@@ -22,11 +22,11 @@ type durableWrites struct {
 	add, acquire, existing, denied, many, sweep bool
 }
 
-func writeDurably(t *testing.T, rdb redis.UniversalClient, opts ...Option) durableWrites {
+func writeDurably(t *testing.T, rdb redis.UniversalClient, opts ...OpenOption) durableWrites {
 	t.Helper()
 	ctx := context.Background()
 	clk := newFakeClock()
-	s := must[*Set](t)(Open(ctx, rdb, uniqueName(t, rdb), append([]Option{WithClock(clk.Now), WithExpiryEvents(), WithShards(4)}, opts...)...))
+	s := must[*Set](t)(Open(ctx, rdb, uniqueName(t, rdb), append([]OpenOption{WithClock(clk.Now), WithExpiryEvents(), WithShards(4)}, opts...)...))
 	q := must[*Quota](t)(NewQuota(s, 1))
 	var w durableWrites
 

@@ -19,8 +19,8 @@ import (
 // a quota admits past its limit, and a lapse becomes no event, without any
 // error. Only noeviction is safe. With this option Open skips the check and
 // its round trip.
-func WithEvictingServer() Option {
-	return setOption("WithEvictingServer", func(c *setConfig) error { c.evictingServer = true; return nil })
+func WithEvictingServer() OpenOption {
+	return openOption(func(c *setConfig) error { c.evictingServer = true; return nil })
 }
 
 // serverInfo is what Open reads from one server's INFO for the checks of
