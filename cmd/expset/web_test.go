@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -503,4 +504,19 @@ func TestWebDemo(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 	goleak.VerifyNone(t, current)
+}
+
+func TestWebDiscoversSets(t *testing.T) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		a, b := webTestSet(t, rdb, 3), webTestSet(t, rdb, 1)
+		names, err := discoverSets(context.Background(), rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{a.Name(), b.Name()} {
+			if !slices.Contains(names, want) {
+				t.Errorf("discovered %q; want %s among them", names, want)
+			}
+		}
+	})
 }
