@@ -127,8 +127,12 @@ func TestBinaryInspect(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
 	}
-	if rep.Live != 2 || rep.Expired != 1 || len(rep.Members) != 3 || !rep.Members[0].Expired || rep.Members[0].ID != "stale" {
+	if rep.Live != 2 || rep.Expired != 1 || len(rep.Members) != 3 || !rep.Members[0].Expired || rep.Members[0].Member != "stale" {
 		t.Fatalf("--json report %+v", rep)
+	}
+	// A member is "member" in every JSON output, as in events tail and dead.
+	if !strings.Contains(out, `"member": "stale"`) || strings.Contains(out, `"id"`) {
+		t.Errorf("--json names a member other than \"member\":\n%s", out)
 	}
 
 	code, _, errs = runBin(t, "inspect", "--redis", url, "no-such-set", "u")
