@@ -30,7 +30,7 @@ type hostileCase struct {
 	want  error
 	got   string // on success: run's rendering of the result
 	run   func(e *hostileEnv) (string, error)
-	name  string // for New and Open: the name whose meta key a rejection must not create
+	name  string // for Open: the name whose meta key a rejection must not create
 }
 
 // hostileEnv is what the rows run against: a set with payloads and a
@@ -654,7 +654,7 @@ func hostileCases() []hostileCase {
 		})
 	}
 
-	// Options of New and Open.
+	// Options of Open.
 	shardOpts := []struct {
 		desc string
 		n    int
