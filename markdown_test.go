@@ -147,6 +147,32 @@ func TestMarkdownSnippetCheckFails(t *testing.T) {
 	}
 }
 
+// TestDocsWordCount keeps README.md and docs/*.md, the docs a user reads,
+// at most maxDocWords words in all (counted as wc -w counts them; .ci/run
+// prints the same count).
+func TestDocsWordCount(t *testing.T) {
+	const maxDocWords = 15000
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{"README.md"}, files...)
+	words := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(strings.Fields(string(b)))
+		t.Logf("%6d %s", n, f)
+		words += n
+	}
+	t.Logf("README.md + docs/: %d words", words)
+	if words > maxDocWords {
+		t.Errorf("README.md + docs/ hold %d words, more than %d: shorten them (measurements go to bench/README.md)", words, maxDocWords)
+	}
+}
+
 // mdSnippet is one ```go block: its text, the Markdown file and the line
 // of its first code line, and the declarations of the HTML comment before
 // it (with that comment's first line).
