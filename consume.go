@@ -52,35 +52,35 @@ type consumeConfig struct {
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
-// 1 to 1000). With 1, the first failure buries it. Reading an event, holding
+// 1 to 1000, so 0 is an error). With 1, the first failure buries it. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
-func WithMaxAttempts(n int) Option {
-	return consumeOption("WithMaxAttempts", func(c *consumeConfig) error {
+func WithMaxAttempts(n int) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.maxAttempts = n
 		return inRange("WithMaxAttempts", n, 1, 1000)
 	})
 }
 
 // WithReadBatch sets how many events one read takes from each shard's
-// stream (default 10; 1 to 1000). Events read wait their
+// stream (default 10; 1 to 1000, so 0 is an error). Events read wait their
 // turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
-func WithReadBatch(n int) Option {
-	return consumeOption("WithReadBatch", func(c *consumeConfig) error {
+func WithReadBatch(n int) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
 		return inRange("WithReadBatch", n, 1, maxBatch)
 	})
 }
 
 // WithMaxHandlingTime bounds one handler call (default
-// 1m; 1ms to 24h): the handler's context ends then,
+// 1m; 1ms to 24h, so 0 is an error): the handler's context ends then,
 // with context.DeadlineExceeded (also its context.Cause). A call that returns an error after
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
 // the event (and its Consume) for as long as it runs.
-func WithMaxHandlingTime(d time.Duration) Option {
-	return consumeOption("WithMaxHandlingTime", func(c *consumeConfig) error {
+func WithMaxHandlingTime(d time.Duration) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.maxHandling = d
 		return inRange("WithMaxHandlingTime", d, time.Millisecond, 24*time.Hour)
 	})
@@ -130,7 +130,7 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
-func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
+func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	})
 }
 
-func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []Option) (*consumer, error) {
+func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
@@ -163,7 +163,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
 	}
-	if err := applyOptions(inConsume, &options{consume: &cfg}, opts); err != nil {
+	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
 	}
 	beat := max(cfg.visibility/3, time.Millisecond)
@@ -783,9 +783,10 @@ func (c *consumer) event(ctx context.Context, shard, attempt int, err error, bur
 // stream only once every group on it has handled or dead-lettered it. A
 // Consume that finds a shard's stream deleted makes it again with these
 // groups and its own. Groups not declared are created by their first
-// Consume, from the oldest event still retained then. Default: none.
-func WithConsumerGroups(groups ...string) Option {
-	return setOption("WithConsumerGroups", func(c *setConfig) error {
+// Consume, from the oldest event still retained then. Default: none; no
+// names declares none.
+func WithConsumerGroups(groups ...string) OpenOption {
+	return openOption(func(c *setConfig) error {
 		for _, g := range groups {
 			if g == "" || len(g) > maxConsumerLen {
 				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidArgument, g, maxConsumerLen)

@@ -167,7 +167,7 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 300 * time.Millisecond
 		s := oneShardEvents(t, b, 2)
-		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
+		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
 		h := newHandledBy()
 		var calls atomic.Int32
 		long := make(chan string, 1)

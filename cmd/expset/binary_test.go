@@ -68,7 +68,7 @@ func runBin(t *testing.T, args ...string) (int, string, string) {
 
 // seeded opens a fresh set on the real test server, with a clock frozen at a
 // known instant so output is predictable, and deletes it afterwards.
-func seeded(t *testing.T, opts ...expset.Option) (url string, rdb *redis.Client, set *expset.Set) {
+func seeded(t *testing.T, opts ...expset.OpenOption) (url string, rdb *redis.Client, set *expset.Set) {
 	t.Helper()
 	addr := redistest.Addr(t)
 	rdb = redis.NewClient(&redis.Options{Addr: addr})

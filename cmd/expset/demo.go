@@ -121,7 +121,7 @@ func playDemo(ctx context.Context, rdb redis.UniversalClient, name, where string
 	p("Redis: %s; set %q", where, name)
 	p("")
 	p("1. Orders under a quota (Quota.Acquire; paying is Set.Remove)")
-	payload := func(order string) expset.Option {
+	payload := func(order string) expset.WriteOption {
 		return expset.WithPayload(fmt.Appendf(nil, `{"order":%q,"sku":"mug-%s","qty":1}`, order, strings.TrimPrefix(order, "order-")))
 	}
 	place := func(order string) error {

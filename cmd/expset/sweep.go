@@ -147,13 +147,9 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	if err != nil {
 		return noSet(err, name, c)
 	}
-	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.CallInfo, _ time.Duration) {
+	set, err := openExisting(ctx, c, name, expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.CallInfo, _ time.Duration) {
 		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
-	}})}
-	if cfg.Events {
-		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
-	}
-	set, err := openExisting(ctx, c, name, setOpts...)
+	}}))
 	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -162,9 +158,12 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	}
 
 	var total expset.SweepStats
-	opts := []expset.Option{
+	opts := []expset.SweeperOption{
 		expset.WithLeaseTTL(o.leaseTTL), expset.WithPollInterval(o.poll),
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
+	}
+	if cfg.Events {
+		opts = append(opts, expset.WithEventRetention(o.retainAge, o.retainLen))
 	}
 	w, err := expset.NewSweeper(set, opts...)
 	if errors.Is(err, expset.ErrInvalidArgument) {
