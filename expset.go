@@ -31,7 +31,7 @@ import (
 // Set is a named family of per-owner expiring sets. It holds no state of its
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with New or Open.
+// same options. The zero value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
