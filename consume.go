@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +105,9 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // returns nil the event is acknowledged, in a batch per shard: when the
 // events of the read are handled, within 100ms, before a third of the lease
 // TTL into its lease, and when Consume stops (a consumer that dies first
-// leaves them to be handled again). When it fails, the event is delivered
+// leaves them to be handled again); the acknowledgement of a last attempt
+// (WithMaxAttempts) is sent at once, so a handled event is never
+// dead-lettered. When it fails, the event is delivered
 // again, to any consumer of the group, once the lease TTL has passed; when
 // the call that fails is attempt WithMaxAttempts, the event moves to the
 // shard's dead-letter stream with the error (see DeadLetters, Kick). An
@@ -236,7 +239,7 @@ type consumer struct {
 	ackDue      time.Time     // when acks must be sent (zero when none wait)
 	claimEvery  time.Duration // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration // consumers idle this long with nothing pending are removed
-	visMs       int64         // the visibility timeout in ms
+	visMs       int64         // the lease TTL in ms
 	beat        time.Duration // how often a handler call's lease is renewed
 }
 
@@ -367,7 +370,7 @@ func (c *consumer) read(ctx context.Context, shards []int) []delivery {
 }
 
 // claim takes over one batch of shard i's events left pending longer than
-// the visibility timeout; the script buries those with every attempt used,
+// the lease TTL; the script buries those with every attempt used,
 // and the rest are returned for delivery.
 func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 	sk := &c.set.shards[i]
@@ -440,7 +443,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 	failed := map[int]bool{}
 	for k, d := range todo {
 		if ctx.Err() != nil {
-			c.release(ctx, todo[k:], failed, "")
+			c.release(ctx, todo[k:], failed)
 			break
 		}
 		if failed[d.shard] {
@@ -450,7 +453,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 		if errors.Is(err, errAcksPending) {
 			// No handler call while an acknowledgement waits (its shard
 			// backs off, reported): the rest go back, uncharged.
-			c.release(ctx, todo[k+1:], failed, "")
+			c.release(ctx, todo[k+1:], failed)
 			break
 		}
 		if err != nil {
@@ -479,7 +482,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		}
 		return err
 	}
-	attempt, leased, err := c.begin(ctx, d)
+	attempt, leased, token, err := c.begin(ctx, d)
 	if err != nil || attempt <= 0 {
 		// Another consumer holds it, or its last attempt never finished
 		// (a claim buries it): no call.
@@ -495,18 +498,24 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	case herr == nil:
 		c.event(ctx, d.shard, attempt, nil, false)
 		c.bufferAck(ctx, d.shard, d.id, leased)
+		if attempt >= c.cfg.maxAttempts {
+			// The last attempt: a claim of the event after a crash would
+			// take its call for one that never returned and bury it, so its
+			// acknowledgement goes now, with those waiting.
+			c.flushAcks(ctx)
+		}
 		return nil
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
 		// attempt is given back and the event released.
 		c.event(ctx, d.shard, attempt, herr, false)
-		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id)
+		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id, token)
 	case attempt >= c.cfg.maxAttempts:
 		buried, err := c.bury(wctx, d.shard, d.id, c.cfg.maxAttempts, herr.Error())
 		c.event(ctx, d.shard, attempt, herr, buried)
 		return err
 	default:
-		// Delivered again once the visibility timeout has passed from now.
+		// Delivered again once the lease TTL has passed from now.
 		c.event(ctx, d.shard, attempt, herr, false)
 		_, err := c.set.run(wctx, "renew", d.shard, scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
 		return err
@@ -521,8 +530,12 @@ func (c *consumer) leaseKeys(shard int) []string {
 // begin starts the handler call of d, in one round trip with the
 // acknowledgements waiting when they are due: it returns the attempt
 // number, 0 when another consumer holds the event, -1 when its every
-// attempt is used, and when the lease taken started (at the latest).
-func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error) {
+// attempt is used, when the lease taken started (at the latest), and the
+// call's token. The token makes the begin count once however often the
+// client sends it (go-redis retries a call that timed out, and the server
+// may run both); when the outcome stays unknown (an error), the attempt
+// the token may have counted is given back.
+func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, string, error) {
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
@@ -531,16 +544,19 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 	if c.acksDue(leased) {
 		acks = c.ackCalls()
 	}
+	token := strconv.FormatUint(rand.Uint64(), 36)
 	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6}}
+		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
-		return 0, leased, b.err
+		// It may have counted: give that back (once, whatever ran).
+		_ = c.releaseShard(ctx, d.shard, []string{d.id}, d.id, token) // b.err is reported
+		return 0, leased, token, b.err
 	}
 	n, taken, ok := parseBegin(b.v)
 	if !ok {
-		return 0, leased, unexpected("begin.lua", b.v)
+		return 0, leased, token, unexpected("begin.lua", b.v)
 	}
 	if !taken {
 		// The lease of the read or claim that took d runs on.
@@ -551,13 +567,13 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 		// through, lest the handled event's lease run out unrenewed
 		// while another handler call runs. The attempt is given back.
 		if n > 0 {
-			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id); err != nil {
-				return 0, leased, err
+			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id, token); err != nil {
+				return 0, leased, token, err
 			}
 		}
-		return 0, leased, errAcksPending
+		return 0, leased, token, errAcksPending
 	}
-	return int(n), leased, nil
+	return int(n), leased, token, nil
 }
 
 // parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
@@ -699,9 +715,8 @@ func (c *consumer) bury(ctx context.Context, shard int, id string, need int, rea
 }
 
 // release hands the deliveries of the shards not failed back for prompt
-// redelivery, even when ctx has just ended; refund names an event whose
-// last attempt is given back.
-func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bool, refund string) {
+// redelivery, even when ctx has just ended.
+func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bool) {
 	byShard := map[int][]string{}
 	for _, d := range ds {
 		if !failed[d.shard] {
@@ -711,15 +726,17 @@ func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bo
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	for i, ids := range byShard {
-		_ = c.releaseShard(wctx, i, ids, refund) // ctx has ended: nothing to report to
+		_ = c.releaseShard(wctx, i, ids, "", "") // ctx has ended: nothing to report to
 	}
 }
 
-func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund string) error {
+// releaseShard releases ids of shard (see release.lua), and gives back the
+// attempt of refund's call whose token is token.
+func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund, token string) error {
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), maxBatch)]
 		ids = ids[len(batch):]
-		args := []any{c.group, c.name, c.visMs, refund}
+		args := []any{c.group, c.name, c.visMs, refund, token}
 		for _, id := range batch {
 			args = append(args, id)
 		}

@@ -120,3 +120,69 @@ func TestEventRetentionOptions(t *testing.T) {
 		t.Fatalf("smallest bounds: %v", err)
 	}
 }
+
+// TestRetentionTrimUnderHandlersLeavesNothing: retention trims the events
+// that four handler calls are working on (and those read behind them);
+// two calls then return nil and two fail, and are tried again. No path
+// leaves anything behind: nothing pending, no attempt field in the shard's
+// attempts hash, and no dead letter of a trimmed event (a call that fails
+// on its last attempt may find its event trimmed).
+func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 8
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, n)
+		started := make(chan string, n)
+		release := make(chan struct{})
+		var stops []func()
+		for i := range 4 {
+			fail := i >= 2
+			attempts := WithMaxAttempts(2 - i/3) // c3's failing call is its last: it buries
+			stops = append(stops, consumeInBackground(t, s, "g", "c"+strconv.Itoa(i), func(ctx context.Context, e Expiry) error {
+				if e.Attempt == 1 {
+					started <- eventKey(e)
+					<-release
+				}
+				if fail && e.Attempt == 1 {
+					return errors.New("fails once")
+				}
+				return nil
+			}, WithLeaseTTL(300*time.Millisecond), WithPollInterval(5*time.Millisecond), WithReadBatch(2), attempts))
+		}
+		for range 4 {
+			<-started
+		}
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 1)).SweepOnce(ctx))
+		if st.Trimmed != n-1 {
+			t.Fatalf("trimmed %d, want %d", st.Trimmed, n-1)
+		}
+		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Result())
+		close(release)
+		att := s.shards[0].att
+		waitFor(t, "nothing pending and no attempt field", func() bool {
+			p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result())
+			return p.Count == 0 && b.rdb.HLen(ctx, att).Val() == 0
+		})
+		for _, stop := range stops {
+			stop()
+		}
+		if p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result()); p.Count != 0 {
+			t.Fatalf("%d entries pending: %+v", p.Count, p)
+		}
+		if f := b.rdb.HGetAll(ctx, att).Val(); len(f) != 0 {
+			t.Fatalf("attempt fields left: %v", f)
+		}
+		// A trimmed event is not buried: retention took (and counted) it.
+		d, err := s.DeadLetters(ctx, allShards, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d {
+			if len(kept) != 1 || l.Event.ID != kept[0].ID {
+				t.Errorf("dead letter of a trimmed event: %+v", l)
+			}
+		}
+	})
+}

@@ -265,19 +265,3 @@ func (b *browser) waitLoaded(at func(href string) bool) {
 		return at(st.Href) && st.State == "complete"
 	})
 }
-
-// screenshot writes the whole page, up to 2400 pixels high, as PNG to path.
-func (b *browser) screenshot(path string) {
-	b.t.Helper()
-	var h float64
-	b.eval(`document.documentElement.scrollHeight`, &h)
-	raw := b.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true,
-		"clip": map[string]any{"x": 0, "y": 0, "width": 1280, "height": min(h, 2400), "scale": 1}})
-	var res struct{ Data []byte }
-	if err := json.Unmarshal(raw, &res); err != nil {
-		b.t.Fatal(err)
-	}
-	if err := os.WriteFile(path, res.Data, 0o644); err != nil {
-		b.t.Fatal(err)
-	}
-}

@@ -23,7 +23,7 @@ import (
 // webCountBudget entries.
 const (
 	webPageSize      = 50               // dead letters or members on one page
-	webScanBatch     = 2000             // stream entries one deadscan.lua reads
+	webScanBatch     = 1000             // stream entries one deadscan.lua reads (a few ms of the server)
 	webPageBudget    = 100000           // entries a page reads before it offers to go on
 	webCountBudget   = 1000000          // entries a filtered count reads before it says "at least"
 	webCountKept     = 15 * time.Second // how long a filtered count serves the next pages
