@@ -65,9 +65,11 @@ type Member struct {
 // The check reads the server's version once (HELLO, or INFO server when HELLO
 // is refused; on a ClusterClient every master, on a Ring every shard) and
 // fails with ErrServerVersion, before any script runs, when a server is older
-// than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
-// extra master); the Set it returns makes none until used and never checks
-// again.
+// than Redis 7.0 (or Valkey 7.2). It then reads INFO once per server and
+// fails with ErrNotDurable when a server's maxmemory-policy may evict keys
+// (see WithEvictingServer, which skips this read) or cannot give what
+// WithDurability asks. Open makes three round trips (two more per extra
+// master); the Set it returns makes none until used and never checks again.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...OpenOption) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -303,6 +305,11 @@ func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard in
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
 // be 1ms to 100 years. Options: WithPayload.
+//
+// On a set WithDurability, Add then waits for the acknowledgements asked
+// (one more round trip, up to the option's timeout); when they do not all
+// come, it returns the deadline together with an error matching
+// ErrNotDurable: the member is in the set, on the master only.
 func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...AddOption) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
