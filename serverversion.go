@@ -44,19 +44,7 @@ func (v serverVersion) minimum() string {
 // tooOld reports whether v is older than its minimum. A version that does not
 // parse is not judged too old: a server that reports one is not known to
 // lack anything.
-func (v serverVersion) tooOld() bool {
-	have, ok1 := parseVersion(v.version)
-	want, ok2 := parseVersion(v.minimum())
-	if !ok1 || !ok2 {
-		return false
-	}
-	for i := range have {
-		if have[i] != want[i] {
-			return have[i] < want[i]
-		}
-	}
-	return false
-}
+func (v serverVersion) tooOld() bool { return v.olderThan(v.minimum()) }
 
 // parseVersion parses "major.minor.patch" (a missing patch counts as 0).
 func parseVersion(s string) ([3]int, bool) {
@@ -99,22 +87,9 @@ func checkServers(ctx context.Context, rdb redis.UniversalClient, name string) e
 		}
 		return nil
 	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return check(ctx, m, m.Options().Addr, m.Options().Protocol)
-		})
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error {
-			return check(ctx, s, s.Options().Addr, s.Options().Protocol)
-		})
-	case *redis.Client:
-		err = check(ctx, c, c.Options().Addr, c.Options().Protocol)
-	default:
-		err = check(ctx, rdb, "", -1)
-	}
-	if err != nil {
+	if err := forEachServer(ctx, rdb, func(ctx context.Context, c redis.UniversalClient, addr string, protocol int) error {
+		return check(ctx, c, addr, protocol)
+	}); err != nil {
 		return err
 	}
 	if len(old) == 0 {
@@ -216,12 +191,7 @@ func helloVersion(reply any) (serverVersion, bool) {
 // infoVersion reads INFO server: Valkey reports valkey_version beside the
 // redis_version 7.2.4 it implements.
 func infoVersion(txt string) serverVersion {
-	fields := map[string]string{}
-	for _, line := range strings.Split(txt, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
+	fields := infoFields(txt)
 	if v := fields["valkey_version"]; v != "" {
 		return serverVersion{product: "Valkey", version: v, via: "INFO server"}
 	}
