@@ -47,12 +47,6 @@ func (h *handledBy) call(consumer string, e Expiry, err error) error {
 	return err
 }
 
-func (h *handledBy) handled(k string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ok[k]
-}
-
 func (h *handledBy) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

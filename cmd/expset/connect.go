@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -163,10 +164,13 @@ func clusterForm(ctx context.Context, c *redis.Client, u string) string {
 	}
 	q := p.Query()
 	q.Del("addr")
-	slots, err := c.ClusterSlots(ctx).Result()
-	for _, s := range slots {
-		if len(s.Nodes) > 0 && s.Nodes[0].Addr != p.Host && !slices.Contains(q["addr"], s.Nodes[0].Addr) {
-			q.Add("addr", s.Nodes[0].Addr)
+	shards, err := c.ClusterShards(ctx).Result()
+	for _, s := range shards {
+		for _, n := range s.Nodes {
+			addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			if n.Role == "master" && addr != p.Host && !slices.Contains(q["addr"], addr) {
+				q.Add("addr", addr)
+			}
 		}
 	}
 	if err != nil || len(q["addr"]) == 0 {

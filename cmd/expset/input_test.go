@@ -187,7 +187,13 @@ func TestRedisURL(t *testing.T) {
 			t.Errorf("redisURL(%q): %v, want a usage error", in, err)
 		}
 	}
-	if err := hint(errors.New("MOVED 5852 127.0.0.1:7001")); !strings.Contains(err.Error(), "give the cluster form") {
+	if err := hint(movedError("MOVED 5852 127.0.0.1:7001")); !strings.Contains(err.Error(), "give the cluster form") {
 		t.Errorf("a MOVED error without a hint: %v", err)
 	}
 }
+
+// movedError is a Redis error reply, as go-redis returns one.
+type movedError string
+
+func (e movedError) Error() string { return string(e) }
+func (movedError) RedisError()     {}

@@ -125,7 +125,7 @@ func TestWebBrowser(t *testing.T) {
 	fillForBrowser(t, rdb, set)
 
 	// Read-only: the numbers shown are the library's.
-	base, _, log := webServe(t, rdb, set, webOpts{})
+	base, _, _ := webServe(t, rdb, set, webOpts{})
 	b.open(base + "/set?s=" + name)
 	shown := shownNumbers(b)
 	st, err := set.Stats(ctx)
@@ -188,7 +188,7 @@ func TestWebBrowser(t *testing.T) {
 
 	// With changes allowed: a request without the token changes nothing;
 	// a kick through the page's form goes back to a consumer.
-	base, _, log = webServe(t, rdb, set, webOpts{allowChanges: true})
+	base, _, log := webServe(t, rdb, set, webOpts{allowChanges: true})
 	b.open(base + "/dead?s=" + name)
 	b.eval(fmt.Sprintf(`fetch("/dead", {method: "POST", body: new URLSearchParams({s: %q, do: "kick", ref: %q})}).then(r => r.status)`, name, refs[0]), &status)
 	if status != 403 || deadTotal(t, set) != 20 {

@@ -460,11 +460,6 @@ type deadFilter struct {
 
 func (f deadFilter) any() bool { return f.Group != "" || f.Owner != "" || f.Err != "" }
 
-func (f deadFilter) match(l letter) bool {
-	return (f.Group == "" || l.Group == f.Group) && (f.Owner == "" || l.Owner == f.Owner) &&
-		(f.Err == "" || strings.Contains(strings.ToLower(l.Error), strings.ToLower(f.Err)))
-}
-
 // cursor is a position among a set's dead letters: after ID in shard
 // (ID "" is the shard's start). Written "shard/ID".
 type cursor struct {

@@ -159,7 +159,7 @@ func startCluster(opts ClusterOptions) (c *Cluster, err error) {
 	}
 	cli, err := CLI()
 	if err != nil {
-		return nil, unavailableError{fmt.Errorf("Redis Cluster tests need a server and its CLI: %w", err)}
+		return nil, unavailableError{fmt.Errorf("the Redis Cluster tests need a server and its CLI: %w", err)}
 	}
 	root, err := os.MkdirTemp("", "expset-cluster-*")
 	if err != nil {
