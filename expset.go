@@ -31,7 +31,7 @@ import (
 // Set is a named family of per-owner expiring sets. It holds no state of its
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with New or Open.
+// same options. The zero value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
@@ -46,7 +46,6 @@ type Set struct {
 	hooks    Hooks
 	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
-	exactTTL bool      // recorded by an earlier version: owner key TTLs end at the latest deadline (see exact)
 	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
 }
 
@@ -124,7 +123,6 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	_, s.exactTTL = v.(string)
 	if got != want {
 		return nil, mismatch(name, key, got, want)
 	}
@@ -312,7 +310,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	} else if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now(), owner)
 	}
-	v, err := s.run(ctx, "add", s.ShardOf(owner), s.writers().add, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -404,7 +402,7 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now())
 	}
-	v, err := s.run(ctx, "extend", s.ShardOf(owner), s.writers().extend, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}

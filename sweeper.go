@@ -511,7 +511,7 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 }
 
 // drop gives up shard i's lease after a failed refresh. A lease lost to
-// another sweeper (or lapsed) is tried again after the max idle interval;
+// another sweeper (or lapsed) is tried again after the poll interval (WithPollInterval);
 // one whose refresh failed on a Redis error is re-taken with its token
 // after a backoff.
 func (w *Sweeper) drop(ctx context.Context, i int, sh *shardState, err error) {
