@@ -783,6 +783,41 @@ func hostileCases() []hostileCase {
 		}
 		return strconv.Itoa(s.Shards()) + " shards", nil
 	})
+	durables := []struct {
+		desc     string
+		replicas int
+		aof      bool
+		timeout  time.Duration
+	}{
+		{"WithDurability(-1, false, 1s)", -1, false, time.Second},
+		{"WithDurability(1001, false, 1s)", maxDurableReplicas + 1, false, time.Second},
+		{"WithDurability(math.MinInt, true, 1s)", math.MinInt, true, time.Second},
+		{"WithDurability(0, false, 1s) (asks for nothing)", 0, false, time.Second},
+		{"WithDurability(1, false, 0)", 1, false, 0},
+		{"WithDurability(1, true, -1ns)", 1, true, -1},
+		{"WithDurability(1, false, 1m+1ns)", 1, false, maxDurableTimeout + 1},
+	}
+	for _, d := range durables {
+		row("Open", d.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			_, err := Open(context.Background(), e.rdb, e.named("durable-bad"), WithDurability(d.replicas, d.aof, d.timeout))
+			return "", err
+		})
+	}
+	row("Open", "WithDurability(1000, false, 1ms) on a server without replicas, then Quota.Acquire", nil, "allowed true, durable false", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("durable"), WithDurability(maxDurableReplicas, false, time.Millisecond))
+		if err != nil {
+			return "", err
+		}
+		d, err := must[*Quota](e.t)(NewQuota(s, 1)).Acquire(e.ctx, "o", "m", time.Minute)
+		return fmt.Sprintf("allowed %v, durable %v", d.Allowed, d.Durable), err
+	})
+	row("Open", "WithEvictingServer()", nil, "16 shards", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("evicting"), WithEvictingServer())
+		if err != nil {
+			return "", err
+		}
+		return strconv.Itoa(s.Shards()) + " shards", nil
+	})
 	row("Open", "a nil option, WithClock(nil), WithLogger(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("nil-options"), nil, WithClock(nil), WithLogger(nil))
 		if err != nil {
