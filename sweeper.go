@@ -15,7 +15,7 @@ import (
 // Sweeper defaults.
 const (
 	defaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
-	defaultMaxIdle         = time.Second      // WithPollInterval
+	defaultMaxIdle         = 10 * time.Second // WithPollInterval: the safety poll
 	defaultOwnersPerBatch  = 100              // WithOwnersPerBatch
 	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
@@ -383,6 +383,7 @@ type shardState struct {
 	token string    // the token of a lease dropped on a Redis error, to re-take it with
 	next  time.Time // when to sweep it (held) or try its lease (not held)
 	retry backoff   // the delay after consecutive failures
+	skew  int64     // ms: the index's clock minus this process's, at the last sweep
 }
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
@@ -411,6 +412,8 @@ func (w *Sweeper) Run(ctx context.Context) error {
 		return err
 	}
 	shards := make([]shardState, len(w.set.shards))
+	wk := w.set.listen("subscribe", func(k *shardKeys) string { return k.dueWake })
+	defer wk.close()
 	defer func() {
 		for i := range shards {
 			if l := shards[i].lease; l != nil {
@@ -418,9 +421,31 @@ func (w *Sweeper) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	return w.set.loop(ctx, "sweep", func() (time.Duration, error) {
+	return w.set.loop(ctx, "sweep", wk.signal, func() (time.Duration, error) {
+		w.woken(shards, wk.take())
 		return max(time.Until(w.round(ctx, shards)), time.Millisecond), nil
 	})
+}
+
+// woken brings the next sweep of each held shard notified forward to the
+// deadline it was told (at once when none was, or after a
+// re-subscription). A shard another sweeper holds is its business.
+func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
+	now := time.Now()
+	for i, d := range woken {
+		sh := &shards[i]
+		if sh.lease == nil || sh.retry.failing() {
+			continue
+		}
+		at := now
+		if d != wakeAll {
+			// The deadline is on the index's clock: wait for the distance.
+			at = time.UnixMilli(d - sh.skew)
+		}
+		if at.Before(sh.next) {
+			sh.next = at
+		}
+	}
 }
 
 // round does what is due for each shard and returns when the next thing is.
@@ -435,7 +460,7 @@ func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 		}
 	}
 	w.keepAll(ctx, shards, -1)
-	wake := now.Add(w.cfg.maxIdle)
+	wake := now.Add(safetyEvery(w.cfg.maxIdle, len(shards)))
 	for i := range shards {
 		sh := &shards[i]
 		if sh.next.Before(wake) {
@@ -494,12 +519,16 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		return
 	}
 	sh.retry.ok()
-	retry := time.Now().Add(w.cfg.maxIdle)
+	// Until the next deadline, or a wake-up that brings one earlier; the
+	// safety poll covers a wake-up lost.
+	now := time.Now()
+	sh.skew = r.now - now.UnixMilli()
+	retry := now.Add(safetyEvery(w.cfg.maxIdle, len(shards)))
 	sh.next = retry
 	if r.earliest >= 0 {
 		// The index's clock (server TIME or WithClock) may differ from this
 		// process's: wait for the distance between the two, not a wall time.
-		if at := time.Now().Add(time.Duration(r.earliest-r.now) * time.Millisecond); at.Before(retry) {
+		if at := now.Add(time.Duration(r.earliest-r.now) * time.Millisecond); at.Before(retry) {
 			sh.next = at
 		}
 	}
@@ -651,13 +680,14 @@ func errShard(err error) int {
 }
 
 // loop is the shape of a background loop: it calls round at once, then
-// again each time the wait round returned has passed, until ctx ends (it
+// again each time the wait round returned has passed or a wake-up comes on
+// wake (a nil wake never comes), until ctx ends (it
 // returns nil). An error from round that cannot heal (cannotHeal) is
 // returned; any other is reported (Set.reportError, as op, with the shard
 // shardErr tagged it with) and round is called again after a backoff that
 // grows with consecutive failures and resets on success. It starts no
 // goroutine.
-func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, error)) error {
+func (s *Set) loop(ctx context.Context, op string, wake <-chan struct{}, round func() (time.Duration, error)) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var bo backoff
@@ -666,6 +696,15 @@ func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, 
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-wake:
+			if bo.failing() {
+				// Backing off: a wake-up does not cut the wait short.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-timer.C:
+				}
+			}
 		}
 		wait, err := round()
 		switch {

@@ -216,6 +216,9 @@ if index then
   if fresh or evicted or (r[2] and d < tonumber(r[2])) then
     if events then
       call('ZADD', keys[ko + 2], 'LT', ds, owner)
+      if call('ZRANK', keys[ko + 2], owner) == 0 then
+        lib().wake(keys[ko + 2], ds) -- the next deadline moved earlier
+      end
     else
       lib().file_owner(keys[ko + 2], owner, ds, ttl, now, events)
     end
