@@ -404,12 +404,24 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 	var out []delivery
 	for k, i := range shards {
 		sh := &c.shards[i]
+		first := sh.nextVisit.IsZero()
 		res, err := cmds[k].Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil // nothing new
+		}
 		if v := k - (len(shards) - len(visit)); v >= 0 && err == nil {
 			var p *redis.XPending
 			p, err = pending[v].Result()
+			if errors.Is(err, redis.Nil) {
+				p, err = &redis.XPending{}, nil
+			}
 			if err == nil {
 				sh.nextVisit = at.Add(c.safety)
+				if first {
+					// Spread the safety polls of the shards over the
+					// interval, so that their cost is steady.
+					sh.nextVisit = sh.nextVisit.Add(c.safety * time.Duration(i) / time.Duration(len(c.shards)))
+				}
 				if p.Count > 0 && !sh.active {
 					sh.active = true
 					sh.nextClaim = at
@@ -418,9 +430,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 				}
 			}
 		}
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
+		if err != nil {
 			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, err))
 			continue
 		}
