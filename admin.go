@@ -220,8 +220,8 @@ func (c Configuration) optionsText() string {
 
 // recordedOptions returns the options that open a set with this
 // configuration (WithRecordedConfiguration).
-func (c Configuration) recordedOptions() []Option {
-	opts := []Option{WithShards(c.Shards)}
+func (c Configuration) recordedOptions() []OpenOption {
+	opts := []OpenOption{WithShards(c.Shards)}
 	if c.Events {
 		opts = append(opts, WithExpiryEvents())
 	}

@@ -34,7 +34,7 @@ func TestAcquireMany(t *testing.T) {
 				Decision{Count: 2, Limit: 2, RetryAfter: time.Minute})
 		}
 		// A per-request limit applies to its request only.
-		reqs = append(reqs, AcquireRequest{Owner: "owner-0", Member: "vip", TTL: time.Minute, Options: []Option{WithLimit(3)}})
+		reqs = append(reqs, AcquireRequest{Owner: "owner-0", Member: "vip", TTL: time.Minute, Options: []AcquireOption{WithLimit(3)}})
 		want = append(want, Decision{Allowed: true, Count: 3, Limit: 3, Deadline: clk.Now().Add(time.Minute)})
 
 		got, err := q.AcquireMany(ctx, reqs)
@@ -104,8 +104,8 @@ func TestAcquireManyBadInput(t *testing.T) {
 			{AcquireRequest{Owner: "", Member: "n", TTL: time.Minute}, ErrInvalidArgument},
 			{AcquireRequest{Owner: "u", Member: "", TTL: time.Minute}, ErrInvalidArgument},
 			{AcquireRequest{Owner: "u", Member: "n"}, ErrInvalidArgument},
-			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []Option{WithLimit(0)}}, ErrInvalidArgument},
-			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []Option{WithPayload([]byte("x"))}}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []AcquireOption{WithLimit(0)}}, ErrInvalidArgument},
+			{AcquireRequest{Owner: "u", Member: "n", TTL: time.Minute, Options: []AcquireOption{WithPayload([]byte("x"))}}, ErrInvalidArgument},
 		} {
 			d, err := q.AcquireMany(ctx, []AcquireRequest{good, good, c.bad, good})
 			if !errors.Is(err, c.want) || d != nil {

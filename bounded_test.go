@@ -176,7 +176,7 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 	}
 
 	for _, events := range []bool{true, false} {
-		opts := []Option{WithPayloadStorage()}
+		opts := []OpenOption{WithPayloadStorage()}
 		if events {
 			opts = append(opts, WithExpiryEvents())
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,35 +53,35 @@ type consumeConfig struct {
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
-// 1 to 1000). With 1, the first failure buries it. Reading an event, holding
+// 1 to 1000, so 0 is an error). With 1, the first failure buries it. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
-func WithMaxAttempts(n int) Option {
-	return consumeOption("WithMaxAttempts", func(c *consumeConfig) error {
+func WithMaxAttempts(n int) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.maxAttempts = n
 		return inRange("WithMaxAttempts", n, 1, 1000)
 	})
 }
 
 // WithReadBatch sets how many events one read takes from each shard's
-// stream (default 10; 1 to 1000). Events read wait their
+// stream (default 10; 1 to 1000, so 0 is an error). Events read wait their
 // turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
 // is counted).
-func WithReadBatch(n int) Option {
-	return consumeOption("WithReadBatch", func(c *consumeConfig) error {
+func WithReadBatch(n int) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
 		return inRange("WithReadBatch", n, 1, maxBatch)
 	})
 }
 
 // WithMaxHandlingTime bounds one handler call (default
-// 1m; 1ms to 24h): the handler's context ends then,
+// 1m; 1ms to 24h, so 0 is an error): the handler's context ends then,
 // with context.DeadlineExceeded (also its context.Cause). A call that returns an error after
 // it counts as a failed attempt. The lease on the event is renewed until the
 // call returns, whenever that is: a handler that ignores its context keeps
 // the event (and its Consume) for as long as it runs.
-func WithMaxHandlingTime(d time.Duration) Option {
-	return consumeOption("WithMaxHandlingTime", func(c *consumeConfig) error {
+func WithMaxHandlingTime(d time.Duration) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
 		c.maxHandling = d
 		return inRange("WithMaxHandlingTime", d, time.Millisecond, 24*time.Hour)
 	})
@@ -104,7 +105,9 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // returns nil the event is acknowledged, in a batch per shard: when the
 // events of the read are handled, within 100ms, before a third of the lease
 // TTL into its lease, and when Consume stops (a consumer that dies first
-// leaves them to be handled again). When it fails, the event is delivered
+// leaves them to be handled again); the acknowledgement of a last attempt
+// (WithMaxAttempts) is sent at once, so a handled event is never
+// dead-lettered. When it fails, the event is delivered
 // again, to any consumer of the group, once the lease TTL has passed; when
 // the call that fails is attempt WithMaxAttempts, the event moves to the
 // shard's dead-letter stream with the error (see DeadLetters, Kick). An
@@ -116,9 +119,12 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // once with attempt 0.
 //
 // Each shard's stream is read on its own (on Redis Cluster the shards live on
-// different nodes): one pipelined, non-blocking read of every shard, then a
-// wait of WithPollInterval when all were empty. Events of one shard arrive in
-// the order they expired, except redeliveries.
+// different nodes), in one pipeline of non-blocking reads. An idle Consume
+// sleeps until a wake-up (pub/sub: one subscription per shard, one for all
+// on a single server) says a shard's stream received events, and reads that
+// shard; a safety poll reads each shard at least every WithPollInterval
+// (see there). Events of one shard arrive in the order they expired, except
+// redeliveries.
 //
 // Consume keeps going through Redis failures: a failing shard is retried
 // with capped exponential backoff while the others carry on, and every error
@@ -130,7 +136,7 @@ func WithMaxHandlingTime(d time.Duration) Option {
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
 // WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
-func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...Option) error {
+func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
 		return err
@@ -143,7 +149,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	})
 }
 
-func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []Option) (*consumer, error) {
+func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
@@ -165,7 +171,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
 	}
-	if err := applyOptions(inConsume, &options{consume: &cfg}, opts); err != nil {
+	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
 	}
 	beat := max(cfg.visibility/3, time.Millisecond)
@@ -520,7 +526,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 	failed := map[int]bool{}
 	for k, d := range todo {
 		if ctx.Err() != nil {
-			c.release(ctx, todo[k:], failed, "")
+			c.release(ctx, todo[k:], failed)
 			break
 		}
 		if failed[d.shard] {
@@ -530,7 +536,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 		if errors.Is(err, errAcksPending) {
 			// No handler call while an acknowledgement waits (its shard
 			// backs off, reported): the rest go back, uncharged.
-			c.release(ctx, todo[k+1:], failed, "")
+			c.release(ctx, todo[k+1:], failed)
 			break
 		}
 		if err != nil {
@@ -559,7 +565,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		}
 		return err
 	}
-	attempt, leased, err := c.begin(ctx, d)
+	attempt, leased, token, err := c.begin(ctx, d)
 	if err != nil || attempt <= 0 {
 		// Another consumer holds it, or its last attempt never finished
 		// (a claim buries it): no call.
@@ -575,12 +581,18 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	case herr == nil:
 		c.event(ctx, d.shard, attempt, nil, false)
 		c.bufferAck(ctx, d.shard, d.id, leased)
+		if attempt >= c.cfg.maxAttempts {
+			// The last attempt: a claim of the event after a crash would
+			// take its call for one that never returned and bury it, so its
+			// acknowledgement goes now, with those waiting.
+			c.flushAcks(ctx)
+		}
 		return nil
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
 		// attempt is given back and the event released.
 		c.event(ctx, d.shard, attempt, herr, false)
-		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id)
+		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id, token)
 	case attempt >= c.cfg.maxAttempts:
 		buried, err := c.bury(wctx, d.shard, d.id, c.cfg.maxAttempts, herr.Error())
 		c.event(ctx, d.shard, attempt, herr, buried)
@@ -601,8 +613,12 @@ func (c *consumer) leaseKeys(shard int) []string {
 // begin starts the handler call of d, in one round trip with the
 // acknowledgements waiting when they are due: it returns the attempt
 // number, 0 when another consumer holds the event, -1 when its every
-// attempt is used, and when the lease taken started (at the latest).
-func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error) {
+// attempt is used, when the lease taken started (at the latest), and the
+// call's token. The token makes the begin count once however often the
+// client sends it (go-redis retries a call that timed out, and the server
+// may run both); when the outcome stays unknown (an error), the attempt
+// the token may have counted is given back.
+func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, string, error) {
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
@@ -611,16 +627,19 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 	if c.acksDue(leased) {
 		acks = c.ackCalls()
 	}
+	token := strconv.FormatUint(rand.Uint64(), 36)
 	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6}}
+		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
-		return 0, leased, b.err
+		// It may have counted: give that back (once, whatever ran).
+		_ = c.releaseShard(ctx, d.shard, []string{d.id}, d.id, token) // b.err is reported
+		return 0, leased, token, b.err
 	}
 	n, taken, ok := parseBegin(b.v)
 	if !ok {
-		return 0, leased, unexpected("begin.lua", b.v)
+		return 0, leased, token, unexpected("begin.lua", b.v)
 	}
 	if !taken {
 		// The lease of the read or claim that took d runs on.
@@ -631,13 +650,13 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, error
 		// through, lest the handled event's lease run out unrenewed
 		// while another handler call runs. The attempt is given back.
 		if n > 0 {
-			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id); err != nil {
-				return 0, leased, err
+			if err := c.releaseShard(ctx, d.shard, []string{d.id}, d.id, token); err != nil {
+				return 0, leased, token, err
 			}
 		}
-		return 0, leased, errAcksPending
+		return 0, leased, token, errAcksPending
 	}
-	return int(n), leased, nil
+	return int(n), leased, token, nil
 }
 
 // parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
@@ -779,9 +798,8 @@ func (c *consumer) bury(ctx context.Context, shard int, id string, need int, rea
 }
 
 // release hands the deliveries of the shards not failed back for prompt
-// redelivery, even when ctx has just ended; refund names an event whose
-// last attempt is given back.
-func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bool, refund string) {
+// redelivery, even when ctx has just ended.
+func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bool) {
 	byShard := map[int][]string{}
 	for _, d := range ds {
 		if !failed[d.shard] {
@@ -791,15 +809,17 @@ func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bo
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	for i, ids := range byShard {
-		_ = c.releaseShard(wctx, i, ids, refund) // ctx has ended: nothing to report to
+		_ = c.releaseShard(wctx, i, ids, "", "") // ctx has ended: nothing to report to
 	}
 }
 
-func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund string) error {
+// releaseShard releases ids of shard (see release.lua), and gives back the
+// attempt of refund's call whose token is token.
+func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund, token string) error {
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), maxBatch)]
 		ids = ids[len(batch):]
-		args := []any{c.group, c.name, c.visMs, refund}
+		args := []any{c.group, c.name, c.visMs, refund, token}
 		for _, id := range batch {
 			args = append(args, id)
 		}
@@ -863,9 +883,10 @@ func (c *consumer) event(ctx context.Context, shard, attempt int, err error, bur
 // stream only once every group on it has handled or dead-lettered it. A
 // Consume that finds a shard's stream deleted makes it again with these
 // groups and its own. Groups not declared are created by their first
-// Consume, from the oldest event still retained then. Default: none.
-func WithConsumerGroups(groups ...string) Option {
-	return setOption("WithConsumerGroups", func(c *setConfig) error {
+// Consume, from the oldest event still retained then. Default: none; no
+// names declares none.
+func WithConsumerGroups(groups ...string) OpenOption {
+	return openOption(func(c *setConfig) error {
 		for _, g := range groups {
 			if g == "" || len(g) > maxConsumerLen {
 				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidArgument, g, maxConsumerLen)

@@ -167,7 +167,7 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 300 * time.Millisecond
 		s := oneShardEvents(t, b, 2)
-		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
+		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
 		h := newHandledBy()
 		var calls atomic.Int32
 		long := make(chan string, 1)
@@ -255,4 +255,61 @@ func TestConsumeDestroyedGroupLeavesNothing(t *testing.T) {
 			t.Fatalf("%d entries left after every remaining group finished them, want 0", n)
 		}
 	})
+}
+
+// TestConsumeLastAttemptAckNotDeferred: with WithMaxAttempts(1) every
+// handler call is the last attempt, so a claim of an event whose
+// acknowledgement still waited in a batch would bury it as "the last
+// handler call did not finish". A consumer dies after its handler returned
+// nil for two events (in the handler call of a third): the two were
+// acknowledged at once, so the heir handles the rest and dead-letters only
+// the event whose call the crash cut short.
+func TestConsumeLastAttemptAckNotDeferred(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 5
+		const vis = 2 * time.Second
+		s := oneShardEvents(t, b, n)
+		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1)}
+		ok, crashed, _ := crashAfter(t, b.client(t), s, "g", "doomed", 2, opts...)
+		handled := map[string]bool{}
+		for _, e := range ok {
+			handled[eventKey(e)] = true
+		}
+		h := newHandledBy()
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			return h.call("heir", e, nil)
+		}, opts...)
+		waitFor(t, "every event handled or dead-lettered", func() bool { return drained(s) })
+		stop()
+		dead := deadKeys(t, s)
+		for k := range dead {
+			if handled[k] {
+				t.Errorf("%s: its handler returned nil, yet it was dead-lettered", k)
+			}
+		}
+		if _, ok := dead[eventKey(crashed)]; !ok || len(dead) != 1 {
+			t.Errorf("dead letters %v, want only %s (its last call never returned)", dead, eventKey(crashed))
+		}
+		for _, e := range h.events() {
+			if handled[eventKey(e)] {
+				t.Errorf("%s handled again: its acknowledgement was lost", eventKey(e))
+			}
+		}
+	})
+}
+
+// drained reports whether every shard's stream is empty, with nothing
+// pending, however many dead letters there are.
+func drained(s *Set) bool {
+	stats, err := s.Stats(context.Background())
+	if err != nil {
+		return false
+	}
+	for _, st := range stats {
+		if st.Events != 0 || st.Pending != 0 {
+			return false
+		}
+	}
+	return true
 }

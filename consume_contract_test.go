@@ -20,7 +20,7 @@ import (
 // steady are options for tests that count handler calls exactly: with a
 // one-second visibility timeout no lease lapses on a loaded machine, so
 // nothing is handled twice.
-var steady = []Option{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond)}
+var steady = []ConsumeOption{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond)}
 
 // handledBy records, per event (shard/ID), the attempts with which handler
 // calls that returned nil saw it, and which consumer made them.
@@ -88,7 +88,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// to another consumer, each at attempt 1.
 			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts := []Option{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			opts := []ConsumeOption{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h := newHandledBy()
 			stuck := make(chan struct{})
@@ -118,7 +118,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// timeout is a minute), at attempt 1.
 			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts = []Option{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
+			opts = []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h = newHandledBy()
 			ctx, shutdown := context.WithCancel(context.Background())
@@ -153,7 +153,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 250 * time.Millisecond
 		s := oneShardEvents(t, b, 10)
-		opts := []Option{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
+		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()
 		hung := make(chan string, 1)
 		var first atomic.Bool

@@ -15,7 +15,7 @@ import (
 // that client (the process is gone: its lease is renewed no more, nothing is
 // acknowledged) and blocks until t ends. It returns the event once the
 // handler has it. The handlers of other events are never called.
-func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...Option) Expiry {
+func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, opts ...ConsumeOption) Expiry {
 	t.Helper()
 	_, e, _ := crashAfter(t, rdb, s, group, name, 0, opts...)
 	return e
@@ -24,7 +24,7 @@ func crashInHandler(t *testing.T, rdb redis.UniversalClient, s *Set, group, name
 // crashAfter is crashInHandler after handled handler calls that returned nil
 // (returned first, in call order): the crash comes in the next call. It
 // also returns the time from the first call to the crashing one.
-func crashAfter(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, handled int, opts ...Option) ([]Expiry, Expiry, time.Duration) {
+func crashAfter(t *testing.T, rdb redis.UniversalClient, s *Set, group, name string, handled int, opts ...ConsumeOption) ([]Expiry, Expiry, time.Duration) {
 	t.Helper()
 	quiet := WithHooks(Hooks{OnError: func(context.Context, CallInfo, time.Duration) {}})
 	doomed := must[*Set](t)(Open(context.Background(), rdb, s.Name(), quiet, WithRecordedConfiguration()))

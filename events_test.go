@@ -14,11 +14,11 @@ import (
 )
 
 // fastConsume are options that make redelivery quick in tests.
-var fastConsume = []Option{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+var fastConsume = []ConsumeOption{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 
 // consumeInBackground runs s.Consume until the returned stop is called (or t
 // ends) and checks that it returned nil.
-func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...Option) (stop func()) {
+func consumeInBackground(t *testing.T, s *Set, group, name string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) (stop func()) {
 	t.Helper()
 	return background(t, "Consume", func(ctx context.Context) error {
 		return s.Consume(ctx, group, name, handle, opts...)
@@ -279,18 +279,18 @@ func TestConsumeInvalid(t *testing.T) {
 		for _, c := range []struct {
 			group, name string
 			handle      func(context.Context, Expiry) error
-			opts        []Option
+			opts        []ConsumeOption
 			want        error
 		}{
 			{"", "c", ok, nil, ErrInvalidArgument},
 			{"g", "", ok, nil, ErrInvalidArgument},
 			{long, "c", ok, nil, ErrInvalidArgument},
 			{"g", "c", nil, nil, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithMaxAttempts(0)}, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithLeaseTTL(0)}, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithReadBatch(1001)}, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithPollInterval(time.Hour)}, ErrInvalidArgument},
-			{"g", "c", ok, []Option{WithMaxHandlingTime(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []ConsumeOption{WithLeaseTTL(0)}, ErrInvalidArgument},
+			{"g", "c", ok, []ConsumeOption{WithReadBatch(1001)}, ErrInvalidArgument},
+			{"g", "c", ok, []ConsumeOption{WithPollInterval(time.Hour)}, ErrInvalidArgument},
+			{"g", "c", ok, []ConsumeOption{WithMaxHandlingTime(0)}, ErrInvalidArgument},
 		} {
 			if err := s.Consume(ctx, c.group, c.name, c.handle, c.opts...); !errors.Is(err, c.want) {
 				t.Errorf("Consume(%q, %q): %v, want %v", c.group, c.name, err, c.want)

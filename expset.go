@@ -47,7 +47,6 @@ type Set struct {
 	hooks    Hooks
 	groups   []string     // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog    // the default report of errors the loops survive
-	retain   retention    // event stream bounds (WithEventRetention)
 	exactTTL bool         // recorded by an earlier version: owner key TTLs end at the latest deadline (see exact)
 	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
 	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
@@ -74,7 +73,7 @@ type Member struct {
 // than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
 // extra master); the Set it returns makes none until used and never checks
 // again.
-func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...Option) (*Set, error) {
+func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...OpenOption) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
 	}
@@ -82,7 +81,7 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, err
 	}
 	cfg := setConfig{shards: defaultShards}
-	if err := applyOptions(inOpen, &options{set: &cfg}, opts); err != nil {
+	if err := applyOptions(opts, &cfg, OpenOption.applyOpen); err != nil {
 		return nil, err
 	}
 	if cfg.recorded {
@@ -93,21 +92,15 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		// What is recorded, then what the caller gave: a recorded setting
 		// given otherwise fails below with ErrConfigMismatch.
 		cfg = setConfig{shards: defaultShards}
-		if err := applyOptions(inOpen, &options{set: &cfg}, append(rc.recordedOptions(), opts...)); err != nil {
+		if err := applyOptions(append(rc.recordedOptions(), opts...), &cfg, OpenOption.applyOpen); err != nil {
 			return nil, err
 		}
 	}
 	if len(cfg.groups) > 0 && !cfg.events {
 		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidArgument)
 	}
-	if cfg.retain.set && !cfg.events {
-		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only", ErrInvalidArgument)
-	}
-	if !cfg.retain.set {
-		cfg.retain = retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen}
-	}
 	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
-		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{}, retain: cfg.retain}
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -244,9 +237,11 @@ func ttlMillis(ttl time.Duration) (int64, error) {
 	return ttl.Milliseconds(), nil
 }
 
-func (s *Set) callOptions(where scope, opts []Option) (callConfig, error) {
+// callOptions applies the options of one Add or Acquire with apply and
+// checks the payload against the set.
+func callOptions[O any](s *Set, opts []O, apply func(O, *callConfig) error) (callConfig, error) {
 	var c callConfig
-	if err := applyOptions(where, &options{call: &c}, opts); err != nil {
+	if err := applyOptions(opts, &c, apply); err != nil {
 		return c, err
 	}
 	if c.hasPayload {
@@ -303,7 +298,7 @@ func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, k
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
 // be 1ms to 100 years. Options: WithPayload.
-func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (time.Time, error) {
+func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...AddOption) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
 	}
@@ -311,7 +306,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	if err != nil {
 		return time.Time{}, err
 	}
-	c, err := s.callOptions(inAdd, opts)
+	c, err := callOptions(s, opts, AddOption.applyAdd)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -323,7 +323,7 @@ func TestOpenRecordsConfiguration(t *testing.T) {
 		name := uniqueName(t, b.rdb)
 		must[*Set](t)(Open(context.Background(), b.rdb, name, WithShards(8)))
 		must[*Set](t)(Open(context.Background(), b.rdb, name, WithShards(8)))
-		for _, opts := range [][]Option{
+		for _, opts := range [][]OpenOption{
 			nil, // default 16 shards
 			{WithShards(4)},
 			{WithShards(8), WithExpiryEvents()},
@@ -445,7 +445,7 @@ func TestPayloads(t *testing.T) {
 		// Without WithPayloads (no flags: the owner key alone is declared;
 		// events only: no payload hash is ever written) a live member has
 		// no payload.
-		for _, opts := range [][]Option{nil, {WithExpiryEvents()}} {
+		for _, opts := range [][]OpenOption{nil, {WithExpiryEvents()}} {
 			plain, _ := newTestSet(t, b, opts...)
 			must[time.Time](t)(plain.Add(ctx, "u", "m", time.Minute))
 			if p, err := plain.Payload(ctx, "u", "m"); err != nil || p != nil {

@@ -19,7 +19,7 @@ import (
 // consumeUntil runs Consume in the test's goroutine (so its handler may
 // call t.Fatal) until done reports true, checked every 10ms from another
 // goroutine, or faultWait passes.
-func consumeUntil(t *testing.T, s *Set, name string, handle func(context.Context, Expiry) error, done func() bool, opts ...Option) {
+func consumeUntil(t *testing.T, s *Set, name string, handle func(context.Context, Expiry) error, done func() bool, opts ...ConsumeOption) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), faultWait)
 	defer cancel()
@@ -111,7 +111,7 @@ func TestEventsScriptCacheFlushed(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
-		slow := []Option{WithLeaseTTL(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
+		slow := []ConsumeOption{WithLeaseTTL(90 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithReadBatch(4)}
 		cctx, stop := context.WithCancel(ctx)
 		var last recorder
 		_ = s.Consume(cctx, "g", "c3", func(_ context.Context, e Expiry) error {

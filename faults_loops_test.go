@@ -232,7 +232,7 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	opts := []Option{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	opts := []ConsumeOption{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(2*time.Second))
 	// Consume on a client of its own that does not retry commands, so that
 	// go-redis's retries cannot ride out the outage unseen.

@@ -246,7 +246,7 @@ func runModel(t testing.TB, rdb redis.UniversalClient, mr *miniredis.Miniredis, 
 		t.Fatal(err)
 	}
 	r := &modelRun{t: t, rdb: rdb, mr: mr, unit: unit, clk: clk, s: s, m: newQuotaModel(clk.Now())}
-	for i, o := range [][]Option{nil, {WithEvictOldest()}, {WithRefreshOnReacquire()}} {
+	for i, o := range [][]QuotaOption{nil, {WithEvictOldest()}, {WithRefreshOnReacquire()}} {
 		r.qs[i] = must[*Quota](t)(NewQuota(s, modelLimit, o...))
 	}
 	for _, op := range ops {
@@ -270,9 +270,9 @@ func (r *modelRun) step(op modelOp) {
 	ttl := time.Duration(modelTTLs[op.ttl]) * r.unit
 	switch op.kind {
 	case opAcquire:
-		limit, opts := modelLimit, []Option(nil)
+		limit, opts := modelLimit, []AcquireOption(nil)
 		if op.limit > 0 {
-			limit, opts = op.limit, []Option{WithLimit(op.limit)}
+			limit, opts = op.limit, []AcquireOption{WithLimit(op.limit)}
 		}
 		got, err := r.qs[op.quota].Acquire(ctx, owner, member, ttl, opts...)
 		want := r.m.acquire(owner, member, ttl, limit, op.quota == 1, op.quota == 2)

@@ -173,10 +173,10 @@ func snapshot(t testing.TB, rdb redis.UniversalClient, name string) map[string]s
 }
 
 // newTestSet opens a set with a fake clock and a unique name.
-func newTestSet(t testing.TB, b backend, opts ...Option) (*Set, *fakeClock) {
+func newTestSet(t testing.TB, b backend, opts ...OpenOption) (*Set, *fakeClock) {
 	t.Helper()
 	clk := newFakeClock()
-	s, err := Open(context.Background(), b.rdb, uniqueName(t, b.rdb), append([]Option{WithClock(clk.Now)}, opts...)...)
+	s, err := Open(context.Background(), b.rdb, uniqueName(t, b.rdb), append([]OpenOption{WithClock(clk.Now)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func (b backend) client(t testing.TB) redis.UniversalClient {
 }
 
 // newSweeper returns NewSweeper(s, opts...), failing the test on an error.
-func newSweeper(t testing.TB, s *Set, opts ...Option) *Sweeper {
+func newSweeper(t testing.TB, s *Set, opts ...SweeperOption) *Sweeper {
 	t.Helper()
 	w, err := NewSweeper(s, opts...)
 	if err != nil {

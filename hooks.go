@@ -72,7 +72,8 @@ type EventInfo struct {
 	DeadLettered bool   // the event moved to the dead-letter stream
 }
 
-// WithHooks installs hooks on the set (default none).
-func WithHooks(h Hooks) Option {
-	return setOption("WithHooks", func(c *setConfig) error { c.hooks = h; return nil })
+// WithHooks installs hooks on the set (default none; the zero Hooks installs
+// none).
+func WithHooks(h Hooks) OpenOption {
+	return openOption(func(c *setConfig) error { c.hooks = h; return nil })
 }

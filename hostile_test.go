@@ -346,14 +346,6 @@ func hostileCases() []hostileCase {
 			return e.decision(d), err
 		})
 	}
-	row("Set.Add", "WithLimit(2)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(2))
-		return "", err
-	})
-	row("Set.Add", "WithLimit(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-		_, err := e.s.Add(e.ctx, "u", "m", time.Minute, WithLimit(0))
-		return "", err
-	})
 	row("Set.Members", "n -1 (all)", nil, `"m" until now+1m0s`, func(e *hostileEnv) (string, error) {
 		ms, err := e.s.Members(e.ctx, "base", -1)
 		return e.members(ms), err
@@ -411,12 +403,12 @@ func hostileCases() []hostileCase {
 	})
 
 	// nil options and clients.
-	row("Set.Add", "a zero Option", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, Option{})
+	row("Set.Add", "a nil option", nil, "now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.s.Add(e.ctx, "nil-option", "m", time.Minute, nil)
 		return e.rt(d), err
 	})
-	row("Quota.Acquire", "a zero Option", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, Option{})
+	row("Quota.Acquire", "a nil option", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.Acquire(e.ctx, "nil-option-q", "m", time.Minute, nil)
 		return e.decision(d), err
 	})
 	// Quota.AcquireWait checks its input as Acquire does, before it joins
@@ -466,12 +458,12 @@ func hostileCases() []hostileCase {
 		_, err := e.q.AcquireWait(e.ctx, "u", "m", time.Minute, WithPayload(make([]byte, maxPayloadLen+1)))
 		return "", err
 	})
-	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a zero Option, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
-		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, Option{})
+	row("Quota.AcquireWait", "owner `\"\\x00\\xff{}\"`, a nil option, room", nil, "allowed, count 1 of 3, deadline now+1m0s", func(e *hostileEnv) (string, error) {
+		d, err := e.q.AcquireWait(e.ctx, "\x00\xff{}", "m", time.Minute, nil)
 		return e.decision(d), err
 	})
-	row("NewQuota", "a zero Option", nil, "limit 3", func(e *hostileEnv) (string, error) {
-		q, err := NewQuota(e.s, 3, Option{})
+	row("NewQuota", "a nil option", nil, "limit 3", func(e *hostileEnv) (string, error) {
+		q, err := NewQuota(e.s, 3, nil)
 		if err != nil {
 			return "", err
 		}
@@ -479,6 +471,10 @@ func hostileCases() []hostileCase {
 	})
 	row("NewQuota", "nil Set", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		_, err := NewQuota(nil, 3)
+		return "", err
+	})
+	row("NewQuota", "WithEvictionReceiptTTL(1m) without WithEvictOldest", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := NewQuota(e.s, 3, WithEvictionReceiptTTL(time.Minute))
 		return "", err
 	})
 	row("NewQuota", "WithEvictionReceiptTTL(0)", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
@@ -672,12 +668,12 @@ func hostileCases() []hostileCase {
 	}
 	groupOpts := []struct {
 		desc string
-		opts []Option
+		opts []OpenOption
 		want error
 	}{
-		{"WithConsumerGroups(\"\")", []Option{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidArgument},
-		{"WithConsumerGroups(257 bytes)", []Option{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidArgument},
-		{"WithConsumerGroups without WithExpiryEvents", []Option{WithConsumerGroups("billing")}, ErrInvalidArgument},
+		{"WithConsumerGroups(\"\")", []OpenOption{WithExpiryEvents(), WithConsumerGroups("")}, ErrInvalidArgument},
+		{"WithConsumerGroups(257 bytes)", []OpenOption{WithExpiryEvents(), WithConsumerGroups(strings.Repeat("g", maxConsumerLen+1))}, ErrInvalidArgument},
+		{"WithConsumerGroups without WithExpiryEvents", []OpenOption{WithConsumerGroups("billing")}, ErrInvalidArgument},
 	}
 	for _, g := range groupOpts {
 		cs = append(cs, hostileCase{call: "Open", input: g.desc, want: g.want, name: "groups-bad",
@@ -701,26 +697,42 @@ func hostileCases() []hostileCase {
 		{"WithEventRetention(1s, math.MinInt)", time.Second, math.MinInt},
 	}
 	for _, r := range retentionOpts {
-		cs = append(cs, hostileCase{call: "Open", input: r.desc, want: ErrInvalidArgument, name: "retention-bad",
+		cs = append(cs, hostileCase{call: "NewSweeper", input: r.desc, want: ErrInvalidArgument,
 			run: func(e *hostileEnv) (string, error) {
-				_, err := Open(context.Background(), e.rdb, e.named("retention-bad"), WithExpiryEvents(), WithEventRetention(r.maxAge, r.maxLen))
+				s, err := Open(context.Background(), e.rdb, e.named("retention-bad"), WithExpiryEvents())
+				if err != nil {
+					return "", err
+				}
+				_, err = NewSweeper(s, WithEventRetention(r.maxAge, r.maxLen))
 				return "", err
 			}})
 	}
-	row("Open", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
-		for _, o := range []Option{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
-			if _, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents(), o); err != nil {
+	row("NewSweeper", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents())
+		if err != nil {
+			return "", err
+		}
+		for _, o := range []SweeperOption{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
+			if _, err := NewSweeper(s, o); err != nil {
 				return "", err
 			}
 		}
 		return "ok", nil
+	})
+	row("NewSweeper", "WithEventRetention(1h, 10) on a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("retention-no-events"), WithSweepIndex())
+		if err != nil {
+			return "", err
+		}
+		_, err = NewSweeper(s, WithEventRetention(time.Hour, 10))
+		return "", err
 	})
 
 	// Options of Consume and NewSweeper: each is checked against its call's
 	// range (WithLeaseTTL and WithPollInterval apply to both, with their own
 	// ranges). consume opens a set with events and runs Consume with an
 	// ended context: it checks its options, then returns at once.
-	consume := func(e *hostileEnv, opts ...Option) error {
+	consume := func(e *hostileEnv, opts ...ConsumeOption) error {
 		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
 		if err != nil {
 			return err
@@ -729,7 +741,7 @@ func hostileCases() []hostileCase {
 		cancel()
 		return s.Consume(done, "g", "c", func(context.Context, Expiry) error { return nil }, opts...)
 	}
-	sweeper := func(e *hostileEnv, opts ...Option) error {
+	sweeper := func(e *hostileEnv, opts ...SweeperOption) error {
 		s, err := Open(context.Background(), e.rdb, e.named("consume-opts"), WithExpiryEvents())
 		if err != nil {
 			return err
@@ -740,7 +752,7 @@ func hostileCases() []hostileCase {
 	loopOpts := []struct {
 		call string
 		desc string
-		opt  Option
+		opt  any // a ConsumeOption for Set.Consume, a SweeperOption for NewSweeper
 		ok   bool
 	}{
 		{"Set.Consume", "WithMaxHandlingTime(0)", WithMaxHandlingTime(0), false},
@@ -753,21 +765,18 @@ func hostileCases() []hostileCase {
 		{"Set.Consume", "WithLeaseTTL(1ms)", WithLeaseTTL(time.Millisecond), true},
 		{"Set.Consume", "WithPollInterval(0)", WithPollInterval(0), false},
 		{"Set.Consume", "WithPollInterval(1m+1ns)", WithPollInterval(time.Minute + 1), false},
-		{"Set.Consume", "WithMembersPerBatch(5) (a Sweeper's option)", WithMembersPerBatch(5), false},
 		{"NewSweeper", "WithLeaseTTL(1ms) (under the sweeper's 30ms)", WithLeaseTTL(time.Millisecond), false},
 		{"NewSweeper", "WithLeaseTTL(1h+1ns)", WithLeaseTTL(time.Hour + 1), false},
 		{"NewSweeper", "WithLeaseTTL(30ms)", WithLeaseTTL(30 * time.Millisecond), true},
 		{"NewSweeper", "WithPollInterval(0)", WithPollInterval(0), false},
 		{"NewSweeper", "WithPollInterval(1m)", WithPollInterval(time.Minute), true},
-		{"NewSweeper", "WithMaxHandlingTime(1s) (a Consume option)", WithMaxHandlingTime(time.Second), false},
 	}
 	for _, lo := range loopOpts {
-		run := consume
-		if lo.call == "NewSweeper" {
-			run = sweeper
-		}
 		row(lo.call, lo.desc, errIf(lo.ok, ErrInvalidArgument), ok(lo.ok, "accepted"), func(e *hostileEnv) (string, error) {
-			return "accepted", run(e, lo.opt)
+			if lo.call == "Set.Consume" {
+				return "accepted", consume(e, lo.opt.(ConsumeOption))
+			}
+			return "accepted", sweeper(e, lo.opt.(SweeperOption))
 		})
 	}
 	row("Open", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
@@ -777,8 +786,8 @@ func hostileCases() []hostileCase {
 		}
 		return strconv.Itoa(s.Shards()) + " shards", nil
 	})
-	row("Open", "a zero Option, WithClock(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
-		s, err := Open(context.Background(), e.rdb, e.named("nil-options"), Option{}, WithClock(nil))
+	row("Open", "a nil option, WithClock(nil), WithLogger(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("nil-options"), nil, WithClock(nil), WithLogger(nil))
 		if err != nil {
 			return "", err
 		}

@@ -130,8 +130,8 @@ func (s strategy) String() string {
 // sequence, not by ID, and After follows that order. Where it sits below
 // (Sonyflake), the dropped bits are the lowest and the order is exact, as
 // with the default (KeepTopBits).
-func KeepTimeSeq() Option {
-	return codecOption("KeepTimeSeq", func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
+func KeepTimeSeq() CodecOption {
+	return codecOption(func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
 }
 
 // KeepTimeSeq52 is the published 52-bit scheme: the time field and as many
@@ -141,8 +141,8 @@ func KeepTimeSeq() Option {
 // than 2^11 IDs in one millisecond wraps, so its later IDs reuse the scores
 // of its first ones and sort among them. Use it only for scores already
 // stored that way.
-func KeepTimeSeq52() Option {
-	return codecOption("KeepTimeSeq52", func(c *Codec) error { c.strategy = keepTimeSeq52; return nil })
+func KeepTimeSeq52() CodecOption {
+	return codecOption(func(c *Codec) error { c.strategy = keepTimeSeq52; return nil })
 }
 
 // Codec maps snowflake IDs to sorted-set scores that a double holds exactly,
@@ -253,9 +253,9 @@ type Codec struct {
 // under 1, NodeBits or SeqBits is negative, the three do not add up to 63,
 // TimeUnit is not positive, 2^TimeBits time units overflow a time.Duration,
 // Epoch is the zero time, or KeepTimeSeq leaves the time field no room.
-func NewCodec(l Layout, opts ...Option) (*Codec, error) {
+func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 	c := &Codec{layout: l}
-	if err := applyOptions(inCodec, &options{codec: c}, opts); err != nil {
+	if err := applyOptions(opts, c, CodecOption.applyCodec); err != nil {
 		return nil, err
 	}
 	switch {

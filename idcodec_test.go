@@ -18,9 +18,9 @@ var codecLayouts = []Layout{Twitter, Sonyflake, SonyflakeV2, Discord, Instagram}
 
 var codecStrategies = []struct {
 	name string
-	opt  Option
+	opt  CodecOption
 }{
-	{"KeepTopBits", Option{}},
+	{"KeepTopBits", nil},
 	{"KeepTimeSeq", KeepTimeSeq()},
 	{"KeepTimeSeq52", KeepTimeSeq52()},
 }
@@ -36,7 +36,7 @@ func compose(l Layout, tick, node, seq uint64) int64 {
 
 func fieldMax(bits int) uint64 { return 1<<bits - 1 }
 
-func mustCodec(tb testing.TB, l Layout, opts ...Option) *Codec {
+func mustCodec(tb testing.TB, l Layout, opts ...CodecOption) *Codec {
 	tb.Helper()
 	c, err := NewCodec(l, opts...)
 	if err != nil {
@@ -66,10 +66,10 @@ func TestCodecExtremes(t *testing.T) {
 	const max41, max39, max40 = 1<<41 - 1, 1<<39 - 1, 1<<40 - 1
 	tests := []struct {
 		layout Layout
-		opt    Option
+		opt    CodecOption
 		rows   []row
 	}{
-		{Twitter, Option{}, []row{
+		{Twitter, nil, []row{
 			{"epoch", 0, 0, 0, 0},
 			{"max sequence", 0, 0, 4095, 3},
 			{"max node", 0, 1023, 0, 4092},
@@ -93,7 +93,7 @@ func TestCodecExtremes(t *testing.T) {
 			{"max time", max41, 0, 0, 4503599627368448},
 			{"max id", max41, 1023, 4095, 1<<52 - 1},
 		}},
-		{Sonyflake, Option{}, []row{
+		{Sonyflake, nil, []row{
 			{"epoch", 0, 0, 0, 0},
 			{"max sequence", 0, 0, 255, 16320},
 			{"max machine", 0, 65535, 0, 63},
@@ -110,7 +110,7 @@ func TestCodecExtremes(t *testing.T) {
 			{"max sequence", 0, 0, 255, 255},
 			{"max id", max39, 65535, 255, 1<<47 - 1},
 		}},
-		{Instagram, Option{}, []row{
+		{Instagram, nil, []row{
 			{"max sequence", 0, 0, 1023, 0},
 			{"max shard", 0, 8191, 0, 8191},
 			{"max time", max40, 0, 0, 9007199254732800},
@@ -176,19 +176,19 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 	tests := []struct {
 		name    string
 		edit    func(*Layout)
-		opt     Option
+		opt     CodecOption
 		wantMsg string
 	}{
-		{"62 bits", func(l *Layout) { l.SeqBits = 11 }, Option{}, "62 bits, want 63"},
-		{"64 bits", func(l *Layout) { l.TimeBits = 42 }, Option{}, "64 bits, want 63"},
-		{"no time bits", func(l *Layout) { l.TimeBits, l.NodeBits = 0, 51 }, Option{}, "time 0"},
-		{"negative node bits", func(l *Layout) { l.NodeBits, l.SeqBits = -1, 23 }, Option{}, "node -1"},
-		{"zero time unit", func(l *Layout) { l.TimeUnit = 0 }, Option{}, "time unit 0s"},
-		{"negative time unit", func(l *Layout) { l.TimeUnit = -time.Millisecond }, Option{}, "time unit -1ms"},
-		{"span beyond a Duration", func(l *Layout) { l.TimeBits, l.NodeBits = 45, 6 }, Option{}, "2^45 time units of 1ms"},
-		{"zero epoch", func(l *Layout) { l.Epoch = time.Time{} }, Option{}, "zero epoch"},
+		{"62 bits", func(l *Layout) { l.SeqBits = 11 }, nil, "62 bits, want 63"},
+		{"64 bits", func(l *Layout) { l.TimeBits = 42 }, nil, "64 bits, want 63"},
+		{"no time bits", func(l *Layout) { l.TimeBits, l.NodeBits = 0, 51 }, nil, "time 0"},
+		{"negative node bits", func(l *Layout) { l.NodeBits, l.SeqBits = -1, 23 }, nil, "node -1"},
+		{"zero time unit", func(l *Layout) { l.TimeUnit = 0 }, nil, "time unit 0s"},
+		{"negative time unit", func(l *Layout) { l.TimeUnit = -time.Millisecond }, nil, "time unit -1ms"},
+		{"span beyond a Duration", func(l *Layout) { l.TimeBits, l.NodeBits = 45, 6 }, nil, "2^45 time units of 1ms"},
+		{"zero epoch", func(l *Layout) { l.Epoch = time.Time{} }, nil, "zero epoch"},
 		{"sequence leaves no time", func(l *Layout) { l.TimeBits, l.NodeBits, l.SeqBits, l.TimeUnit = 2, 0, 61, time.Nanosecond }, KeepTimeSeq(), "keeps 61 sequence bits"},
-		{"unknown strategy", func(*Layout) {}, codecOption("unknown", func(c *Codec) error { c.strategy = 9; return nil }), "unknown strategy 9"},
+		{"unknown strategy", func(*Layout) {}, codecOption(func(c *Codec) error { c.strategy = 9; return nil }), "unknown strategy 9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,7 +35,6 @@ func TestBadInput(t *testing.T) {
 			{"Add sub-ms ttl", func() error { _, err := s.Add(ctx, "u", "n", 999*time.Microsecond); return err }, ErrInvalidArgument},
 			{"Add ttl past maxTTL", func() error { _, err := s.Add(ctx, "u", "n", maxTTL+time.Millisecond); return err }, ErrInvalidArgument},
 			{"Add payload without WithPayloadStorage", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithPayload([]byte("x"))); return err }, ErrInvalidArgument},
-			{"Add with WithLimit", func() error { _, err := s.Add(ctx, "u", "n", time.Second, WithLimit(2)); return err }, ErrInvalidArgument},
 			{"Remove empty owner", func() error { _, err := s.Remove(ctx, "", "m"); return err }, ErrInvalidArgument},
 			{"Remove empty member", func() error { _, err := s.Remove(ctx, "u", "m", ""); return err }, ErrInvalidArgument},
 			{"Contains empty member", func() error { _, err := s.Contains(ctx, "u", ""); return err }, ErrInvalidArgument},

@@ -59,6 +59,7 @@ const killWait = 60 * time.Second
 //     of group "g", with a handler that prints "got <shard> <event ID>" and
 //     then never returns, so the event is never acknowledged.
 //   - waiter: see waiterHelper.
+//   - acker: see helperAcker.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
 //     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
@@ -121,6 +122,8 @@ func helperMain(role string) error {
 		return w.Run(ctx)
 	case "worker":
 		return helperWorker(s)
+	case "acker":
+		return helperAcker(s, say)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {
@@ -732,5 +735,84 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 			t.Errorf("%d calls cut short by a kill, want 2", cut)
 		}
 		t.Logf("%s: %d events handled by billing, %d by email, 1 dead letter; calls %d", b.name, handled["billing"], handled["email"], len(calls))
+	})
+}
+
+// helperAcker is the acker role of TestHelperProcess: Consume as consumer
+// "dying" of group "g" with WithMaxAttempts(1), a handler that takes 5ms and
+// prints "ok <shard> <ID>" as it returns nil; 15ms after the third such
+// return the process SIGKILLs itself, inside the acknowledgement-batching
+// window (100ms, or the read's events all handled).
+func helperAcker(s *Set, say func(string, ...any)) error {
+	vis, err := time.ParseDuration(os.Getenv(helperVis))
+	if err != nil {
+		return err
+	}
+	calls := 0
+	return s.Consume(context.Background(), "g", "dying", func(_ context.Context, e Expiry) error {
+		time.Sleep(5 * time.Millisecond)
+		say("ok %d %s", e.Shard, e.ID)
+		if calls++; calls == 3 {
+			time.AfterFunc(15*time.Millisecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		}
+		return nil
+	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(1), WithReadBatch(10))
+}
+
+// TestKillAfterHandledNotDeadLettered: a consumer process with
+// WithMaxAttempts(1) is SIGKILLed 15ms after its handler returned nil, with
+// acknowledgements of a batch still waiting in it. A consumer of the group
+// in this process then finishes: no event whose handler returned nil is
+// dead-lettered (only one whose call the kill cut short may be), and every
+// event is handled or dead-lettered.
+func TestKillAfterHandledNotDeadLettered(t *testing.T) {
+	redistest.SystemTest(t)
+	noLeaks(t)
+	eachRealBackend(t, func(t *testing.T, b killBackend) {
+		const n = 50
+		const vis = 500 * time.Millisecond
+		ctx := context.Background()
+		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(1), WithExpiryEvents()))
+		seedExpired(t, s, n, 1)
+		time.Sleep(2 * time.Millisecond)
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
+			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
+		}
+		h := startHelper(t, "acker", append(b.env(s), helperVis+"="+vis.String())...)
+		<-h.exited
+		handled := map[string]bool{}
+		for _, l := range h.calls("ok") {
+			f := strings.Fields(l)
+			handled[f[1]+"/"+f[2]] = true
+		}
+		if len(handled) < 3 {
+			t.Fatalf("the helper handled %d events before it died, want 3 or more; stderr:\n%s", len(handled), h.stderr.String())
+		}
+		heir := newHandledBy()
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			return heir.call("heir", e, nil)
+		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(1))
+		waitFor(t, "every event handled or dead-lettered", func() bool { return drained(s) })
+		stop()
+		dead := deadKeys(t, s)
+		for k := range dead {
+			if handled[k] {
+				t.Errorf("%s: its handler returned nil, yet it was dead-lettered", k)
+			}
+		}
+		all := map[string]bool{}
+		for k := range handled {
+			all[k] = true
+		}
+		for _, e := range heir.events() {
+			all[eventKey(e)] = true
+		}
+		for k := range dead {
+			all[k] = true
+		}
+		if len(all) != n {
+			t.Errorf("%d of %d events handled or dead-lettered", len(all), n)
+		}
+		t.Logf("%s: the killed consumer handled %d, the heir %d, %d dead letters (calls the kill cut short)", b.name, len(handled), len(heir.events()), len(dead))
 	})
 }

@@ -12,7 +12,7 @@ import (
 
 // openServerClock opens a set on the server's clock (no WithClock): its
 // Acquire, Add and Extend send the short argument lists of the lean scripts.
-func openServerClock(t *testing.T, b backend, opts ...Option) *Set {
+func openServerClock(t *testing.T, b backend, opts ...OpenOption) *Set {
 	t.Helper()
 	return must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), opts...))
 }

@@ -2,7 +2,7 @@ package expset
 
 import (
 	"fmt"
-	"strings"
+	"log/slog"
 	"time"
 )
 
@@ -13,88 +13,92 @@ const defaultShards = 16
 // inside the range a double holds exactly.
 const maxTTL = 100 * 365 * 24 * time.Hour
 
-// Option configures Open, NewQuota, NewSweeper, Consume, NewCodec, or one
-// Add or Acquire: each option's doc says which. Options apply in order, the later winning where
-// two set one thing. The first invalid option (out of range, or given where
-// it does not apply) fails the call that was given it, with an error matching
-// ErrInvalidArgument that names the option; nothing is written then. The
-// zero Option does nothing.
-type Option struct {
-	name  string // "WithShards", for errors
-	where scope  // the calls it applies to
-	apply func(*options) error
+// The options of each call have a type of their own, so that the compiler
+// rejects an option given to a call that does not read it
+// (NewCodec(Twitter, WithShards(4)) does not compile). Each type is an
+// interface whose methods are unexported: only this package makes options.
+// An option that serves two calls satisfies both their types (LoopOption,
+// WriteOption). Options apply in order, the later winning where two set one
+// thing. The first invalid one (out of range, or missing the option it
+// needs) fails the call it was given to, with an error matching
+// ErrInvalidArgument that names the option; nothing is written then. A nil
+// option does nothing.
+
+// OpenOption configures Open: WithShards, WithClock, WithExpiryEvents,
+// WithPayloadStorage, WithSweepIndex, WithConsumerGroups,
+// WithRecordedConfiguration, WithHooks, WithLogger.
+type OpenOption interface{ applyOpen(*setConfig) error }
+
+// QuotaOption configures NewQuota: WithEvictOldest, WithEvictionReceiptTTL,
+// WithRefreshOnReacquire.
+type QuotaOption interface{ applyQuota(*Quota) error }
+
+// SweeperOption configures NewSweeper: WithLeaseTTL, WithPollInterval,
+// WithOwnersPerBatch, WithMembersPerBatch, WithEventRetention.
+type SweeperOption interface{ applySweeper(*sweeperConfig) error }
+
+// ConsumeOption configures Set.Consume: WithLeaseTTL, WithPollInterval,
+// WithMaxAttempts, WithReadBatch, WithMaxHandlingTime.
+type ConsumeOption interface{ applyConsume(*consumeConfig) error }
+
+// CodecOption configures NewCodec: KeepTimeSeq, KeepTimeSeq52.
+type CodecOption interface{ applyCodec(*Codec) error }
+
+// AddOption configures one Set.Add: WithPayload.
+type AddOption interface{ applyAdd(*callConfig) error }
+
+// AcquireOption configures one Quota.Acquire, Quota.AcquireWait or request
+// of Quota.AcquireMany: WithPayload, WithLimit.
+type AcquireOption interface{ applyAcquire(*callConfig) error }
+
+// LoopOption configures both background loops, NewSweeper's and
+// Set.Consume's: WithLeaseTTL, WithPollInterval.
+type LoopOption interface {
+	SweeperOption
+	ConsumeOption
 }
 
-// scope is the set of calls an Option applies to: one bit per call.
-type scope uint8
+// WriteOption configures both writes, Set.Add and Quota.Acquire:
+// WithPayload.
+type WriteOption interface {
+	AddOption
+	AcquireOption
+}
 
-const (
-	inOpen scope = 1 << iota
-	inQuota
-	inSweeper
-	inConsume
-	inCodec
-	inAdd
-	inAcquire // Quota.Acquire, AcquireWait and AcquireMany's requests
+type (
+	openOption    func(*setConfig) error
+	quotaOption   func(*Quota) error
+	sweeperOption func(*sweeperConfig) error
+	consumeOption func(*consumeConfig) error
+	codecOption   func(*Codec) error
+	acquireOption func(*callConfig) error
+	writeOption   func(*callConfig) error
+	loopOption    struct {
+		sweeper func(*sweeperConfig) error
+		consume func(*consumeConfig) error
+	}
 )
 
-var scopeNames = [...]string{"Open", "NewQuota", "NewSweeper", "Set.Consume", "NewCodec", "Set.Add", "Quota.Acquire"}
+func (f openOption) applyOpen(c *setConfig) error           { return f(c) }
+func (f quotaOption) applyQuota(q *Quota) error             { return f(q) }
+func (f sweeperOption) applySweeper(c *sweeperConfig) error { return f(c) }
+func (f consumeOption) applyConsume(c *consumeConfig) error { return f(c) }
+func (f codecOption) applyCodec(c *Codec) error             { return f(c) }
+func (f acquireOption) applyAcquire(c *callConfig) error    { return f(c) }
+func (f writeOption) applyAdd(c *callConfig) error          { return f(c) }
+func (f writeOption) applyAcquire(c *callConfig) error      { return f(c) }
+func (o loopOption) applySweeper(c *sweeperConfig) error    { return o.sweeper(c) }
+func (o loopOption) applyConsume(c *consumeConfig) error    { return o.consume(c) }
 
-func (w scope) String() string {
-	var names []string
-	for i, n := range scopeNames {
-		if w&(1<<i) != 0 {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 0 {
-		return "?"
-	}
-	return strings.Join(names, " and ")
-}
-
-// options is what an Option configures: the one config of its scope.
-type options struct {
-	set     *setConfig
-	quota   *Quota
-	sweeper *sweeperConfig
-	consume *consumeConfig
-	codec   *Codec
-	call    *callConfig
-}
-
-func setOption(name string, f func(*setConfig) error) Option {
-	return Option{name, inOpen, func(o *options) error { return f(o.set) }}
-}
-
-func quotaOption(name string, f func(*Quota) error) Option {
-	return Option{name, inQuota, func(o *options) error { return f(o.quota) }}
-}
-
-func sweeperOption(name string, f func(*sweeperConfig) error) Option {
-	return Option{name, inSweeper, func(o *options) error { return f(o.sweeper) }}
-}
-
-func consumeOption(name string, f func(*consumeConfig) error) Option {
-	return Option{name, inConsume, func(o *options) error { return f(o.consume) }}
-}
-
-func codecOption(name string, f func(*Codec) error) Option {
-	return Option{name, inCodec, func(o *options) error { return f(o.codec) }}
-}
-
-// applyOptions applies opts, given to the call where, to o in order, and
-// returns the first error: an invalid option, or one that belongs to
-// another call.
-func applyOptions(where scope, o *options, opts []Option) error {
-	for _, opt := range opts {
-		if opt.apply == nil {
+// applyOptions applies opts to c in order with apply (an option type's
+// method, as OpenOption.applyOpen), skipping nil options, and returns the
+// first error.
+func applyOptions[O any, C any](opts []O, c C, apply func(O, C) error) error {
+	for _, o := range opts {
+		if any(o) == nil {
 			continue
 		}
-		if opt.where&where == 0 {
-			return fmt.Errorf("%w: %s is an option of %s, not of %s", ErrInvalidArgument, opt.name, opt.where, where)
-		}
-		if err := opt.apply(o); err != nil {
+		if err := apply(o, c); err != nil {
 			return err
 		}
 	}
@@ -116,20 +120,20 @@ type setConfig struct {
 	events   bool
 	payloads bool
 	index    bool
-	retain   retention
 	hooks    Hooks
-	groups   []string // WithConsumerGroups
-	recorded bool     // WithRecordedConfiguration
+	logger   *slog.Logger // WithLogger
+	groups   []string     // WithConsumerGroups
+	recorded bool         // WithRecordedConfiguration
 }
 
 // WithShards sets how many shards the owners are spread over (default
-// 16; 1 to 16384). Each shard has its own due index, event
+// 16; 1 to 16384, so 0 is an error). Each shard has its own due index, event
 // stream and sweeper lease, and on Redis Cluster its own slot, so more shards
 // spread sweeping and events over more nodes and processes. The count is
 // recorded in Redis the first time a set is opened: opening it later with
 // another count fails with ErrConfigMismatch.
-func WithShards(n int) Option {
-	return setOption("WithShards", func(c *setConfig) error {
+func WithShards(n int) OpenOption {
+	return openOption(func(c *setConfig) error {
 		c.shards = n
 		return inRange("WithShards", n, 1, maxShards)
 	})
@@ -140,16 +144,16 @@ func WithShards(n int) Option {
 // agreement). Meant for tests and for servers where scripts cannot read TIME;
 // every process using the set should then share one clock. A nil now restores
 // the default.
-func WithClock(now func() time.Time) Option {
-	return setOption("WithClock", func(c *setConfig) error { c.clock = now; return nil })
+func WithClock(now func() time.Time) OpenOption {
+	return openOption(func(c *setConfig) error { c.clock = now; return nil })
 }
 
 // WithExpiryEvents turns every expiry into one durable event on the shard's
 // stream, read with Set.Consume (default off). With it, owner keys carry no
 // key TTL: a Sweeper must run to reclaim expired members and emit their
 // events. The setting is recorded in Redis like WithShards.
-func WithExpiryEvents() Option {
-	return setOption("WithExpiryEvents", func(c *setConfig) error { c.events = true; return nil })
+func WithExpiryEvents() OpenOption {
+	return openOption(func(c *setConfig) error { c.events = true; return nil })
 }
 
 // WithRecordedConfiguration makes Open open the set with the configuration
@@ -157,12 +161,12 @@ func WithExpiryEvents() Option {
 // WithPayloadStorage, WithSweepIndex), for tools and processes that attach
 // to a set they did not create; Open then fails with an error matching
 // ErrNotFound when no set of that name exists. Options given beside it still
-// apply: WithHooks or WithEventRetention, say. A recorded setting given
+// apply: WithHooks or WithLogger, say. A recorded setting given
 // otherwise fails with ErrConfigMismatch. Without it, Open records the
 // options it is given, or checks them against what is recorded, so that a
 // service never runs on a set configured other than it expects.
-func WithRecordedConfiguration() Option {
-	return setOption("WithRecordedConfiguration", func(c *setConfig) error { c.recorded = true; return nil })
+func WithRecordedConfiguration() OpenOption {
+	return openOption(func(c *setConfig) error { c.recorded = true; return nil })
 }
 
 // WithSweepIndex keeps each shard's due index (owner -> earliest deadline)
@@ -181,8 +185,8 @@ func WithRecordedConfiguration() Option {
 // more than an hour are removed twice as fast as owners are filed. An entry
 // dropped this way only costs the sweeper its shortcut to that owner, whose
 // key still expires by its TTL.
-func WithSweepIndex() Option {
-	return setOption("WithSweepIndex", func(c *setConfig) error { c.index = true; return nil })
+func WithSweepIndex() OpenOption {
+	return openOption(func(c *setConfig) error { c.index = true; return nil })
 }
 
 // Event retention defaults (WithEventRetention).
@@ -203,9 +207,10 @@ type retention struct {
 // consumer reads it: events older than maxAge (by their stream ID, the
 // server's clock when the sweeper wrote them; 1s to 100 years) and, past maxLen
 // events in a shard's stream (1 to 2^30), the oldest ones are
-// removed. Default 7 days and 100,000 events per shard. The sweeper trims,
+// removed. Default 7 days and 100,000 events per shard; a zero maxAge or
+// maxLen is an error. The sweeper trims,
 // in the script that writes events,
-// on every sweep of a shard (at least every WithPollInterval while Run runs), so a
+// on every sweep of a shard (at least every safety poll, WithPollInterval, while Run runs), so a
 // stream exceeds the bound only by what was written since the shard's last
 // sweep. An event removed this way was not yet acknowledged by every
 // consumer group that needs it: retention is the one way an expiry event is
@@ -213,10 +218,10 @@ type retention struct {
 // dead-lettered. Each shard counts what retention removed (Stats,
 // ShardStats.Trimmed, the Trimmed of the SweepStats Hooks.OnSweep receives). Dead letters are not trimmed. The
 // retention is not recorded in Redis: every process that sweeps the set
-// should give the same. Applies only to a set WithExpiryEvents (Open fails
-// with ErrInvalidArgument otherwise).
-func WithEventRetention(maxAge time.Duration, maxLen int) Option {
-	return setOption("WithEventRetention", func(c *setConfig) error {
+// should give the same. Applies only to a set WithExpiryEvents (NewSweeper
+// fails with ErrInvalidArgument otherwise).
+func WithEventRetention(maxAge time.Duration, maxLen int) SweeperOption {
+	return sweeperOption(func(c *sweeperConfig) error {
 		switch {
 		case maxAge < time.Second || maxAge > maxTTL:
 			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidArgument, maxAge, maxTTL)
@@ -228,12 +233,20 @@ func WithEventRetention(maxAge time.Duration, maxLen int) Option {
 	})
 }
 
+// WithLogger sets the logger that the default report of the errors the
+// background loops survive writes to (at warning level, rate-limited; see
+// Hooks.OnError, which replaces that report when set). Default, and with a
+// nil l: slog.Default() at the time of each line.
+func WithLogger(l *slog.Logger) OpenOption {
+	return openOption(func(c *setConfig) error { c.logger = l; return nil })
+}
+
 // WithPayloadStorage lets Add and Acquire store a payload with a member
 // (WithPayload), read back with Set.Payload, carried by the member's expiry
 // event and removed with the member (default off, which saves the calls that
 // keep payloads in step). Recorded in Redis like WithShards.
-func WithPayloadStorage() Option {
-	return setOption("WithPayloadStorage", func(c *setConfig) error { c.payloads = true; return nil })
+func WithPayloadStorage() OpenOption {
+	return openOption(func(c *setConfig) error { c.payloads = true; return nil })
 }
 
 // callConfig is what the options of one Add or Acquire set.
@@ -243,24 +256,22 @@ type callConfig struct {
 	limit      int
 }
 
-func callOption(name string, where scope, f func(*callConfig) error) Option {
-	return Option{name, where, func(o *options) error { return f(o.call) }}
-}
-
 // WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at
-// most 1 MiB; the set needs WithPayloadStorage). An upsert without
-// WithPayload keeps any payload the member already has.
-func WithPayload(p []byte) Option {
-	return callOption("WithPayload", inAdd|inAcquire, func(c *callConfig) error {
+// most 1 MiB; the set needs WithPayloadStorage). A nil or empty p stores an
+// empty payload, which Set.Payload reads back as empty, not nil. An upsert
+// without WithPayload (the default) keeps any payload the member already has.
+func WithPayload(p []byte) WriteOption {
+	return writeOption(func(c *callConfig) error {
 		c.payload, c.hasPayload = p, true
 		return nil
 	})
 }
 
 // WithLimit overrides the quota's limit for one Quota.Acquire: a VIP owner
-// allowed more, say (1 to 2^30).
-func WithLimit(n int) Option {
-	return callOption("WithLimit", inAcquire, func(c *callConfig) error {
+// allowed more, say (default the quota's limit; 1 to 2^30, so 0 is an
+// error).
+func WithLimit(n int) AcquireOption {
+	return acquireOption(func(c *callConfig) error {
 		c.limit = n
 		return inRange("WithLimit", n, 1, maxLimit)
 	})
@@ -268,13 +279,13 @@ func WithLimit(n int) Option {
 
 // WithEvictOldest makes Acquire, at the limit, evict the member with the
 // earliest deadline instead of denying ("at most 5 sessions per account; a new
-// login ends the oldest"). Decision.Evicted lists what went, also on a retry
+// login ends the oldest"; default off: Acquire denies at the limit). Decision.Evicted lists what went, also on a retry
 // of the Acquire (see Quota.Acquire and WithEvictionReceiptTTL). An evicted
 // member's payload goes with it. With WithExpiryEvents each evicted member
 // produces one event, like an expiry, with Expiry.Evicted set, its
 // deadline (not reached) and its payload.
-func WithEvictOldest() Option {
-	return quotaOption("WithEvictOldest", func(q *Quota) error { q.evict = true; return nil })
+func WithEvictOldest() QuotaOption {
+	return quotaOption(func(q *Quota) error { q.evict = true; return nil })
 }
 
 // defaultEvictionReceiptTTL is how long a retry of an Acquire that evicted
@@ -283,12 +294,13 @@ const defaultEvictionReceiptTTL = 5 * time.Minute
 
 // WithEvictionReceiptTTL sets how long, after an Acquire evicted members
 // (WithEvictOldest), a retry of it still reports them in Decision.Evicted
-// (default 5 minutes; 1ms to 24h). The receipt is
+// (default 5 minutes; 1ms to 24h, so 0 is an error; it needs
+// WithEvictOldest, and NewQuota fails with ErrInvalidArgument without it). The receipt is
 // a small Redis list in the owner's shard, holding the evicted members,
 // written only by an Acquire that evicts; it expires on its own.
-func WithEvictionReceiptTTL(d time.Duration) Option {
-	return quotaOption("WithEvictionReceiptTTL", func(q *Quota) error {
-		q.receiptTTL = d
+func WithEvictionReceiptTTL(d time.Duration) QuotaOption {
+	return quotaOption(func(q *Quota) error {
+		q.receiptTTL, q.receiptSet = d, true
 		return inRange("WithEvictionReceiptTTL", d, time.Millisecond, 24*time.Hour)
 	})
 }
@@ -298,13 +310,13 @@ func WithEvictionReceiptTTL(d time.Duration) Option {
 // shorter ttl shortens it (use Set.Extend to only ever lengthen). By default a
 // re-acquire keeps the original
 // deadline, so a retried request changes nothing.
-func WithRefreshOnReacquire() Option {
-	return quotaOption("WithRefreshOnReacquire", func(q *Quota) error { q.refresh = true; return nil })
+func WithRefreshOnReacquire() QuotaOption {
+	return quotaOption(func(q *Quota) error { q.refresh = true; return nil })
 }
 
 // WithLeaseTTL sets how long a lease lasts without a renewal, for NewSweeper
 // (a shard's lease; default 10s; 30ms to 1h) and for Set.Consume (a lease on
-// one event; default 30s; 1ms to 24h). Each holder renews its leases about
+// one event; default 30s; 1ms to 24h); 0 is an error for both. Each holder renews its leases about
 // every third of it, so whoever holds a lease keeps it as long as it lives;
 // one that dies, or loses Redis, holds what it leased until this has passed.
 //
@@ -313,34 +325,42 @@ func WithRefreshOnReacquire() Option {
 // WithMaxHandlingTime); an event whose consumer died, or lost Redis, goes to
 // another consumer once this long has passed since the last renewal; an
 // event whose handler failed comes again this long after the failure.
-func WithLeaseTTL(d time.Duration) Option {
-	return Option{"WithLeaseTTL", inSweeper | inConsume, func(o *options) error {
-		if o.sweeper != nil {
-			o.sweeper.leaseTTL = d
+func WithLeaseTTL(d time.Duration) LoopOption {
+	return loopOption{
+		sweeper: func(c *sweeperConfig) error {
+			c.leaseTTL = d
 			return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
-		}
-		o.consume.visibility = d
-		return inRange("WithLeaseTTL", d, time.Millisecond, 24*time.Hour)
-	}}
+		},
+		consume: func(c *consumeConfig) error {
+			c.visibility = d
+			return inRange("WithLeaseTTL", d, time.Millisecond, 24*time.Hour)
+		},
+	}
 }
 
-// WithPollInterval sets the longest an idle loop waits before looking at
-// Redis again (1ms to 1m), for NewSweeper and Set.Consume.
+// WithPollInterval sets the safety poll of the background loops (default
+// 10s; 1ms to 1m, so 0 is an error), for NewSweeper and Set.Consume.
 //
-// Sweeper.Run (default 1s) wakes for the earliest deadline the due indexes
-// show; this cap is how soon it notices an earlier deadline added by another
-// process, and how often it tries to take shards whose lease another sweeper
-// holds. Consume (default 100ms) waits this long after finding every
-// shard's stream empty: its reads do not block in Redis, so this bounds both
-// the idle load (one pipelined read of all shards per interval) and the
-// added delivery latency.
-func WithPollInterval(d time.Duration) Option {
-	return Option{"WithPollInterval", inSweeper | inConsume, func(o *options) error {
-		if o.sweeper != nil {
-			o.sweeper.maxIdle = d
-		} else {
-			o.consume.poll = d
-		}
-		return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
-	}}
+// Neither loop polls to find work: the scripts wake them over pub/sub
+// (sharded on Redis 7.0+ and Cluster). Sweeper.Run sleeps until the
+// earliest deadline of its shards and is woken when a write brings one
+// earlier; Consume sleeps until its shards' streams receive events. A
+// wake-up can be lost (a reconnect, a failover); every re-subscription
+// looks at every shard at once, and the safety poll looks at each shard
+// at least every this long, stretched beyond 16 shards to shards/16 times
+// this, so that the idle cost does not grow with the shard count. It is
+// also how often Sweeper.Run tries to take shards whose lease another
+// sweeper holds. A wake-up lost costs at most this much delay; a wake-up
+// delivered, none.
+func WithPollInterval(d time.Duration) LoopOption {
+	return loopOption{
+		sweeper: func(c *sweeperConfig) error {
+			c.maxIdle = d
+			return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
+		},
+		consume: func(c *consumeConfig) error {
+			c.poll = d
+			return inRange("WithPollInterval", d, time.Millisecond, time.Minute)
+		},
+	}
 }

@@ -22,6 +22,7 @@ type Quota struct {
 	evict      bool
 	refresh    bool
 	receiptTTL time.Duration
+	receiptSet bool // WithEvictionReceiptTTL was given
 }
 
 // Decision is the outcome of Acquire. With a limit of 3 and two live members
@@ -39,9 +40,9 @@ type Decision struct {
 }
 
 // NewQuota returns a quota of limit live members per owner of s (1 to
-// 2^30). Options: WithEvictOldest, WithEvictionReceiptTTL,
-// WithRefreshOnReacquire.
-func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
+// 2^30). Options: WithEvictOldest, WithEvictionReceiptTTL (only with
+// WithEvictOldest), WithRefreshOnReacquire.
+func NewQuota(s *Set, limit int, opts ...QuotaOption) (*Quota, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: NewQuota of a nil Set: open it with Open", ErrInvalidArgument)
 	}
@@ -52,8 +53,11 @@ func NewQuota(s *Set, limit int, opts ...Option) (*Quota, error) {
 		return nil, fmt.Errorf("%w: limit %d (want 1 to %d)", ErrInvalidArgument, limit, maxLimit)
 	}
 	q := &Quota{set: s, limit: limit, receiptTTL: defaultEvictionReceiptTTL}
-	if err := applyOptions(inQuota, &options{quota: q}, opts); err != nil {
+	if err := applyOptions(opts, q, QuotaOption.applyQuota); err != nil {
 		return nil, err
+	}
+	if q.receiptSet && !q.evict {
+		return nil, fmt.Errorf("%w: WithEvictionReceiptTTL needs WithEvictOldest: receipts record evictions; give both, or drop WithEvictionReceiptTTL", ErrInvalidArgument)
 	}
 	return q, nil
 }
@@ -92,7 +96,7 @@ func (q *Quota) opened() error {
 // lowered far below the live count), Acquire evicts as many as it may,
 // reports them in Evicted, and denies with RetryAfter 0; calling it again
 // continues.
-func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (Decision, error) {
+func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Duration, opts ...AcquireOption) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
 		return Decision{}, err
@@ -128,7 +132,7 @@ type acquireCall struct {
 }
 
 // prepare validates one Acquire and builds its script call; it sends nothing.
-func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) (acquireCall, error) {
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []AcquireOption) (acquireCall, error) {
 	if err := q.opened(); err != nil {
 		return acquireCall{}, err
 	}
@@ -140,7 +144,7 @@ func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []Option) 
 	if err != nil {
 		return acquireCall{}, err
 	}
-	c, err := s.callOptions(inAcquire, opts)
+	c, err := callOptions(s, opts, AcquireOption.applyAcquire)
 	if err != nil {
 		return acquireCall{}, err
 	}
@@ -264,7 +268,7 @@ type AcquireRequest struct {
 	Owner   string
 	Member  string
 	TTL     time.Duration
-	Options []Option
+	Options []AcquireOption
 }
 
 // BatchError reports the requests of a batch that failed in Redis. Errs has

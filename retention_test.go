@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,14 +31,14 @@ func TestEventRetentionMaxLen(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hooked int
-		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithEventRetention(time.Hour, 5),
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(),
 			WithHooks(Hooks{OnSweep: func(_ context.Context, ci CallInfo, si SweepStats) { hooked += si.Trimmed }}))
 		ctx := context.Background()
 		for i := range 12 {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))
 		}
 		clk.Advance(time.Second)
-		st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5)).SweepOnce(ctx))
 		if st.Expired != 12 || st.Trimmed != 7 || hooked != 7 {
 			t.Fatalf("sweep: %+v, hooks saw %d trimmed; want 12 expired, 7 trimmed", st, hooked)
 		}
@@ -53,7 +54,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 		}
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Millisecond))
 		clk.Advance(time.Second)
-		st = must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		st = must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5)).SweepOnce(ctx))
 		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].events).Val() != 5 {
 			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].events).Val())
 		}
@@ -66,7 +67,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 func TestEventRetentionMaxAge(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, _ := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithEventRetention(time.Hour, 1000))
+		s, _ := newTestSet(t, b, WithShards(3), WithExpiryEvents())
 		ctx := context.Background()
 		server := must[time.Time](t)(b.rdb.Time(ctx).Result())
 		for i, sk := range s.shards {
@@ -77,7 +78,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 				}
 			}
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithEventRetention(time.Hour, 1000)))
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {
@@ -89,28 +90,99 @@ func TestEventRetentionMaxAge(t *testing.T) {
 }
 
 // TestEventRetentionOptions: out-of-range bounds, or retention on a set
-// without events, fail Open with ErrInvalidArgument, writing nothing.
+// without events, fail NewSweeper with ErrInvalidArgument, writing nothing.
 func TestEventRetentionOptions(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	defer rdb.Close()
+	ctx := context.Background()
+	events := must[*Set](t)(Open(ctx, rdb, "retention", WithExpiryEvents()))
+	index := must[*Set](t)(Open(ctx, rdb, "retention-index", WithSweepIndex()))
+	before := snapshot(t, rdb, "retention")
 	for _, c := range []struct {
-		opts []Option
+		s   *Set
+		opt SweeperOption
 	}{
-		{[]Option{WithExpiryEvents(), WithEventRetention(999*time.Millisecond, 10)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(maxTTL+time.Millisecond, 10)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, 0)}},
-		{[]Option{WithExpiryEvents(), WithEventRetention(time.Hour, maxEventMaxLen+1)}},
-		{[]Option{WithEventRetention(time.Hour, 10)}},
+		{events, WithEventRetention(999*time.Millisecond, 10)},
+		{events, WithEventRetention(maxTTL+time.Millisecond, 10)},
+		{events, WithEventRetention(time.Hour, 0)},
+		{events, WithEventRetention(time.Hour, maxEventMaxLen+1)},
+		{index, WithEventRetention(time.Hour, 10)},
 	} {
-		if _, err := Open(context.Background(), rdb, "retention", c.opts...); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("New with %d options: %v, want ErrInvalidArgument", len(c.opts), err)
+		if _, err := NewSweeper(c.s, c.opt); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "WithEventRetention") {
+			t.Errorf("NewSweeper(%s): %v, want ErrInvalidArgument naming WithEventRetention", c.s.Name(), err)
 		}
 	}
-	if keys := setKeys(t, rdb, "retention"); len(keys) != 0 {
-		t.Fatalf("rejected Open wrote %v", keys)
+	if after := snapshot(t, rdb, "retention"); !maps.Equal(after, before) {
+		t.Fatalf("rejected NewSweeper wrote: %v, was %v", after, before)
 	}
-	if _, err := Open(context.Background(), rdb, "retention", WithExpiryEvents(), WithEventRetention(time.Second, 1)); err != nil {
+	if _, err := NewSweeper(events, WithEventRetention(time.Second, 1)); err != nil {
 		t.Fatalf("smallest bounds: %v", err)
 	}
+}
+
+// TestRetentionTrimUnderHandlersLeavesNothing: retention trims the events
+// that four handler calls are working on (and those read behind them);
+// two calls then return nil and two fail, and are tried again. No path
+// leaves anything behind: nothing pending, no attempt field in the shard's
+// attempts hash, and no dead letter of a trimmed event (a call that fails
+// on its last attempt may find its event trimmed).
+func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 8
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, n)
+		started := make(chan string, n)
+		release := make(chan struct{})
+		var stops []func()
+		for i := range 4 {
+			fail := i >= 2
+			attempts := WithMaxAttempts(2 - i/3) // c3's failing call is its last: it buries
+			stops = append(stops, consumeInBackground(t, s, "g", "c"+strconv.Itoa(i), func(ctx context.Context, e Expiry) error {
+				if e.Attempt == 1 {
+					started <- eventKey(e)
+					<-release
+				}
+				if fail && e.Attempt == 1 {
+					return errors.New("fails once")
+				}
+				return nil
+			}, WithLeaseTTL(300*time.Millisecond), WithPollInterval(5*time.Millisecond), WithReadBatch(2), attempts))
+		}
+		for range 4 {
+			<-started
+		}
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 1)).SweepOnce(ctx))
+		if st.Trimmed != n-1 {
+			t.Fatalf("trimmed %d, want %d", st.Trimmed, n-1)
+		}
+		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Result())
+		close(release)
+		att := s.shards[0].att
+		waitFor(t, "nothing pending and no attempt field", func() bool {
+			p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result())
+			return p.Count == 0 && b.rdb.HLen(ctx, att).Val() == 0
+		})
+		for _, stop := range stops {
+			stop()
+		}
+		if p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result()); p.Count != 0 {
+			t.Fatalf("%d entries pending: %+v", p.Count, p)
+		}
+		if f := b.rdb.HGetAll(ctx, att).Val(); len(f) != 0 {
+			t.Fatalf("attempt fields left: %v", f)
+		}
+		// A trimmed event is not buried: retention took (and counted) it.
+		d, err := s.DeadLetters(ctx, allShards, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d {
+			if len(kept) != 1 || l.Event.ID != kept[0].ID {
+				t.Errorf("dead letter of a trimmed event: %+v", l)
+			}
+		}
+	})
 }

@@ -42,7 +42,7 @@ func BenchmarkSweep(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			clk := newFakeClock()
-			opts := []Option{WithClock(clk.Now), WithSweepIndex()}
+			opts := []OpenOption{WithClock(clk.Now), WithSweepIndex()}
 			if c.events {
 				opts = append(opts, WithExpiryEvents())
 			}

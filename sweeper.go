@@ -61,34 +61,35 @@ type sweeperConfig struct {
 	maxIdle  time.Duration
 	owners   int
 	members  int
+	retain   retention // WithEventRetention
 }
 
 // WithOwnersPerBatch sets how many due owners one sweep script takes
-// (default 100; 1 to 1000).
-func WithOwnersPerBatch(n int) Option {
-	return sweeperOption("WithOwnersPerBatch", func(c *sweeperConfig) error {
+// (default 100; 1 to 1000, so 0 is an error).
+func WithOwnersPerBatch(n int) SweeperOption {
+	return sweeperOption(func(c *sweeperConfig) error {
 		c.owners = n
 		return inRange("WithOwnersPerBatch", n, 1, maxBatch)
 	})
 }
 
 // WithMembersPerBatch sets the most expired members one sweep script removes
-// (default 1000; 1 to 1000). With expiry events each
+// (default 1000; 1 to 1000, so 0 is an error). With expiry events each
 // one is an XADD, so this bounds how long a script holds Redis.
-func WithMembersPerBatch(n int) Option {
-	return sweeperOption("WithMembersPerBatch", func(c *sweeperConfig) error {
+func WithMembersPerBatch(n int) SweeperOption {
+	return sweeperOption(func(c *sweeperConfig) error {
 		c.members = n
 		return inRange("WithMembersPerBatch", n, 1, maxBatch)
 	})
 }
 
 // NewSweeper returns a sweeper of s. It fails with ErrInvalidArgument for a
-// nil s, an invalid option (the first one), or a set that keeps no due index (opened without WithExpiryEvents or
-// WithSweepIndex).
+// nil s, an invalid option (the first one), a set that keeps no due index (opened without WithExpiryEvents or
+// WithSweepIndex), or WithEventRetention on a set without expiry events.
 // Options: WithLeaseTTL, WithPollInterval, WithOwnersPerBatch,
-// WithMembersPerBatch. Hooks.OnSweep and Hooks.OnError (WithHooks on the
+// WithMembersPerBatch, WithEventRetention. Hooks.OnSweep and Hooks.OnError (WithHooks on the
 // set) report what Run sweeps and the errors it survives.
-func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
+func NewSweeper(s *Set, opts ...SweeperOption) (*Sweeper, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: NewSweeper of a nil Set", ErrInvalidArgument)
 	}
@@ -100,9 +101,13 @@ func NewSweeper(s *Set, opts ...Option) (*Sweeper, error) {
 		maxIdle:  defaultMaxIdle,
 		owners:   defaultOwnersPerBatch,
 		members:  defaultMembersPerBatch,
+		retain:   retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen},
 	}
-	if err := applyOptions(inSweeper, &options{sweeper: &cfg}, opts); err != nil {
+	if err := applyOptions(opts, &cfg, SweeperOption.applySweeper); err != nil {
 		return nil, err
+	}
+	if cfg.retain.set && !s.events {
+		return nil, fmt.Errorf("%w: WithEventRetention applies to a set WithExpiryEvents only: set %q has no events", ErrInvalidArgument, s.name)
 	}
 	if !s.index {
 		return nil, fmt.Errorf("%w: set %q keeps no due index (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrInvalidArgument, s.name)
@@ -190,7 +195,7 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 	}
 	keys := make([]string, 3, nk)
 	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
-	ret := w.set.retain
+	ret := w.cfg.retain
 	args := make([]any, 6, 6+len(owners))
 	args[0], args[1], args[2], args[3], args[4], args[5] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen
 	for _, o := range owners {
@@ -388,8 +393,11 @@ type shardState struct {
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
 // takes every shard whose lease is free, sweeps each when the earliest
-// deadline in its due index comes (looking at least every poll interval,
-// WithPollInterval), refreshes its leases about every third of their TTL, and
+// deadline in its due index comes, and sleeps until then: a write that
+// brings a shard's earliest deadline closer wakes it (pub/sub, one
+// subscription per shard, one for all on a single server), and a safety
+// poll (WithPollInterval) sweeps each shard now and then in case a wake-up
+// was lost. It refreshes its leases about every third of their TTL, and
 // drops a shard at once when its lease is lost. Every poll interval it
 // tries again to take the shards it does not hold, so the shards of a
 // sweeper that died are taken over once its leases lapse.

@@ -115,6 +115,33 @@ func TestRunReportsAWrongTypeShard(t *testing.T) {
 	})
 }
 
+// TestWithLoggerReceivesLoopErrors: with WithLogger, the errors Sweeper.Run
+// survives (no Hooks.OnError) go to that logger at warning level, and none
+// to slog.Default().
+func TestWithLoggerReceivesLoopErrors(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		def := captureSlog(t)
+		logs := &syncBuffer{}
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		ctx := context.Background()
+		must[time.Time](t)(s.Add(ctx, oneOwnerPerShard(s)[0], "m", time.Second))
+		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
+		clk.Advance(2 * time.Second)
+		waitFor(t, "the error logged to the given logger", func() bool {
+			out := logs.String()
+			return strings.Contains(out, "WRONGTYPE") && strings.Contains(out, "level=WARN") && strings.Contains(out, "shard=0")
+		})
+		stop()
+		if out := def.String(); out != "" {
+			t.Errorf("slog.Default() received %q, want nothing", out)
+		}
+	})
+}
+
 // TestRunReportsEveryErrorToTheHook: with Hooks.OnError set, every failed
 // sweep of the broken shard reaches it (op "sweep", the shard, the Redis
 // error, a retry delay that grows while the shard keeps failing), nothing
@@ -308,7 +335,7 @@ func TestSweepWrongTypeKeepsMembers(t *testing.T) {
 	for _, payloads := range []bool{false, true} {
 		t.Run("payloads="+strconv.FormatBool(payloads), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				opts := []Option{WithShards(1), WithExpiryEvents()}
+				opts := []OpenOption{WithShards(1), WithExpiryEvents()}
 				if payloads {
 					opts = append(opts, WithPayloadStorage())
 				}

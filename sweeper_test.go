@@ -128,7 +128,7 @@ func TestSweepStaggered(t *testing.T) {
 		ev := c.ev
 		t.Run(fmt.Sprintf("events=%v/payloads=%v", c.ev, c.payloads), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
-				opts := []Option{WithSweepIndex()}
+				opts := []OpenOption{WithSweepIndex()}
 				if ev {
 					opts = append(opts, WithExpiryEvents())
 				}
@@ -225,10 +225,10 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
-		for _, o := range []Option{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
-			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithShards(2)} {
+		for i, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithEventRetention(time.Hour, 10)} {
 			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
-				t.Errorf("NewSweeper(%s): %v, %v, want ErrInvalidArgument", o.name, w, err)
+				t.Errorf("NewSweeper(option %d): %v, %v, want ErrInvalidArgument", i, w, err)
 			}
 		}
 		if w, err := NewSweeper(nil); !errors.Is(err, ErrInvalidArgument) || w != nil {
@@ -392,7 +392,7 @@ func TestTwoSweepersRace(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
 		seeded := seedStaggered(t, s, 40, 10, 8)
-		opts := []Option{WithPollInterval(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
+		opts := []SweeperOption{WithPollInterval(2 * time.Millisecond), WithLeaseTTL(30 * time.Millisecond), WithOwnersPerBatch(3), WithMembersPerBatch(5)}
 		stop1 := runSweeper(t, newSweeper(t, s, opts...))
 		stop2 := runSweeper(t, newSweeper(t, s, opts...))
 		ctx, cancel := context.WithCancel(context.Background())

@@ -49,7 +49,7 @@ const waitCleanup = 5 * time.Second
 // are Acquire's, with the same errors. Safe for simultaneous use; a Set's
 // waiters share one subscription per shard and one keep-alive goroutine,
 // which stop when the last waiter returns.
-func (q *Quota) AcquireWait(ctx context.Context, owner, member string, ttl time.Duration, opts ...Option) (Decision, error) {
+func (q *Quota) AcquireWait(ctx context.Context, owner, member string, ttl time.Duration, opts ...AcquireOption) (Decision, error) {
 	c, err := q.prepare(owner, member, ttl, opts)
 	if err != nil {
 		return Decision{}, err

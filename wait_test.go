@@ -52,7 +52,7 @@ func checkNoTrace(t *testing.T, b backend, s *Set, owner string) {
 
 // waitAsync runs AcquireWait of member for owner "tenant" in a goroutine;
 // the channel gets its error, or one saying it was not allowed.
-func waitAsync(ctx context.Context, q *Quota, member string, opts ...Option) <-chan error {
+func waitAsync(ctx context.Context, q *Quota, member string, opts ...AcquireOption) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		d, err := q.AcquireWait(ctx, "tenant", member, time.Minute, opts...)

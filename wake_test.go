@@ -14,18 +14,23 @@ import (
 
 // deliveries runs a Sweeper and a Consume of s with opts until the test
 // ends, and returns the members handled so far.
-func deliveries(t *testing.T, s *Set, opts ...Option) func() map[string]bool {
+func deliveries(t *testing.T, s *Set, opts ...LoopOption) func() map[string]bool {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string]bool{}
-	runSweeper(t, newSweeper(t, s, opts...))
+	var wo []SweeperOption
+	var co []ConsumeOption
+	for _, o := range opts {
+		wo, co = append(wo, o), append(co, o)
+	}
+	runSweeper(t, newSweeper(t, s, wo...))
 	background(t, "Consume", func(ctx context.Context) error {
 		return s.Consume(ctx, "g", "c", func(_ context.Context, e Expiry) error {
 			mu.Lock()
 			got[e.Member] = true
 			mu.Unlock()
 			return nil
-		}, opts...)
+		}, co...)
 	})
 	return func() map[string]bool {
 		mu.Lock()

@@ -30,12 +30,12 @@ func BenchmarkConsume(b *testing.B) {
 		var bare float64
 		for _, c := range []struct {
 			name string
-			opts []expset.Option
+			opts []expset.ConsumeOption
 			bare bool
 		}{
 			{"bare-xreadgroup", nil, true},
 			{"consume", nil, false},
-			{"consume-batch100", []expset.Option{expset.WithReadBatch(100)}, false},
+			{"consume-batch100", []expset.ConsumeOption{expset.WithReadBatch(100)}, false},
 		} {
 			b.Run(c.name, func(b *testing.B) {
 				rate := runConsume(b, srv, c.opts, c.bare)
@@ -50,7 +50,7 @@ func BenchmarkConsume(b *testing.B) {
 	})
 }
 
-func runConsume(b *testing.B, srv server, opts []expset.Option, bare bool) float64 {
+func runConsume(b *testing.B, srv server, opts []expset.ConsumeOption, bare bool) float64 {
 	ctx := context.Background()
 	name := "bench-consume-" + uniqueTag()
 	s, err := expset.Open(ctx, srv.rdb, name, expset.WithExpiryEvents())

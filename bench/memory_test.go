@@ -52,7 +52,7 @@ func runMemory(b *testing.B, srv server, perOwner, nOwners int, events bool) {
 	ctx := context.Background()
 	const ttl = time.Hour
 	tag := uniqueTag("mem")
-	var opts []expset.Option
+	var opts []expset.OpenOption
 	if events {
 		opts = append(opts, expset.WithExpiryEvents())
 	}

@@ -51,7 +51,7 @@ type library struct {
 	q    *expset.Quota
 }
 
-func openLibrary(ctx context.Context, rdb redis.UniversalClient, tag string, limit int, opts ...expset.Option) (admitter, error) {
+func openLibrary(ctx context.Context, rdb redis.UniversalClient, tag string, limit int, opts ...expset.OpenOption) (admitter, error) {
 	name := "bench-" + tag
 	s, err := expset.Open(ctx, rdb, name, opts...)
 	if err != nil {

@@ -39,11 +39,11 @@ func BenchmarkSweep(b *testing.B) {
 		due := max(1, int(float64(owners)**sweepDuePct/100))
 		for _, c := range []struct {
 			name string
-			opts []expset.Option
+			opts []expset.OpenOption
 			scan bool
 		}{
-			{"sweeper+events", []expset.Option{expset.WithExpiryEvents()}, false},
-			{"sweeper", []expset.Option{expset.WithSweepIndex()}, false},
+			{"sweeper+events", []expset.OpenOption{expset.WithExpiryEvents()}, false},
+			{"sweeper", []expset.OpenOption{expset.WithSweepIndex()}, false},
 			{"scan", nil, true},
 		} {
 			b.Run(c.name+"/owners="+strconv.Itoa(owners), func(b *testing.B) {

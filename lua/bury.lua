@@ -13,7 +13,8 @@
 --
 -- Only an entry still pending, held by this consumer (so no other handler
 -- call of it can be under way) and with every attempt used is buried: else
--- nothing changes. The dead letter keeps the event's fields (o, m, d, p, r) and
+-- nothing changes. An entry retention trimmed from the stream meanwhile is
+-- only acknowledged, with its attempts cleared. The dead letter keeps the event's fields (o, m, d, p, r) and
 -- adds id, g, c, a and err (see bury in groups.lua).
 -- Reply: 1 when buried, 0 when not.
 local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]
@@ -25,9 +26,11 @@ if used < tonumber(ARGV[4]) then
   return 0
 end
 local e = call('XRANGE', stream, id, id)[1]
-local fields = {}
-if e then
-  fields = e[2]
+if not e then
+  -- Retention trimmed it (and counted it): nothing left to bury.
+  call('XACK', stream, group, id)
+  att_clear(att, id, group)
+  return 0
 end
-bury(stream, dead, att, group, consumer, id, fields, used, ARGV[5])
+bury(stream, dead, att, group, consumer, id, e[2], used, ARGV[5])
 return 1

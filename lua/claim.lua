@@ -40,10 +40,10 @@ for _, e in ipairs(r[2]) do
     out[#out + 1] = {e[1], used, buried, e[2]}
   else
     call('XACK', stream, group, e[1])
-    call('HDEL', att, field)
+    att_clear(att, e[1], group)
   end
 end
 for _, id in ipairs(r[3] or {}) do
-  call('HDEL', att, att_field(id, group))
+  att_clear(att, id, group)
 end
 return out

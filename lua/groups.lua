@@ -4,11 +4,23 @@
 --
 -- Attempts: the shard's attempts hash (KEYS of the script, expset:{name:S}:att)
 -- holds, for each event a handler call of a group has begun and not yet
--- finished for good, the field "<entry ID> <group>" -> handler calls begun.
--- Reading, claiming and releasing an event never touch it.
+-- finished for good, the field "<entry ID> <group>" -> handler calls begun,
+-- and "t <entry ID> <group>" -> the token of the last call begun (so that a
+-- begin the client sent twice counts once; an ID starts with a digit, so
+-- the two kinds of field never meet). Reading, claiming and releasing an
+-- event never touch them.
 
 local function att_field(id, group)
   return id .. ' ' .. group
+end
+
+local function att_token(id, group)
+  return 't ' .. id .. ' ' .. group
+end
+
+-- att_clear deletes the attempts fields of id in group.
+local function att_clear(att, id, group)
+  call('HDEL', att, att_field(id, group), att_token(id, group))
 end
 
 -- pending_of returns the consumer holding id pending in group, and its idle
@@ -19,6 +31,25 @@ local function pending_of(stream, group, id)
     return nil, 0
   end
   return p[2], tonumber(p[3])
+end
+
+-- hold makes consumer hold id, pending in group, with idle time idle (0
+-- when nil) without counting a delivery (XCLAIM ... JUSTID), and reports
+-- whether the entry is still there: Redis drops an entry deleted from the
+-- stream (retention trimmed it) from the pending list when it is claimed,
+-- and then its attempts field goes too, so nothing is left behind.
+local function hold(stream, att, group, consumer, id, idle)
+  local r
+  if idle then
+    r = call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', idle, 'JUSTID')
+  else
+    r = call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+  end
+  if r[1] then
+    return true
+  end
+  att_clear(att, id, group)
+  return false
 end
 
 -- info returns field k of an XINFO reply: a flat list on Redis, a table
@@ -142,6 +173,6 @@ local function bury(stream, dead, att, group, consumer, id, fields, attempts, re
   end
   call('XADD', dead, '*', 'id', id, 'g', group, 'c', consumer, 'a', attempts, 'err', reason, unpack(args))
   call('XACK', stream, group, id)
-  call('HDEL', att, att_field(id, group))
+  att_clear(att, id, group)
   forget(stream, {id}, group)
 end

@@ -8,8 +8,12 @@
 -- ARGV[3]  idle time to give them in ms: the visibility timeout, so that any
 --          consumer's next claim takes them
 -- ARGV[4]  an entry ID whose last attempt is given back (its handler call
---          failed because Consume was stopping), or ""
--- ARGV[5..] entry IDs (at most 1000)
+--          failed because Consume was stopping, or its begin's reply was
+--          lost), or ""
+-- ARGV[5]  the token of that attempt's call: it is given back only if it
+--          is still the last call begun, and only once (a release the client
+--          sent twice refunds once)
+-- ARGV[6..] entry IDs (at most 1000)
 --
 -- Only entries still pending and held by this consumer change: XCLAIM ...
 -- IDLE JUSTID sets their idle time without counting a delivery. No attempt
@@ -17,14 +21,16 @@
 -- Reply: how many entries were released (integer).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local n = 0
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local id = ARGV[i]
-  if pending_of(stream, group, id) == consumer then
-    call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', ARGV[3], 'JUSTID')
+  if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
-      local field = att_field(id, group)
-      if call('HINCRBY', att, field, -1) <= 0 then
-        call('HDEL', att, field)
+      local field, tfield = att_field(id, group), att_token(id, group)
+      if call('HGET', att, tfield) == ARGV[5] then
+        if call('HINCRBY', att, field, -1) <= 0 then
+          call('HDEL', att, field)
+        end
+        call('HDEL', att, tfield)
       end
     end
     n = n + 1

@@ -68,7 +68,7 @@ func runBin(t *testing.T, args ...string) (int, string, string) {
 
 // seeded opens a fresh set on the real test server, with a clock frozen at a
 // known instant so output is predictable, and deletes it afterwards.
-func seeded(t *testing.T, opts ...expset.Option) (url string, rdb *redis.Client, set *expset.Set) {
+func seeded(t *testing.T, opts ...expset.OpenOption) (url string, rdb *redis.Client, set *expset.Set) {
 	t.Helper()
 	addr := redistest.Addr(t)
 	rdb = redis.NewClient(&redis.Options{Addr: addr})
@@ -127,8 +127,12 @@ func TestBinaryInspect(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
 	}
-	if rep.Live != 2 || rep.Expired != 1 || len(rep.Members) != 3 || !rep.Members[0].Expired || rep.Members[0].ID != "stale" {
+	if rep.Live != 2 || rep.Expired != 1 || len(rep.Members) != 3 || !rep.Members[0].Expired || rep.Members[0].Member != "stale" {
 		t.Fatalf("--json report %+v", rep)
+	}
+	// A member is "member" in every JSON output, as in events tail and dead.
+	if !strings.Contains(out, `"member": "stale"`) || strings.Contains(out, `"id"`) {
+		t.Errorf("--json names a member other than \"member\":\n%s", out)
 	}
 
 	code, _, errs = runBin(t, "inspect", "--redis", url, "no-such-set", "u")

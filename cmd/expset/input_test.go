@@ -45,14 +45,14 @@ func TestBinaryJSONKeepsBytes(t *testing.T) {
 		OwnerB64 string `json:"owner_base64"`
 		KeyB64   string `json:"key_base64"`
 		Members  []struct {
-			IDB64 string `json:"id_base64"`
+			MemberB64 string `json:"member_base64"`
 		} `json:"members"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("inspect --json: %v\n%s", err, out)
 	}
 	if rep.OwnerB64 != b64(owner) || rep.KeyB64 != b64(set.OwnerKey(owner)) || len(rep.Members) != 2 ||
-		rep.Members[0].IDB64 != b64(member) || rep.Members[1].IDB64 != b64(live) {
+		rep.Members[0].MemberB64 != b64(member) || rep.Members[1].MemberB64 != b64(live) {
 		t.Errorf("inspect --json lost bytes:\n%s", out)
 	}
 	code, out, _ = runBin(t, "inspect", "--redis", url, set.Name(), owner)

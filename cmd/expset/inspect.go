@@ -25,11 +25,11 @@ type inspectReport struct {
 }
 
 type inspectMember struct {
-	ID       string    `json:"id"`
-	IDB64    string    `json:"id_base64,omitempty"` // the exact bytes, when they are not UTF-8
-	Deadline time.Time `json:"deadline"`
-	LeftMS   int64     `json:"left_ms"`
-	Expired  bool      `json:"expired"`
+	Member    string    `json:"member"`
+	MemberB64 string    `json:"member_base64,omitempty"` // the exact bytes, when they are not UTF-8
+	Deadline  time.Time `json:"deadline"`
+	LeftMS    int64     `json:"left_ms"`
+	Expired   bool      `json:"expired"`
 }
 
 func (a *app) inspectCmd() *cobra.Command {
@@ -90,9 +90,9 @@ func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON
 	rep := inspectReport{Set: name, Owner: owner, OwnerB64: exact(owner), Shard: set.ShardOf(owner), Key: key, KeyB64: exact(key),
 		Now: now.UTC().Truncate(time.Millisecond), Members: []inspectMember{}}
 	for _, z := range zs {
-		id, _ := z.Member.(string)
+		member, _ := z.Member.(string)
 		d := time.UnixMilli(int64(z.Score)).UTC()
-		m := inspectMember{ID: id, IDB64: exact(id), Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
+		m := inspectMember{Member: member, MemberB64: exact(member), Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
 		if m.Expired {
 			rep.Expired++
 		} else {
@@ -118,7 +118,7 @@ func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON
 		if m.Expired {
 			state = "expired, not yet swept"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", printable(m.ID), m.Deadline.Format("2006-01-02T15:04:05.000Z"), time.Duration(m.LeftMS)*time.Millisecond, state)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", printable(m.Member), m.Deadline.Format("2006-01-02T15:04:05.000Z"), time.Duration(m.LeftMS)*time.Millisecond, state)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -7,6 +7,7 @@
 //	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
+//	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
 //	expset version
 //
 // Flags may come before or after the arguments ("--" ends them). Run "expset
@@ -60,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(root, stderr)
 		return 2
 	}
-	args = legacyEvents(args, stderr)
+	args = verbFirst(args)
 	root.SetArgs(args)
 	started := false
 	root.PersistentPreRun = func(*cobra.Command, []string) { started = true }
@@ -119,7 +120,7 @@ func (a *app) rootCmd() *cobra.Command {
 		c.SetOut(a.stderr) // a command's help goes with its diagnostics
 		defaultHelp(c, args)
 	})
-	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.versionCmd())
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.webCmd(), a.versionCmd())
 	indentExamples(root)
 	return root
 }
@@ -170,42 +171,30 @@ func args(names string) cobra.PositionalArgs {
 // eventsVerbs are the subcommands of "expset events".
 var eventsVerbs = []string{"tail", "dead", "kick", "drop"}
 
-// legacyEvents moves the verb of "expset events" right after "events", so
-// that flags may also come before it (cobra finds a subcommand before it
-// knows the subcommand's flags). A verb after NAME is the order of earlier
-// versions ("events NAME tail"): it is moved too, with a note on stderr, so
-// scripts written for them keep working.
-func legacyEvents(args []string, stderr io.Writer) []string {
+// verbFirst moves the verb of "expset events" right after "events", so that
+// flags may also come before it (cobra finds a subcommand before it knows
+// the subcommand's flags): "events --json dead NAME" is "events dead --json
+// NAME". The verb is the first argument that is not a flag or a flag's value.
+func verbFirst(args []string) []string {
 	if len(args) < 2 || args[0] != "events" {
 		return args
 	}
-	var pos []int // indexes of the first two positional arguments
-	for i := 1; i < len(args) && len(pos) < 2; i++ {
+	for i := 1; i < len(args); i++ {
 		a := args[i]
 		switch {
 		case a == "--":
-			i = len(args)
+			return args
 		case strings.HasPrefix(a, "-"):
 			flag := strings.TrimLeft(a, "-")
 			if !strings.Contains(flag, "=") && slices.Contains([]string{"redis", "limit", "shard"}, flag) {
 				i++ // the flag's value
 			}
+		case i == 1 || !slices.Contains(eventsVerbs, a):
+			return args
 		default:
-			pos = append(pos, i)
+			out := append([]string{"events", a}, args[1:i]...)
+			return append(out, args[i+1:]...)
 		}
 	}
-	verb := -1
-	switch {
-	case len(pos) > 0 && slices.Contains(eventsVerbs, args[pos[0]]):
-		verb = pos[0]
-	case len(pos) > 1 && slices.Contains(eventsVerbs, args[pos[1]]):
-		verb = pos[1]
-		fmt.Fprintf(stderr, "expset events: NAME before the verb is the old order: type 'expset events %s %s ...'\n",
-			args[verb], args[pos[0]])
-	}
-	if verb <= 1 {
-		return args
-	}
-	out := append([]string{"events", args[verb]}, args[1:verb]...)
-	return append(out, args[verb+1:]...)
+	return args
 }

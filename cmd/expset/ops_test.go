@@ -457,7 +457,7 @@ func TestBinarySweepRetention(t *testing.T) {
 func TestBinarySweepRun(t *testing.T) {
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	addExpired(t, set, rdb, "a", "b", "c")
-	r := startBin(t, "sweep", "--redis", url, "--progress", "50ms", "--max-idle", "50ms", set.Name())
+	r := startBin(t, "sweep", "--redis", url, "--progress", "50ms", "--poll-interval", "50ms", set.Name())
 	r.line("until interrupted")
 	if l := r.line("swept 3 members"); !strings.Contains(l, "/s, lag ") {
 		t.Errorf("progress line %q", l)
@@ -603,8 +603,7 @@ func TestBinaryEventsDead(t *testing.T) {
 		{[]string{set.Name(), "peek"}, 2, `unknown verb "`},
 		{nil, 2, "want a verb: tail, dead, kick or drop"},
 		{[]string{"dead", "no-such-set"}, 3, "no set"},
-		// The order of earlier versions, NAME before the verb, still works.
-		{[]string{set.Name(), "kick", "bogus"}, 2, "not a dead letter's ID"},
+		{[]string{set.Name(), "kick", "bogus"}, 2, `unknown verb "`},
 	} {
 		code, _, errs := runBin(t, append([]string{"events", "--redis", url}, tc.args...)...)
 		if code != tc.code || !strings.Contains(errs, tc.want) {

@@ -96,7 +96,7 @@ func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
 func (a *app) sweepCmd() *cobra.Command {
 	var o sweepOpts
 	cmd := &cobra.Command{
-		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--max-idle 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
+		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--poll-interval 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
 		Short: "run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary",
 		Example: "expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n" +
 			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C",
@@ -112,10 +112,10 @@ func (a *app) sweepCmd() *cobra.Command {
 	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON (progress lines then go to stderr)")
 	f.BoolVar(&o.once, "once", false, "sweep every shard whose lease is free once (SweepOnce), then exit")
 	f.DurationVar(&o.every, "progress", time.Second, "print a progress line this often while members are swept")
-	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a shard's lease lasts without a refresh")
-	f.DurationVar(&o.maxIdle, "max-idle", time.Second, "the longest the sweeper waits before looking at its shards again")
-	f.IntVar(&o.owners, "owners-per-batch", 100, "due owners one sweep script takes")
-	f.IntVar(&o.members, "members-per-batch", 1000, "expired members one sweep script removes at most")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a shard's lease lasts without a refresh (WithLeaseTTL)")
+	f.DurationVar(&o.poll, "poll-interval", time.Second, "the longest the sweeper waits before looking at its shards again (WithPollInterval)")
+	f.IntVar(&o.owners, "owners-per-batch", 100, "due owners one sweep script takes (WithOwnersPerBatch)")
+	f.IntVar(&o.members, "members-per-batch", 1000, "expired members one sweep script removes at most (WithMembersPerBatch)")
 	f.DurationVar(&o.retainAge, "retain-age", 7*24*time.Hour, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
 	f.IntVar(&o.retainLen, "retain-len", 100000, "with expiry events: events a shard's stream keeps at most")
 	return cmd
@@ -123,12 +123,12 @@ func (a *app) sweepCmd() *cobra.Command {
 
 // sweepOpts are the flags of "expset sweep".
 type sweepOpts struct {
-	asJSON, once      bool
-	every             time.Duration
-	leaseTTL, maxIdle time.Duration
-	owners, members   int
-	retainAge         time.Duration
-	retainLen         int
+	asJSON, once    bool
+	every           time.Duration
+	leaseTTL, poll  time.Duration
+	owners, members int
+	retainAge       time.Duration
+	retainLen       int
 }
 
 func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
@@ -147,13 +147,9 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	if err != nil {
 		return noSet(err, name, c)
 	}
-	setOpts := []expset.Option{expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.CallInfo, _ time.Duration) {
+	set, err := openExisting(ctx, c, name, expset.WithHooks(expset.Hooks{OnSweep: prog.onSweep, OnError: func(_ context.Context, ei expset.CallInfo, _ time.Duration) {
 		fmt.Fprintf(stderr, "%s expset sweep: %v\n", time.Now().UTC().Format("15:04:05"), ei.Err)
-	}})}
-	if cfg.Events {
-		setOpts = append(setOpts, expset.WithEventRetention(o.retainAge, o.retainLen))
-	}
-	set, err := openExisting(ctx, c, name, setOpts...)
+	}}))
 	if errors.Is(err, expset.ErrInvalidArgument) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -162,9 +158,12 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 	}
 
 	var total expset.SweepStats
-	opts := []expset.Option{
-		expset.WithLeaseTTL(o.leaseTTL), expset.WithPollInterval(o.maxIdle),
+	opts := []expset.SweeperOption{
+		expset.WithLeaseTTL(o.leaseTTL), expset.WithPollInterval(o.poll),
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
+	}
+	if cfg.Events {
+		opts = append(opts, expset.WithEventRetention(o.retainAge, o.retainLen))
 	}
 	w, err := expset.NewSweeper(set, opts...)
 	if errors.Is(err, expset.ErrInvalidArgument) {

@@ -35,7 +35,7 @@ func exact(s string) string {
 // openExisting opens the set name recorded in Redis, telling a set that is
 // not there apart from other failures (the library's ErrNotFound says
 // "member not found", which is not what happened).
-func openExisting(ctx context.Context, c *conn, name string, opts ...expset.Option) (*expset.Set, error) {
+func openExisting(ctx context.Context, c *conn, name string, opts ...expset.OpenOption) (*expset.Set, error) {
 	set, err := expset.Open(ctx, c.rdb, name, append(opts, expset.WithRecordedConfiguration())...)
 	return set, noSet(err, name, c)
 }

@@ -17,7 +17,7 @@ const consumeGroup = "bench"
 // instructions per event handled, reads, begins, acknowledgements and the
 // consumer's shutdown included. groups are declared besides consumeGroup
 // (none consume: each event then stays until they do).
-func consumeWorkload(name, what string, groups []string, opts ...expset.Option) workload {
+func consumeWorkload(name, what string, groups []string, opts ...expset.ConsumeOption) workload {
 	return workload{name: "consume/" + name, unit: "event", vs: "consume/bare", what: what,
 		prep: func(ctx context.Context, e *env) (job, error) {
 			s, n, err := seedEvents(ctx, e, groups)
@@ -67,7 +67,7 @@ func bareConsumeWorkload() workload {
 // e.n owners one expired member each and sweeps them into events; it
 // returns the set and the number of events.
 func seedEvents(ctx context.Context, e *env, groups []string) (*expset.Set, int, error) {
-	opts := []expset.Option{expset.WithExpiryEvents()}
+	opts := []expset.OpenOption{expset.WithExpiryEvents()}
 	if len(groups) > 0 {
 		opts = append(opts, expset.WithConsumerGroups(append([]string{consumeGroup}, groups...)...))
 	}

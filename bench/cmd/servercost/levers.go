@@ -171,7 +171,7 @@ func leverPrep(libraries map[string]string, st leverState, call leverCall, packe
 				return job{}, fmt.Errorf("FUNCTION LOAD: %w", err)
 			}
 		}
-		var opts []expset.Option
+		var opts []expset.OpenOption
 		if events {
 			opts = append(opts, expset.WithExpiryEvents())
 		}

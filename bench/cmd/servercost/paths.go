@@ -17,9 +17,9 @@ var seedNames = []string{"order-s0", "order-s1", "order-s2"}
 type acquirePath struct {
 	name, what string
 	vs         string
-	setOpts    []expset.Option
-	quotaOpts  []expset.Option
-	callOpts   []expset.Option
+	setOpts    []expset.OpenOption
+	quotaOpts  []expset.QuotaOption
+	callOpts   []expset.AcquireOption
 	held       int
 	retry      bool
 	want       func(d expset.Decision) bool
@@ -37,16 +37,16 @@ var acquirePaths = []acquirePath{
 	{name: "denied", what: "denied at the limit, with RetryAfter", vs: "straightforward/denied", held: 3,
 		want: func(d expset.Decision) bool { return !d.Allowed && d.RetryAfter > 0 }},
 	{name: "evict", what: "WithEvictOldest at the limit: 1 evicted", vs: "straightforward/live", held: 3,
-		quotaOpts: []expset.Option{expset.WithEvictOldest()},
+		quotaOpts: []expset.QuotaOption{expset.WithEvictOldest()},
 		want:      func(d expset.Decision) bool { return d.Allowed && len(d.Evicted) == 1 }},
 	{name: "payload", what: "WithPayloads set, 32-byte WithPayload, 1 live member", vs: "straightforward/live", held: 1,
-		setOpts: []expset.Option{expset.WithPayloadStorage()}, callOpts: []expset.Option{expset.WithPayload(payload)}, want: allowedNew},
+		setOpts: []expset.OpenOption{expset.WithPayloadStorage()}, callOpts: []expset.AcquireOption{expset.WithPayload(payload)}, want: allowedNew},
 	{name: "events", what: "WithExpiryEvents set, 1 live member", vs: "straightforward/live", held: 1,
-		setOpts: []expset.Option{expset.WithExpiryEvents()}, want: allowedNew},
+		setOpts: []expset.OpenOption{expset.WithExpiryEvents()}, want: allowedNew},
 	{name: "events-fresh", what: "WithExpiryEvents set, the owner's first member (due-index write)", vs: "straightforward/fresh",
-		setOpts: []expset.Option{expset.WithExpiryEvents()}, want: allowedNew},
+		setOpts: []expset.OpenOption{expset.WithExpiryEvents()}, want: allowedNew},
 	{name: "clock", what: "WithClock (no TIME), 1 live member", vs: "straightforward/live", held: 1,
-		setOpts: []expset.Option{expset.WithClock(time.Now)}, want: allowedNew},
+		setOpts: []expset.OpenOption{expset.WithClock(time.Now)}, want: allowedNew},
 }
 
 func (p acquirePath) workload() workload {
@@ -183,7 +183,7 @@ func acquireManyWorkload() workload {
 // sweepWorkload is one Sweeper.SweepOnce over a set whose owners each hold
 // per expired members (deadline 1s ago): instructions per member reclaimed,
 // the lease and index reads included.
-func sweepWorkload(name, set string, per int, opts ...expset.Option) workload {
+func sweepWorkload(name, set string, per int, opts ...expset.OpenOption) workload {
 	return workload{name: "sweep/" + name, unit: "member", what: fmt.Sprintf("Sweeper.SweepOnce, %s, %d expired per owner", set, per),
 		prep: func(ctx context.Context, e *env) (job, error) {
 			s, err := expset.Open(ctx, e.rdb, setName, opts...)

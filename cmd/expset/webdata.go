@@ -1,0 +1,796 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/expset/expset"
+	"github.com/redis/go-redis/v9"
+)
+
+// What "expset web" reads, and how much at most. Every read is bounded: a
+// page of dead letters reads the streams in steps of webScanBatch entries
+// from an exclusive start (deadscan.lua: XRANGE with COUNT, the filter
+// applied in Redis), counts them all with XLEN, and counts those a filter
+// selects in the same pass as its first page, stopping after
+// webCountBudget entries.
+const (
+	webPageSize      = 50               // dead letters or members on one page
+	webScanBatch     = 1000             // stream entries one deadscan.lua reads (a few ms of the server)
+	webPageBudget    = 100000           // entries a page reads before it offers to go on
+	webCountBudget   = 1000000          // entries a filtered count reads before it says "at least"
+	webCountKept     = 15 * time.Second // how long a filtered count serves the next pages
+	webActionBatch   = 500              // dead letters kicked or deleted by one library call
+	webOwnersShown   = 20               // owners listed on a set's page
+	webSampleEvery   = 2 * time.Second
+	webSamplesKept   = 150 // five minutes of samples
+	webMaxFilterText = 1024
+	webLagCount      = 1000 // entries counted per shard and group where Redis cannot tell the lag
+)
+
+// webSet is one set the page shows, opened once at start.
+type webSet struct {
+	name   string
+	set    *expset.Set
+	cfg    expset.Configuration
+	events []string // per shard: the expiry event stream's key
+	dead   []string // per shard: the dead-letter stream's key
+	rates  rates
+	counts countCache
+}
+
+// openWebSet opens the recorded set name and learns its stream keys.
+func openWebSet(ctx context.Context, c *conn, name string) (*webSet, error) {
+	set, err := openExisting(ctx, c, name)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := expset.ReadConfiguration(ctx, c.rdb, name)
+	if err != nil {
+		return nil, noSet(err, name, c)
+	}
+	st, err := set.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &webSet{name: name, set: set, cfg: cfg}
+	for _, s := range st {
+		w.events = append(w.events, s.EventsKey)
+		w.dead = append(w.dead, s.DeadLettersKey)
+	}
+	return w, nil
+}
+
+// payloadKey is the key of owner's payload hash (the key layout in keys.go
+// of the library: the owner key with p: in place of o:).
+func (w *webSet) payloadKey(owner string) string {
+	return fmt.Sprintf("expset:{%s:%d}:p:%s", w.name, w.set.ShardOf(owner), owner)
+}
+
+// discoverSets lists the names of the sets recorded in Redis (their meta
+// keys), on every master of a cluster. It scans the whole keyspace once.
+func discoverSets(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+	var (
+		mu    sync.Mutex
+		names []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, "expset:{*}:meta", 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			name := strings.TrimSuffix(strings.TrimPrefix(k, "expset:{"), "}:meta")
+			if name != k && !strings.ContainsAny(name, "{}") {
+				mu.Lock()
+				names = append(names, name)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	sort.Strings(names)
+	return names, err
+}
+
+// noKey reports whether err is Redis saying a stream is not there (XINFO of
+// a missing key).
+func noKey(err error) bool {
+	return redis.HasErrorPrefix(err, "no such key")
+}
+
+// groupRow is one consumer group over all shards of a set.
+type groupRow struct {
+	Name      string
+	Pending   int64
+	Lag       int64 // entries not yet delivered to the group, over the shards
+	LagMore   bool  // a shard had more than webLagCount undelivered: Lag counts that many of it
+	Shards    int   // shards whose stream has the group
+	Consumers []consumerRow
+}
+
+// consumerRow is one consumer of a group over all shards.
+type consumerRow struct {
+	Name    string
+	Pending int64
+	Idle    time.Duration // since its last read or claim, on the shard it touched last
+}
+
+// counters are cumulative counts read from the streams: events ever added
+// (expiries), entries ever read by the groups (first deliveries to a
+// handler) and dead letters ever added (handlers given up on).
+type counters struct {
+	At        time.Time
+	Expiries  int64
+	Delivered int64
+	Buried    int64
+	Known     bool // the server reports entries-added (Redis 7.0 and later; not miniredis)
+}
+
+// readGroups reads every shard's consumer groups and the stream counters
+// (XINFO GROUPS and XINFO STREAM: one pipelined round trip) and, with
+// detail, the groups' consumers and the lag Redis cannot tell (XINFO
+// CONSUMERS, XRANGE of at most webLagCount+1 entries: one more).
+func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, detail bool) ([]groupRow, counters, error) {
+	cnt := counters{At: time.Now(), Known: true}
+	if !w.cfg.Events {
+		cnt.Known = false
+		return nil, cnt, nil
+	}
+	pipe := rdb.Pipeline()
+	groups := make([]*redis.XInfoGroupsCmd, len(w.events))
+	evInfo := make([]*redis.XInfoStreamCmd, len(w.events))
+	deadInfo := make([]*redis.XInfoStreamCmd, len(w.events))
+	for i := range w.events {
+		groups[i] = pipe.XInfoGroups(ctx, w.events[i])
+		evInfo[i] = pipe.XInfoStream(ctx, w.events[i])
+		deadInfo[i] = pipe.XInfoStream(ctx, w.dead[i])
+	}
+	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
+	byName := map[string]*groupRow{}
+	type gc struct {
+		row  *groupRow
+		cmds *redis.XInfoConsumersCmd
+		lag  *redis.XMessageSliceCmd // where Redis cannot tell the lag
+	}
+	var cons []gc
+	pipe = rdb.Pipeline()
+	for i := range w.events {
+		for _, c := range []*redis.XInfoStreamCmd{evInfo[i], deadInfo[i]} {
+			if err := c.Err(); err != nil && !noKey(err) {
+				return nil, cnt, fmt.Errorf("read %s: %w", c.Args()[2], err)
+			}
+		}
+		if v := evInfo[i].Val(); v != nil {
+			cnt.Expiries += v.EntriesAdded
+			cnt.Known = cnt.Known && (v.EntriesAdded > 0 || v.Length == 0)
+		}
+		if v := deadInfo[i].Val(); v != nil {
+			cnt.Buried += v.EntriesAdded
+		}
+		g := groups[i]
+		if err := g.Err(); err != nil {
+			if noKey(err) {
+				continue
+			}
+			return nil, cnt, fmt.Errorf("read %s: %w", w.events[i], err)
+		}
+		for _, x := range g.Val() {
+			row := byName[x.Name]
+			if row == nil {
+				row = &groupRow{Name: x.Name}
+				byName[x.Name] = row
+			}
+			row.Shards++
+			row.Pending += x.Pending
+			cnt.Delivered += x.EntriesRead
+			if !detail {
+				continue
+			}
+			c := gc{row: row, cmds: pipe.XInfoConsumers(ctx, w.events[i], x.Name)}
+			if x.Lag >= 0 {
+				row.Lag += x.Lag
+			} else {
+				// Entries were deleted (every group had them): Redis does
+				// not count what is left after last-delivered-id; count it,
+				// up to webLagCount.
+				c.lag = pipe.XRangeN(ctx, w.events[i], "("+x.LastDeliveredID, "+", webLagCount+1)
+			}
+			cons = append(cons, c)
+		}
+	}
+	if len(cons) > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	for _, c := range cons {
+		if c.lag != nil {
+			n := int64(len(c.lag.Val()))
+			if n > webLagCount {
+				n = webLagCount
+				c.row.LagMore = true
+			}
+			c.row.Lag += n
+		}
+		if err := c.cmds.Err(); err != nil {
+			if noKey(err) || redis.HasErrorPrefix(err, "NOGROUP") {
+				continue // deleted in between
+			}
+			return nil, cnt, fmt.Errorf("read the consumers of %s: %w", c.row.Name, err)
+		}
+		for _, x := range c.cmds.Val() {
+			idx := -1
+			for j, r := range c.row.Consumers {
+				if r.Name == x.Name {
+					idx = j
+				}
+			}
+			if idx < 0 {
+				c.row.Consumers = append(c.row.Consumers, consumerRow{Name: x.Name, Idle: x.Idle})
+				idx = len(c.row.Consumers) - 1
+			}
+			r := &c.row.Consumers[idx]
+			r.Pending += x.Pending
+			r.Idle = min(r.Idle, x.Idle)
+		}
+	}
+	out := make([]groupRow, 0, len(byName))
+	for _, r := range byName {
+		sort.Slice(r.Consumers, func(a, b int) bool { return r.Consumers[a].Name < r.Consumers[b].Name })
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out, cnt, nil
+}
+
+// rates keeps the last samples of a set's counters, to draw rates from.
+type rates struct {
+	mu      sync.Mutex
+	samples []counters
+	err     error // the last sample's error, nil once one succeeds again
+}
+
+func (r *rates) add(c counters, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+	if err != nil {
+		return
+	}
+	r.samples = append(r.samples, c)
+	if len(r.samples) > webSamplesKept {
+		r.samples = r.samples[len(r.samples)-webSamplesKept:]
+	}
+}
+
+// ratePoint is one rate per second between two samples.
+type ratePoint struct {
+	At                          time.Time
+	Expiries, Delivered, Buried float64
+}
+
+// series returns the rates between successive samples (a counter that went
+// down, as after a Drop, gives 0), and the last sample's error.
+func (r *rates) series() ([]ratePoint, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ratePoint
+	known := len(r.samples) > 0
+	for i := 1; i < len(r.samples); i++ {
+		a, b := r.samples[i-1], r.samples[i]
+		known = known && b.Known
+		dt := b.At.Sub(a.At).Seconds()
+		if dt <= 0 {
+			continue
+		}
+		per := func(x, y int64) float64 { return float64(max(y-x, 0)) / dt }
+		out = append(out, ratePoint{At: b.At, Expiries: per(a.Expiries, b.Expiries), Delivered: per(a.Delivered, b.Delivered), Buried: per(a.Buried, b.Buried)})
+	}
+	return out, known, r.err
+}
+
+// sample reads the counters of every set every webSampleEvery until ctx
+// ends.
+func sample(ctx context.Context, rdb redis.UniversalClient, sets []*webSet) {
+	t := time.NewTicker(webSampleEvery)
+	defer t.Stop()
+	for {
+		for _, w := range sets {
+			if w.cfg.Events {
+				_, c, err := w.readGroups(ctx, rdb, false)
+				w.rates.add(c, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ownerDue is an owner of the due index with its score (at or before its
+// earliest deadline).
+type ownerDue struct {
+	Owner string
+	Shard int
+	Due   time.Time
+}
+
+// nextOwners returns up to n owners with the earliest scores in the due
+// indexes (one pipelined ZRANGE per shard).
+func (w *webSet) nextOwners(ctx context.Context, rdb redis.UniversalClient, st []expset.ShardStats, n int) ([]ownerDue, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(st))
+	for i, s := range st {
+		// The due index's key sits beside the event stream's: expset:{name:S}:due.
+		cmds[i] = pipe.ZRangeWithScores(ctx, strings.TrimSuffix(s.EventsKey, "ev")+"due", 0, int64(n-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the due indexes of %s: %w", w.name, err)
+	}
+	var out []ownerDue
+	for i, c := range cmds {
+		for _, z := range c.Val() {
+			o, _ := z.Member.(string)
+			out = append(out, ownerDue{Owner: o, Shard: i, Due: time.UnixMilli(int64(z.Score))})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Due.Before(out[b].Due) })
+	return out[:min(n, len(out))], nil
+}
+
+// memberRow is one member of an owner, as the page shows it.
+type memberRow struct {
+	ID           string
+	Deadline     time.Time
+	Left         time.Duration
+	Expired      bool
+	PayloadBytes int64
+}
+
+// ownerPage is a page of an owner's members, earliest deadline first.
+type ownerPage struct {
+	Owner   string
+	Shard   int
+	Key     string
+	Count   int64
+	Now     time.Time
+	Offset  int
+	Next    int // offset of the next page, 0 when none
+	Members []memberRow
+}
+
+// readOwner reads a page of owner's members from offset (ZRANGE by rank,
+// ZCARD, TIME and one HSTRLEN per member with payloads: two round trips).
+func (w *webSet) readOwner(ctx context.Context, rdb redis.UniversalClient, owner string, offset int) (ownerPage, error) {
+	p := ownerPage{Owner: owner, Shard: w.set.ShardOf(owner), Key: w.set.OwnerKey(owner), Offset: offset}
+	pipe := rdb.Pipeline()
+	now := pipe.Time(ctx)
+	count := pipe.ZCard(ctx, p.Key)
+	zs := pipe.ZRangeWithScores(ctx, p.Key, int64(offset), int64(offset+webPageSize-1))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return p, fmt.Errorf("read %s: %w", p.Key, err)
+	}
+	p.Now, p.Count = now.Val(), count.Val()
+	var sizes []*redis.IntCmd
+	if w.cfg.Payloads && len(zs.Val()) > 0 {
+		pipe = rdb.Pipeline()
+		for _, z := range zs.Val() {
+			m, _ := z.Member.(string)
+			sizes = append(sizes, pipe.HStrLen(ctx, w.payloadKey(owner), m))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return p, fmt.Errorf("read %s: %w", w.payloadKey(owner), err)
+		}
+	}
+	for i, z := range zs.Val() {
+		m, _ := z.Member.(string)
+		d := time.UnixMilli(int64(z.Score))
+		r := memberRow{ID: m, Deadline: d, Left: d.Sub(p.Now).Truncate(time.Millisecond), Expired: !d.After(p.Now)}
+		if sizes != nil {
+			r.PayloadBytes = sizes[i].Val()
+		}
+		p.Members = append(p.Members, r)
+	}
+	if int64(offset+webPageSize) < p.Count {
+		p.Next = offset + webPageSize
+	}
+	return p, nil
+}
+
+// letter is a dead letter as the page shows it, read from the stream
+// directly (fields a, id, g, c, err, o, m, d and maybe r and p).
+type letter struct {
+	Shard    int
+	ID       string
+	EventID  string
+	Owner    string
+	Member   string
+	Group    string
+	Consumer string
+	Error    string
+	Attempts string
+	Deadline time.Time
+	Buried   time.Time
+	Evicted  bool
+	Payload  []byte
+	Fields   map[string]string // everything the entry holds
+}
+
+// Ref is the letter's reference in forms and links: "shard/ID".
+func (l letter) Ref() string { return strconv.Itoa(l.Shard) + "/" + l.ID }
+
+func parseLetter(shard int, m redis.XMessage) letter {
+	l := letter{Shard: shard, ID: m.ID, Fields: map[string]string{}}
+	for k, v := range m.Values {
+		s, _ := v.(string)
+		l.Fields[k] = s
+	}
+	f := l.Fields
+	l.EventID, l.Owner, l.Member, l.Group, l.Consumer, l.Error, l.Attempts = f["id"], f["o"], f["m"], f["g"], f["c"], f["err"], f["a"]
+	if ms, err := strconv.ParseInt(f["d"], 10, 64); err == nil {
+		l.Deadline = time.UnixMilli(ms)
+	}
+	l.Evicted = f["r"] != "" && f["r"] != "0"
+	if p, ok := f["p"]; ok {
+		l.Payload = []byte(p)
+	}
+	l.Buried = idTime(m.ID)
+	return l
+}
+
+// deadFilter selects dead letters: each field that is set must match.
+type deadFilter struct {
+	Group string // the group, exactly
+	Owner string // the owner, exactly
+	Err   string // text in the error, any case
+	Shard int    // one shard, or -1 for every shard
+}
+
+func (f deadFilter) any() bool { return f.Group != "" || f.Owner != "" || f.Err != "" }
+
+func (f deadFilter) match(l letter) bool {
+	return (f.Group == "" || l.Group == f.Group) && (f.Owner == "" || l.Owner == f.Owner) &&
+		(f.Err == "" || strings.Contains(strings.ToLower(l.Error), strings.ToLower(f.Err)))
+}
+
+// cursor is a position among a set's dead letters: after ID in shard
+// (ID "" is the shard's start). Written "shard/ID".
+type cursor struct {
+	Shard int
+	ID    string
+}
+
+func (c cursor) String() string { return strconv.Itoa(c.Shard) + "/" + c.ID }
+
+// parseRef reads "shard/ID" (ID may be empty, for a cursor at a shard's
+// start) for a set of shards shards.
+func parseRef(s string, shards int, emptyID bool) (cursor, error) {
+	sh, id, ok := strings.Cut(s, "/")
+	n, err := strconv.Atoi(sh)
+	if !ok || err != nil || n < 0 || n >= shards || (id == "" && !emptyID) || (id != "" && (!streamID.MatchString(id) || len(id) > 41)) {
+		return cursor{}, fmt.Errorf("%w: %q is not SHARD/ID (shard 0 to %d, ID ms-seq)", errUsage, s, shards-1)
+	}
+	return cursor{n, id}, nil
+}
+
+//go:embed lua/deadscan.lua
+var deadScanLua string
+
+var deadScan = redis.NewScript(deadScanLua)
+
+// filterDead reads the dead letters of the shards f selects from after, in
+// shard order, with deadscan.lua (the filter runs in Redis: only matches
+// travel), webScanBatch entries a call. It returns up to want matching
+// letters, stopping after the last of them when stop is true, else reading
+// on to count every match; it reads at most budget entries (0: no bound).
+// upTo, when not nil, holds per shard the last ID to read ("" to skip the
+// shard). It returns where the next page starts: after the want-th match,
+// else after the last entry read; and whether it read to the end.
+func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
+	pos := after
+	defer func() {
+		next = pos
+		if want > 0 && len(out) == want {
+			next = cursor{out[want-1].Shard, out[want-1].ID}
+		}
+	}()
+	read := 0
+	text := strings.ToLower(f.Err)
+	for shard := after.Shard; shard < len(w.dead); shard++ {
+		if f.Shard >= 0 && shard != f.Shard {
+			continue
+		}
+		if shard != pos.Shard {
+			pos = cursor{shard, ""}
+		}
+		end := "+"
+		if upTo != nil {
+			if end = upTo[shard]; end == "" {
+				continue
+			}
+		}
+		for {
+			n := webScanBatch
+			if budget > 0 {
+				if n = min(n, budget-read); n <= 0 {
+					return out, matches, pos, false, nil
+				}
+			}
+			start := "-"
+			if pos.ID != "" {
+				start = "(" + pos.ID
+			}
+			stopArg := "0"
+			if stop {
+				stopArg = "1"
+			}
+			v, err := deadScan.Run(ctx, rdb, []string{w.dead[shard]}, start, end, n, want-len(out), f.Group, f.Owner, text, stopArg).Result()
+			if err != nil {
+				return out, matches, pos, false, fmt.Errorf("read %s: %w", w.dead[shard], err)
+			}
+			last, got, m, entries, ok := parseDeadScan(v)
+			if !ok {
+				return out, matches, pos, false, fmt.Errorf("deadscan.lua on %s answered %v", w.dead[shard], v)
+			}
+			read += got
+			matches += m
+			if last != "" {
+				pos.ID = last
+			}
+			for _, e := range entries {
+				out = append(out, parseLetter(shard, e))
+			}
+			if stop && want > 0 && len(out) >= want {
+				return out, matches, pos, false, nil
+			}
+			if got < n {
+				break
+			}
+		}
+	}
+	return out, matches, pos, true, nil
+}
+
+// parseDeadScan reads deadscan.lua's reply.
+func parseDeadScan(v any) (last string, read int, matches int64, entries []redis.XMessage, ok bool) {
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 4 {
+		return "", 0, 0, nil, false
+	}
+	last, ok1 := xs[0].(string)
+	n, ok2 := xs[1].(int64)
+	m, ok3 := xs[2].(int64)
+	es, ok4 := xs[3].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return "", 0, 0, nil, false
+	}
+	for _, e := range es {
+		pair, ok := e.([]any)
+		if !ok || len(pair) != 2 {
+			return "", 0, 0, nil, false
+		}
+		id, ok1 := pair[0].(string)
+		fields, ok2 := pair[1].([]any)
+		if !ok1 || !ok2 || len(fields)%2 != 0 {
+			return "", 0, 0, nil, false
+		}
+		msg := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
+		for i := 0; i < len(fields); i += 2 {
+			k, _ := fields[i].(string)
+			msg.Values[k] = fields[i+1]
+		}
+		entries = append(entries, msg)
+	}
+	return last, int(n), m, entries, true
+}
+
+// lastDeadIDs returns the newest dead letter's ID of every shard ("" for
+// an empty one), in one pipelined round trip.
+func (w *webSet) lastDeadIDs(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(w.dead))
+	for i, k := range w.dead {
+		cmds[i] = pipe.XRevRangeN(ctx, k, "+", "-", 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the dead-letter streams of %s: %w", w.name, err)
+	}
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		if v := c.Val(); len(v) == 1 {
+			out[i] = v[0].ID
+		}
+	}
+	return out, nil
+}
+
+// deadPage is one page of dead letters.
+type deadPage struct {
+	Letters []letter
+	Next    string // the cursor of the next page, "" at the end
+	Total   int64  // dead letters in the shards selected
+	Matches int64  // of them, those the filter selects (Total without one)
+	AtLeast bool   // the count stopped after webCountBudget entries
+	Scanned int    // entries this page read
+	Stalled bool   // the page read webPageBudget entries without filling
+}
+
+// readDead reads a page of dead letters after from: XLEN per shard for the
+// total, XRANGE with COUNT for the page, and with a filter a scan of at most
+// webCountBudget entries to count the matches.
+func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, from cursor) (deadPage, error) {
+	var p deadPage
+	pipe := rdb.Pipeline()
+	lens := make([]*redis.IntCmd, len(w.dead))
+	for i, k := range w.dead {
+		lens[i] = pipe.XLen(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return p, fmt.Errorf("count the dead letters of %s: %w", w.name, err)
+	}
+	for i, c := range lens {
+		if f.Shard < 0 || f.Shard == i {
+			p.Total += c.Val()
+		}
+	}
+	p.Matches = p.Total
+	first := from == cursor{max(f.Shard, 0), ""}
+	if f.any() && first {
+		// The first page and the count in one pass.
+		letters, m, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, false, webCountBudget, nil)
+		if err != nil {
+			return p, err
+		}
+		p.Letters, p.Matches, p.AtLeast = letters, m, !done
+		if !done || m > int64(len(letters)) {
+			p.Next = next.String()
+		}
+		w.counts.put(f, m, !done)
+		return p, nil
+	}
+	letters, _, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, true, webPageBudget, nil)
+	if err != nil {
+		return p, err
+	}
+	p.Letters = letters
+	p.Stalled = !done && len(p.Letters) < webPageSize
+	if !done {
+		p.Next = next.String()
+	}
+	if f.any() {
+		m, atLeast, ok := w.counts.get(f)
+		if !ok {
+			_, m, _, done, err = w.filterDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
+			if err != nil {
+				return p, err
+			}
+			atLeast = !done
+			w.counts.put(f, m, atLeast)
+		}
+		p.Matches, p.AtLeast = m, atLeast
+	}
+	return p, nil
+}
+
+// countCache keeps the counts of recent filters for webCountKept, so the
+// next pages of a filter do not count again.
+type countCache struct {
+	mu sync.Mutex
+	m  map[deadFilter]countEntry
+}
+
+type countEntry struct {
+	n       int64
+	atLeast bool
+	at      time.Time
+}
+
+func (c *countCache) get(f deadFilter) (int64, bool, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[f]
+	if !ok || time.Since(e.at) > webCountKept {
+		return 0, false, false
+	}
+	return e.n, e.atLeast, true
+}
+
+// clear forgets every count (after a change).
+func (c *countCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+}
+
+func (c *countCache) put(f deadFilter, n int64, atLeast bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) > 100 {
+		c.m = map[deadFilter]countEntry{}
+	}
+	c.m[f] = countEntry{n, atLeast, time.Now()}
+}
+
+// readLetter reads one dead letter, or fails with errNotFound.
+func (w *webSet) readLetter(ctx context.Context, rdb redis.UniversalClient, ref cursor) (letter, error) {
+	msgs, err := rdb.XRangeN(ctx, w.dead[ref.Shard], ref.ID, ref.ID, 1).Result()
+	if err != nil {
+		return letter{}, fmt.Errorf("read %s: %w", w.dead[ref.Shard], err)
+	}
+	if len(msgs) == 0 {
+		return letter{}, fmt.Errorf("%w: no dead letter %s in shard %d (kicked or deleted?)", errNotFound, ref.ID, ref.Shard)
+	}
+	return parseLetter(ref.Shard, msgs[0]), nil
+}
+
+// act kicks (kick true) or deletes dead letters through the library, at most
+// webActionBatch per call, and returns how many it found.
+func (w *webSet) act(ctx context.Context, kick bool, refs []cursor) (int, error) {
+	total := 0
+	for len(refs) > 0 {
+		batch := refs[:min(len(refs), webActionBatch)]
+		refs = refs[len(batch):]
+		ls := make([]expset.DeadLetter, len(batch))
+		for i, r := range batch {
+			ls[i] = expset.DeadLetter{Shard: r.Shard, ID: r.ID}
+		}
+		var n int
+		var err error
+		if kick {
+			n, err = w.set.Kick(ctx, ls...)
+		} else {
+			n, err = w.set.DeleteDeadLetters(ctx, ls...)
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// actMatching kicks or deletes every dead letter f selects that was there
+// when it began (a kicked letter buried again meanwhile is left for the
+// next time), scanning and acting in batches.
+func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kick bool, f deadFilter) (int, error) {
+	upTo, err := w.lastDeadIDs(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	pos := cursor{max(f.Shard, 0), ""}
+	for {
+		letters, _, next, done, err := w.filterDead(ctx, rdb, f, pos, webActionBatch, true, 0, upTo)
+		if err != nil {
+			return total, err
+		}
+		refs := make([]cursor, len(letters))
+		for i, l := range letters {
+			refs[i] = cursor{l.Shard, l.ID}
+		}
+		n, err := w.act(ctx, kick, refs)
+		total += n
+		if err != nil || done {
+			return total, err
+		}
+		pos = next
+	}
+}
+
+// Name, Shards, Events and Payloads describe the set to the templates.
+func (w *webSet) Name() string   { return w.name }
+func (w *webSet) Shards() int    { return w.cfg.Shards }
+func (w *webSet) Events() bool   { return w.cfg.Events }
+func (w *webSet) Payloads() bool { return w.cfg.Payloads }

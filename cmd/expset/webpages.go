@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/expset/expset"
+)
+
+//go:embed web
+var webFiles embed.FS
+
+// webAssets serves web/static as /static/.
+var webAssets = func() fs.FS {
+	f, err := fs.Sub(webFiles, "web")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return f
+}()
+
+var webTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"ago":     ago,
+	"dur":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"num":     num,
+	"chart":   chart,
+	"payload": viewPayload,
+	"q":       func(kv ...string) template.URL { return query(kv...) },
+}).ParseFS(webFiles, "web/*.html"))
+
+// num formats n with thin spaces between thousands: 1 000 000.
+func num(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString("\u202f")
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// ago says how long before now t (a time.Time or *time.Time) was: "3.2s
+// ago"; "" for a zero or nil t.
+func ago(now time.Time, v any) string {
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case *time.Time:
+		if x != nil {
+			t = *x
+		}
+	}
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + (-d).Round(time.Millisecond).String()
+	}
+	if d > 10*time.Second {
+		d = d.Round(time.Second)
+	} else {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String() + " ago"
+}
+
+// query builds "?k=v&..." from pairs, leaving out empty values.
+func query(kv ...string) template.URL {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			v.Set(kv[i], kv[i+1])
+		}
+	}
+	return template.URL("?" + v.Encode())
+}
+
+// payloadView is a payload as the page shows it.
+type payloadView struct {
+	Kind string // "none", "text", "JSON" or "base64"
+	Text string
+	Size int
+}
+
+// viewPayload shows JSON pretty-printed, printable UTF-8 as text and
+// anything else in base64.
+func viewPayload(p []byte) payloadView {
+	switch {
+	case p == nil:
+		return payloadView{Kind: "none"}
+	case json.Valid(p):
+		var b bytes.Buffer
+		if json.Indent(&b, p, "", "  ") == nil {
+			return payloadView{Kind: "JSON", Text: b.String(), Size: len(p)}
+		}
+	}
+	if utf8.Valid(p) && strings.IndexFunc(string(p), func(r rune) bool { return !unicode.IsPrint(r) && !unicode.IsSpace(r) }) < 0 {
+		return payloadView{Kind: "text", Text: string(p), Size: len(p)}
+	}
+	return payloadView{Kind: "base64", Text: base64.StdEncoding.EncodeToString(p), Size: len(p)}
+}
+
+// chart draws one rate of points as an inline SVG line chart: numbers and
+// escaped text only.
+func chart(points []ratePoint, which, label string) template.HTML {
+	const w, h, pad = 320.0, 90.0, 4.0
+	val := func(p ratePoint) float64 {
+		switch which {
+		case "expiries":
+			return p.Expiries
+		case "delivered":
+			return p.Delivered
+		}
+		return p.Buried
+	}
+	top, last := 0.0, 0.0
+	for _, p := range points {
+		top = math.Max(top, val(p))
+	}
+	if len(points) > 0 {
+		last = val(points[len(points)-1])
+	}
+	scale := top
+	if scale == 0 {
+		scale = 1
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<figure class="chart"><figcaption>%s <b>%.1f/s</b> <span class="muted">max %.1f/s</span></figcaption>`,
+		template.HTMLEscapeString(label), last, top)
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" role="img" aria-label="%s per second, last five minutes">`, w, h, template.HTMLEscapeString(label))
+	fmt.Fprintf(&b, `<line class="axis" x1="0" y1="%.1f" x2="%.0f" y2="%.1f"/>`, h-pad, w, h-pad)
+	if len(points) > 1 {
+		end := points[len(points)-1].At
+		// The x axis spans the samples kept, at least a minute.
+		span := math.Max(end.Sub(points[0].At).Seconds(), 60)
+		b.WriteString(`<polyline class="line" points="`)
+		for _, p := range points {
+			x := w - end.Sub(p.At).Seconds()/span*w
+			y := h - pad - val(p)/scale*(h-2*pad)
+			fmt.Fprintf(&b, "%.1f,%.1f ", math.Max(x, 0), y)
+		}
+		b.WriteString(`"/>`)
+	}
+	b.WriteString(`</svg></figure>`)
+	return template.HTML(b.String())
+}
+
+// page is what every page's template gets.
+type page struct {
+	Title        string
+	Desc         string // the Redis
+	Sets         []*webSet
+	Set          *webSet
+	AllowChanges bool
+	CSRF         string
+	Live         bool // refreshed by app.js
+	Now          time.Time
+	Flash        string
+	Data         any
+}
+
+func (s *webServer) page(r *http.Request, title string, set *webSet, data any) page {
+	return page{Title: title, Desc: s.desc, Sets: s.sets, Set: set, AllowChanges: s.allowChanges, CSRF: s.csrf,
+		Now: time.Now(), Flash: r.URL.Query().Get("done"), Data: data}
+}
+
+func (s *webServer) render(w http.ResponseWriter, name string, p page) {
+	var b bytes.Buffer
+	if err := webTemplates.ExecuteTemplate(&b, name, p); err != nil {
+		s.logf("render %s: %v", name, err)
+		http.Error(w, "expset web: render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
+}
+
+// fail answers an error: 404 for what is not there, 400 for bad input, 502
+// for Redis.
+func (s *webServer) fail(w http.ResponseWriter, err error) {
+	code := http.StatusBadGateway
+	switch {
+	case errors.Is(err, errNotFound), errors.Is(err, expset.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, errUsage), errors.Is(err, expset.ErrInvalidArgument):
+		code = http.StatusBadRequest
+	}
+	if code == http.StatusBadGateway {
+		s.logf("%v", err)
+	}
+	http.Error(w, "expset web: "+err.Error(), code)
+}
+
+// setOf returns the set the request names (?s=), among those shown.
+func (s *webServer) setOf(r *http.Request) (*webSet, error) {
+	name := r.URL.Query().Get("s")
+	if r.Method == http.MethodPost {
+		name = r.PostFormValue("s")
+	}
+	w := s.byName[name]
+	if w == nil {
+		return nil, fmt.Errorf("%w: set %q is not shown here", errNotFound, name)
+	}
+	return w, nil
+}
+
+// setSummary is one set's row on the index and its totals.
+type setSummary struct {
+	Set    *webSet
+	Shards []expset.ShardStats
+	Total  statCounts
+	Leased int
+	Now    time.Time
+	Err    string
+}
+
+func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
+	st, err := w.set.Stats(ctx)
+	if err != nil {
+		return setSummary{Set: w, Err: err.Error()}
+	}
+	rep := newStatsReport(w.name, w.cfg.Events, st)
+	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Now: rep.Now}
+	return out
+}
+
+func (s *webServer) index(w http.ResponseWriter, r *http.Request) {
+	var rows []setSummary
+	for _, ws := range s.sets {
+		rows = append(rows, s.summary(r.Context(), ws))
+	}
+	p := s.page(r, "sets", nil, rows)
+	p.Live = true
+	s.render(w, "index", p)
+}
+
+// overviewData is a set's page.
+type overviewData struct {
+	setSummary
+	Groups []groupRow
+	Rates  []ratePoint
+	Known  bool // the server counts the streams' entries (not miniredis)
+	RErr   string
+	Owners []ownerDue
+}
+
+func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	d := overviewData{setSummary: s.summary(r.Context(), ws)}
+	if d.Err != "" {
+		s.fail(w, errors.New(d.Err))
+		return
+	}
+	if d.Groups, _, err = ws.readGroups(r.Context(), s.rdb, true); err != nil {
+		s.fail(w, err)
+		return
+	}
+	var rerr error
+	d.Rates, d.Known, rerr = ws.rates.series()
+	if rerr != nil {
+		d.RErr = rerr.Error()
+	}
+	if d.Owners, err = ws.nextOwners(r.Context(), s.rdb, d.Shards, webOwnersShown); err != nil {
+		s.fail(w, err)
+		return
+	}
+	p := s.page(r, ws.name, ws, d)
+	p.Live = true
+	s.render(w, "set", p)
+}
+
+func (s *webServer) owner(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	q := r.URL.Query()
+	o := q.Get("o")
+	if o == "" || len(o) > maxOwnerLen {
+		s.fail(w, fmt.Errorf("%w: owner of %d bytes: want 1 to %d", errUsage, len(o), maxOwnerLen))
+		return
+	}
+	at, err := strconv.Atoi(q.Get("at"))
+	if q.Get("at") != "" && (err != nil || at < 0) {
+		s.fail(w, fmt.Errorf("%w: at=%q: want an offset of 0 or more", errUsage, q.Get("at")))
+		return
+	}
+	op, err := ws.readOwner(r.Context(), s.rdb, o, at)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "owner", s.page(r, ws.name+": "+o, ws, op))
+}
+
+// filterOf reads the dead-letter filter of a request's form.
+func filterOf(r *http.Request, shards int) (deadFilter, error) {
+	f := deadFilter{Group: r.FormValue("group"), Owner: r.FormValue("owner"), Err: r.FormValue("err"), Shard: -1}
+	for _, v := range []string{f.Group, f.Owner, f.Err} {
+		if len(v) > webMaxFilterText {
+			return f, fmt.Errorf("%w: a filter of %d bytes: want at most %d", errUsage, len(v), webMaxFilterText)
+		}
+	}
+	if sh := r.FormValue("shard"); sh != "" {
+		n, err := strconv.Atoi(sh)
+		if err != nil || n < 0 || n >= shards {
+			return f, fmt.Errorf("%w: shard=%q: want 0 to %d", errUsage, sh, shards-1)
+		}
+		f.Shard = n
+	}
+	return f, nil
+}
+
+// Shard is the filter's shard for forms: "" for every shard.
+func (f deadFilter) ShardText() string {
+	if f.Shard < 0 {
+		return ""
+	}
+	return strconv.Itoa(f.Shard)
+}
+
+// deadData is the dead letters' page.
+type deadData struct {
+	deadPage
+	Filter deadFilter
+	After  string
+	Groups []groupRow
+}
+
+func (s *webServer) deadList(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	f, err := filterOf(r, len(ws.dead))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	from := cursor{Shard: max(f.Shard, 0)}
+	after := r.FormValue("after")
+	if after != "" {
+		if from, err = parseRef(after, len(ws.dead), true); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	dp, err := ws.readDead(r.Context(), s.rdb, f, from)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	d := deadData{deadPage: dp, Filter: f, After: after}
+	if d.Groups, _, err = ws.readGroups(r.Context(), s.rdb, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "dead", s.page(r, ws.name+": dead letters", ws, d))
+}
+
+func (s *webServer) letter(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ref, err := parseRef(r.FormValue("ref"), len(ws.dead), false)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	l, err := ws.readLetter(r.Context(), s.rdb, ref)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "letter", s.page(r, ws.name+": dead letter "+l.Ref(), ws, l))
+}
+
+// deadAct kicks or deletes dead letters: the selected ones (ref=SHARD/ID,
+// repeated), or every one the filter selects (with confirm=yes). Only with
+// --allow-changes, from this page (same origin) and with its CSRF token.
+func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<20)
+	if !s.allowChanges {
+		s.logf("%s refused: read-only (POST %s)", r.RemoteAddr, r.URL.Path)
+		http.Error(w, "expset web: read-only: start expset web with --allow-changes to kick or delete dead letters", http.StatusForbidden)
+		return
+	}
+	if err := sameOrigin(r); err != nil {
+		s.logf("%s refused: not from this page: %v", r.RemoteAddr, err)
+		http.Error(w, "expset web: refused: the request does not come from this page ("+err.Error()+")", http.StatusForbidden)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, fmt.Errorf("%w: %v", errUsage, err))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
+		s.logf("%s refused: no valid CSRF token", r.RemoteAddr)
+		http.Error(w, "expset web: refused: the form's CSRF token is missing or stale: reload the page", http.StatusForbidden)
+		return
+	}
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	f, err := filterOf(r, len(ws.dead))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	do := r.PostFormValue("do")
+	kick := strings.HasPrefix(do, "kick")
+	verb := map[bool]string{true: "kicked", false: "deleted"}[kick]
+	var n int
+	var what string
+	switch do {
+	case "kick", "delete":
+		var refs []cursor
+		for _, v := range r.PostForm["ref"] {
+			c, err := parseRef(v, len(ws.dead), false)
+			if err != nil {
+				s.fail(w, err)
+				return
+			}
+			refs = append(refs, c)
+		}
+		if len(refs) == 0 {
+			s.fail(w, fmt.Errorf("%w: no dead letter selected: tick the ones to %s", errUsage, do))
+			return
+		}
+		what = fmt.Sprintf("%d selected", len(refs))
+		n, err = ws.act(r.Context(), kick, refs)
+	case "kick-matching", "delete-matching":
+		if r.PostFormValue("confirm") != "yes" {
+			s.fail(w, fmt.Errorf("%w: tick the box that confirms acting on every matching dead letter", errUsage))
+			return
+		}
+		what = fmt.Sprintf("all matching group=%q owner=%q error~%q shard=%s", f.Group, f.Owner, f.Err, f.ShardText())
+		n, err = ws.actMatching(r.Context(), s.rdb, kick, f)
+	default:
+		s.fail(w, fmt.Errorf("%w: do=%q: want kick, delete, kick-matching or delete-matching", errUsage, do))
+		return
+	}
+	ws.counts.clear()
+	s.logf("%s %s %d dead letter(s) of set %s (%s)", r.RemoteAddr, verb, n, ws.name, what)
+	if err != nil {
+		s.fail(w, fmt.Errorf("after %d %s: %w", n, verb, err))
+		return
+	}
+	back := query("s", ws.name, "group", f.Group, "owner", f.Owner, "err", f.Err, "shard", f.ShardText(),
+		"done", fmt.Sprintf("%s %d dead letter(s)", verb, n))
+	http.Redirect(w, r, "/dead"+string(back), http.StatusSeeOther)
+}
