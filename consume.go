@@ -292,9 +292,12 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 	}
 	for i := range c.shards {
 		sh := &c.shards[i]
-		if _, ok := woken[i]; ok {
-			// Events came: some consumer may read them and die with them.
+		d, ok := woken[i]
+		if ok {
 			sh.busy = true
+		}
+		if ok && d == wakeNow {
+			// Events came: some consumer may read them and die with them.
 			if !sh.active {
 				sh.active = true
 				sh.nextClaim = now.Add(c.claimEvery)

@@ -81,7 +81,15 @@ type subscriber struct {
 	// with backoff) until close, instead of failing: ready is closed after
 	// the first try either way.
 	retry bool
+	// quiet is how long the subscription may receive nothing before a
+	// PING checks its connection (0: 3 * waitRenew).
+	quiet time.Duration
 }
+
+// loopPing is how long a background loop's subscription stays quiet before
+// a PING checks its connection: it costs a command per subscription, and
+// the safety poll covers what a dead connection would lose meanwhile.
+const loopPing = 30 * time.Second
 
 // subscribe starts sub's subscription.
 func (s *Set) subscribe(sub subscriber) *subscription {
@@ -141,8 +149,12 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		sub.resubscribed()
 	}
 	backoff = 10 * time.Millisecond
+	quiet := sub.quiet
+	if quiet <= 0 {
+		quiet = 3 * waitRenew
+	}
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, 3*waitRenew)
+		msg, err := ps.ReceiveTimeout(ctx, quiet)
 		if ctx.Err() != nil {
 			return
 		}
@@ -225,9 +237,13 @@ type wakeups struct {
 	subs   []*subscription
 }
 
-// wakeAll is the deadline recorded for a shard notified without one, or
-// for every shard after a (re)subscription: look at it now.
-const wakeAll = -1
+// What wakeups record for a shard notified without a deadline: wakeNow for
+// a message (events appended: look now), wakeLost for every shard after a
+// (re)subscription (a wake-up may have been lost meanwhile: look now).
+const (
+	wakeNow  = -1
+	wakeLost = -2
+)
 
 // listen subscribes to the channel of every shard that channel names
 // (expset:{name:S}:due:wake or ...:ev:wake); op names the subscription's
@@ -265,24 +281,26 @@ func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
 					return
 				}
 				d, err := strconv.ParseInt(m.Payload, 10, 64)
-				if err != nil {
-					d = wakeAll
+				if err != nil || d < 0 {
+					d = wakeNow
 				}
 				w.wake([]int{i}, d)
 			},
-			resubscribed: func() { w.wake(g, wakeAll) },
+			resubscribed: func() { w.wake(g, wakeLost) },
+			quiet:        loopPing,
 		}))
 	}
 	return w
 }
 
-// wake records that shards were notified (of deadline d, or wakeAll) and
-// signals the loop.
+// wake records that shards were notified (of deadline d, wakeNow or
+// wakeLost) and signals the loop. wakeNow outranks wakeLost, which
+// outranks any deadline.
 func (w *wakeups) wake(shards []int, d int64) {
 	w.mu.Lock()
 	for _, i := range shards {
 		old, ok := w.woken[i]
-		if !ok || (old != wakeAll && (d == wakeAll || d < old)) {
+		if !ok || old == d || (old >= 0 && (d < 0 || d < old)) || (old == wakeLost && d == wakeNow) {
 			w.woken[i] = d
 		}
 	}
@@ -294,7 +312,7 @@ func (w *wakeups) wake(shards []int, d int64) {
 }
 
 // take returns the shards notified since the last take, with the
-// earliest deadline each was told (wakeAll: none, look now).
+// earliest deadline each was told (or wakeNow, wakeLost).
 func (w *wakeups) take() map[int]int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -389,6 +389,40 @@ type shardState struct {
 	next  time.Time // when to sweep it (held) or try its lease (not held)
 	retry backoff   // the delay after consecutive failures
 	skew  int64     // ms: the index's clock minus this process's, at the last sweep
+	swept bool      // swept at least once (the first safety polls are spread)
+	due   time.Time // the next deadline the last sweep or a wake-up told (zero: none)
+	full  time.Time // when the shard was last swept
+}
+
+// fullEvery is how many safety polls of a shard in a row may look at its
+// due index's head alone (one ZRANGE) before one sweeps it in full, which
+// also trims its stream to the retention.
+const fullEvery = 6
+
+// peek is the safety poll of a held shard swept not long ago, with no
+// deadline due: it reads the head of the shard's due index (one command,
+// no script) and reports whether that sets the shard's next sweep, or a
+// sweep is needed now.
+func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time) bool {
+	safety := safetyEvery(w.cfg.maxIdle, len(w.set.shards))
+	if sh.lease == nil || sh.retry.failing() || !sh.swept || now.Sub(sh.full) >= fullEvery*safety ||
+		(!sh.due.IsZero() && !sh.due.After(now)) {
+		return false
+	}
+	head, err := w.set.rdb.ZRangeWithScores(ctx, w.set.shards[i].due, 0, 0).Result()
+	if err != nil {
+		return false // the sweep reports what fails
+	}
+	sh.next = now.Add(safety)
+	if len(head) == 1 {
+		at := time.UnixMilli(int64(head[0].Score) - sh.skew)
+		if !at.After(now) {
+			return false
+		}
+		sh.due = at
+		sh.next = minTime(sh.next, at)
+	}
+	return true
 }
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
@@ -446,12 +480,15 @@ func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
 			continue
 		}
 		at := now
-		if d != wakeAll {
+		if d >= 0 {
 			// The deadline is on the index's clock: wait for the distance.
 			at = time.UnixMilli(d - sh.skew)
 		}
 		if at.Before(sh.next) {
 			sh.next = at
+		}
+		if sh.due.IsZero() || at.Before(sh.due) {
+			sh.due = at
 		}
 	}
 }
@@ -463,7 +500,7 @@ func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 		if ctx.Err() != nil {
 			break
 		}
-		if !shards[i].next.After(now) {
+		if !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now) {
 			w.visit(ctx, i, shards)
 		}
 	}
@@ -531,12 +568,23 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 	// safety poll covers a wake-up lost.
 	now := time.Now()
 	sh.skew = r.now - now.UnixMilli()
-	retry := now.Add(safetyEvery(w.cfg.maxIdle, len(shards)))
+	safety := safetyEvery(w.cfg.maxIdle, len(shards))
+	if !sh.swept {
+		// Spread the safety polls of the shards over the interval, so
+		// that their cost is steady.
+		sh.swept = true
+		safety += safety * time.Duration(i) / time.Duration(len(shards))
+	}
+	retry := now.Add(safety)
 	sh.next = retry
+	sh.full = now
+	sh.due = time.Time{}
 	if r.earliest >= 0 {
 		// The index's clock (server TIME or WithClock) may differ from this
 		// process's: wait for the distance between the two, not a wall time.
-		if at := now.Add(time.Duration(r.earliest-r.now) * time.Millisecond); at.Before(retry) {
+		at := now.Add(time.Duration(r.earliest-r.now) * time.Millisecond)
+		sh.due = at
+		if at.Before(retry) {
 			sh.next = at
 		}
 	}
