@@ -119,11 +119,11 @@ local function lib()
   end
 
   -- L.head wakes the sweepers when owner, just filed in the due index at
-  -- deadline d, is its head: the shard's next deadline moved earlier. A
-  -- ZRANK (an integer reply) costs less than a publish to nobody, and most
-  -- filings are not the head.
+  -- deadline d, is its head: the shard's next deadline moved earlier. The
+  -- head's name (ZRANGE 0 0: no score to format, no rank to walk) costs
+  -- less than a publish to nobody, and most filings are not the head.
   function L.head(due, owner, d)
-    if call('ZRANK', due, owner) == 0 then
+    if call('ZRANGE', due, 0, 0)[1] == owner then
       L.wake(due, d)
     end
   end

@@ -216,7 +216,7 @@ if index then
   if fresh or evicted or (r[2] and d < tonumber(r[2])) then
     if events then
       call('ZADD', keys[ko + 2], 'LT', ds, owner)
-      if call('ZRANK', keys[ko + 2], owner) == 0 then
+      if call('ZRANGE', keys[ko + 2], '0', '0')[1] == owner then
         lib().wake(keys[ko + 2], ds) -- the next deadline moved earlier
       end
     else
