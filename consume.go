@@ -429,7 +429,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 				if first {
 					// Spread the safety polls of the shards over the
 					// interval, so that their cost is steady.
-					sh.nextVisit = sh.nextVisit.Add(c.safety * time.Duration(i) / time.Duration(len(c.shards)))
+					sh.nextVisit = at.Add(c.safety * time.Duration(i+1) / time.Duration(len(c.shards)))
 				}
 				if p.Count > 0 && !sh.active {
 					sh.active = true

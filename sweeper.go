@@ -573,7 +573,7 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		// Spread the safety polls of the shards over the interval, so
 		// that their cost is steady.
 		sh.swept = true
-		safety += safety * time.Duration(i) / time.Duration(len(shards))
+		safety = safety * time.Duration(i+1) / time.Duration(len(shards))
 	}
 	retry := now.Add(safety)
 	sh.next = retry
