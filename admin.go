@@ -19,9 +19,7 @@ import (
 
 // Configuration is what the first Open of a set recorded in Redis, in the
 // hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
-// payloads and index as 0 or 1). Sets recorded by earlier versions, as a
-// string such as "v1 shards=16 events=0 payloads=0 index=0", still open and
-// read as they are.
+// payloads and index as 0 or 1).
 type Configuration struct {
 	Shards   int
 	Events   bool
@@ -40,14 +38,6 @@ func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name stri
 	}
 	key := metaKey(name)
 	fields, err := rdb.HGetAll(ctx, key).Result()
-	if redis.HasErrorPrefix(err, "WRONGTYPE") {
-		// Recorded by an earlier version, as a string (or a foreign key).
-		v, gerr := rdb.Get(ctx, key).Result()
-		if gerr != nil {
-			return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
-		}
-		return legacyConfiguration(key, v)
-	}
 	if err != nil {
 		return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
 	}
@@ -77,11 +67,8 @@ func (c Configuration) text() string {
 }
 
 // recordedConfiguration reads the reply of open.lua: the fields of the meta
-// hash, or the string an earlier version recorded.
+// hash.
 func recordedConfiguration(key string, v any) (Configuration, error) {
-	if s, ok := v.(string); ok {
-		return legacyConfiguration(key, s)
-	}
 	xs, ok := v.([]any)
 	if !ok || len(xs)%2 != 0 {
 		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
@@ -93,21 +80,6 @@ func recordedConfiguration(key string, v any) (Configuration, error) {
 		if !ok1 || !ok2 {
 			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
 		}
-		fields[k] = val
-	}
-	return configurationFields(key, fields)
-}
-
-// legacyConfiguration reads the string earlier versions recorded, such as
-// "v1 shards=16 events=0 payloads=0 index=0".
-func legacyConfiguration(key, v string) (Configuration, error) {
-	f := strings.Fields(v)
-	if len(f) != 5 || f[0] != "v"+metaVersion {
-		return Configuration{}, fmt.Errorf("%w: %s holds %q", errUnexpectedReply, key, v)
-	}
-	fields := map[string]string{"version": metaVersion}
-	for _, kv := range f[1:] {
-		k, val, _ := strings.Cut(kv, "=")
 		fields[k] = val
 	}
 	return configurationFields(key, fields)
@@ -255,6 +227,11 @@ type ShardStats struct {
 	Dead       int64     // dead letters
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a sweeper holds the shard's lease
+	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
+	// holds the shard: keys of any kind its maxmemory-policy evicted since it
+	// started. Anything above 0 on a server of this set's keys means lost
+	// members (see WithEvictingServer); 0 where the server does not say.
+	EvictedKeys int64
 
 	EventsKey      string // the Redis key of the shard's expiry event stream
 	DeadLettersKey string // the Redis key of the shard's dead-letter stream
@@ -321,6 +298,10 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	}
 	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
 
+	evicted, err := s.evictedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ShardStats, len(s.shards))
 	for i := range s.shards {
 		st := ShardStats{
@@ -332,6 +313,8 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Dead:      cmds[i].dead.Val(),
 			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
+
+			EvictedKeys: evicted[i],
 
 			EventsKey:      s.shards[i].events,
 			DeadLettersKey: s.shards[i].dead,

@@ -442,17 +442,17 @@ func TestPayloads(t *testing.T) {
 			t.Fatal("payload of a dropped member stayed")
 		}
 
-		// Without WithPayloads (no flags: the owner key alone is declared;
+		// Without WithPayloadStorage (no flags: the owner key alone is declared;
 		// events only: no payload hash is ever written) a live member has
 		// no payload.
 		for _, opts := range [][]OpenOption{nil, {WithExpiryEvents()}} {
 			plain, _ := newTestSet(t, b, opts...)
 			must[time.Time](t)(plain.Add(ctx, "u", "m", time.Minute))
 			if p, err := plain.Payload(ctx, "u", "m"); err != nil || p != nil {
-				t.Fatalf("payload without WithPayloads: %q, %v", p, err)
+				t.Fatalf("payload without WithPayloadStorage: %q, %v", p, err)
 			}
 			if _, err := plain.Payload(ctx, "u", "absent"); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("payload of an absent member without WithPayloads: %v", err)
+				t.Fatalf("payload of an absent member without WithPayloadStorage: %v", err)
 			}
 		}
 	})
@@ -558,50 +558,4 @@ func TestIndexTracksEarliestDeadline(t *testing.T) {
 func realClient(t *testing.T) redis.UniversalClient {
 	t.Helper()
 	return redistest.Client(t)
-}
-
-// TestEarlierSetKeepsKeysToTheirDeadlines: a set an earlier version recorded
-// (its configuration a string) may still have that version's writers, which
-// set an owner key's TTL to its latest deadline exactly. A later deadline in
-// the same TTL bucket must still move the key's TTL, or its member would
-// vanish before its deadline: every deadline-writing call refreshes it.
-func TestEarlierSetKeepsKeysToTheirDeadlines(t *testing.T) {
-	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		name := uniqueName(t, b.rdb)
-		if err := b.rdb.Set(ctx, metaKey(name), "v1 shards=16 events=0 payloads=0 index=0", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		clk := newFakeClock()
-		s := must[*Set](t)(Open(ctx, b.rdb, name, WithClock(clk.Now)))
-		q := must[*Quota](t)(NewQuota(s, 5))
-		now := clk.Now().UnixMilli()
-		// Two deadlines in one bucket: the earlier version's, then this one's.
-		start := (now/ttlBucket.Milliseconds() + 2) * ttlBucket.Milliseconds()
-		older, newer := start+1000, start+5000
-		ttl := time.Duration(newer-now) * time.Millisecond
-		for _, tc := range []struct {
-			op    string
-			write func(owner string) error
-		}{
-			{"add", func(o string) error { _, err := s.Add(ctx, o, "new", ttl); return err }},
-			{"acquire", func(o string) error { _, err := q.Acquire(ctx, o, "new", ttl); return err }},
-			{"acquire-many", func(o string) error {
-				_, err := q.AcquireMany(ctx, []AcquireRequest{{Owner: o, Member: "new", TTL: ttl}})
-				return err
-			}},
-			{"extend", func(o string) error { _, err := s.Extend(ctx, o, "old", ttl); return err }},
-		} {
-			owner := "u-" + tc.op
-			key := s.OwnerKey(owner)
-			// What the earlier version wrote: the member, and a TTL to its deadline exactly.
-			must[int64](t)(b.rdb.ZAdd(ctx, key, redis.Z{Score: float64(older), Member: "old"}).Result())
-			must[bool](t)(b.rdb.PExpire(ctx, key, time.Duration(older-now)*time.Millisecond).Result())
-			if err := tc.write(owner); err != nil {
-				t.Fatalf("%s: %v", tc.op, err)
-			}
-			checkPTTL(t, b, key, ttl+time.Millisecond)
-		}
-	})
 }
