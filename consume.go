@@ -185,8 +185,10 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
 		beat:       beat,
 	}
+	start := time.Now()
 	for i := range c.shards {
 		c.shards[i].cursor = "0-0"
+		c.shards[i].grid = pollOrigin(start, c.safety, i, len(c.shards))
 	}
 	return c, nil
 }
@@ -266,6 +268,7 @@ type consumerShard struct {
 	busy      bool
 	active    bool
 	nextVisit time.Time
+	grid      time.Time // the origin of its safety polls (nextPoll)
 }
 
 // delivery is an event read or claimed, waiting for its handler call.
@@ -413,7 +416,6 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 	var out []delivery
 	for k, i := range shards {
 		sh := &c.shards[i]
-		first := sh.nextVisit.IsZero()
 		res, err := cmds[k].Result()
 		if errors.Is(err, redis.Nil) {
 			err = nil // nothing new
@@ -425,12 +427,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 				p, err = &redis.XPending{}, nil
 			}
 			if err == nil {
-				sh.nextVisit = at.Add(c.safety)
-				if first {
-					// Spread the safety polls of the shards over the
-					// interval, so that their cost is steady.
-					sh.nextVisit = at.Add(c.safety * time.Duration(i+1) / time.Duration(len(c.shards)))
-				}
+				sh.nextVisit = nextPoll(sh.grid, at, c.safety)
 				if p.Count > 0 && !sh.active {
 					sh.active = true
 					sh.nextClaim = at

@@ -331,6 +331,23 @@ func (w *wakeups) close() {
 	}
 }
 
+// nextPoll returns the first time after now on the grid origin + k*every
+// (origin itself when now is before it). Each shard's safety polls keep to
+// a grid of their own, the shards' origins spread over the interval, so
+// that their cost stays steady whatever wakes a shard in between.
+func nextPoll(origin, now time.Time, every time.Duration) time.Time {
+	if now.Before(origin) {
+		return origin
+	}
+	return origin.Add((now.Sub(origin)/every + 1) * every)
+}
+
+// pollOrigin is shard i of n's safety poll grid origin for a loop started
+// at start.
+func pollOrigin(start time.Time, every time.Duration, i, n int) time.Time {
+	return start.Add(every * time.Duration(i+1) / time.Duration(n))
+}
+
 // safetyEvery is how often a loop looks at each shard without a wake-up:
 // every poll interval, stretched so that it looks at no more than 16 shards
 // per poll interval (so a safety pass costs the same whatever the shard

@@ -399,7 +399,8 @@ type shardState struct {
 	next  time.Time // when to sweep it (held) or try its lease (not held)
 	retry backoff   // the delay after consecutive failures
 	skew  int64     // ms: the index's clock minus this process's, at the last sweep
-	swept bool      // swept at least once (the first safety polls are spread)
+	swept bool      // swept at least once
+	grid  time.Time // the origin of its safety polls (nextPoll)
 	due   time.Time // the next deadline the last sweep or a wake-up told (zero: none)
 	full  time.Time // when the shard was last swept
 }
@@ -423,7 +424,7 @@ func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time
 	if err != nil {
 		return false // the sweep reports what fails
 	}
-	sh.next = now.Add(safety)
+	sh.next = nextPoll(sh.grid, now, safety)
 	if len(head) == 1 {
 		at := time.UnixMilli(int64(head[0].Score) - sh.skew)
 		if !at.After(now) {
@@ -464,6 +465,10 @@ func (w *Sweeper) Run(ctx context.Context) error {
 		return err
 	}
 	shards := make([]shardState, len(w.set.shards))
+	start, safety := time.Now(), safetyEvery(w.cfg.maxIdle, len(shards))
+	for i := range shards {
+		shards[i].grid = pollOrigin(start, safety, i, len(shards))
+	}
 	wk := w.set.listen("subscribe", func(k *shardKeys) string { return k.dueWake })
 	defer wk.close()
 	defer func() {
@@ -578,14 +583,8 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 	// safety poll covers a wake-up lost.
 	now := time.Now()
 	sh.skew = r.now - now.UnixMilli()
-	safety := safetyEvery(w.cfg.maxIdle, len(shards))
-	if !sh.swept {
-		// Spread the safety polls of the shards over the interval, so
-		// that their cost is steady.
-		sh.swept = true
-		safety = safety * time.Duration(i+1) / time.Duration(len(shards))
-	}
-	retry := now.Add(safety)
+	sh.swept = true
+	retry := nextPoll(sh.grid, now, safetyEvery(w.cfg.maxIdle, len(shards)))
 	sh.next = retry
 	sh.full = now
 	sh.due = time.Time{}
