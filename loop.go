@@ -122,13 +122,14 @@ func errShard(err error) int {
 }
 
 // loop is the shape of a background loop: it calls round at once, then
-// again each time the wait round returned has passed, until ctx ends (it
+// again each time the wait round returned has passed or a wake-up comes on
+// wake (a nil wake never comes), until ctx ends (it
 // returns nil). An error from round that cannot heal (cannotHeal) is
 // returned; any other is reported (Set.reportError, as op, with the shard
 // shardErr tagged it with) and round is called again after a backoff that
 // grows with consecutive failures and resets on success. It starts no
 // goroutine.
-func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, error)) error {
+func (s *Set) loop(ctx context.Context, op string, wake <-chan struct{}, round func() (time.Duration, error)) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var bo backoff
@@ -137,6 +138,15 @@ func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, 
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-wake:
+			if bo.failing() {
+				// Backing off: a wake-up does not cut the wait short.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-timer.C:
+				}
+			}
 		}
 		wait, err := round()
 		switch {
