@@ -31,7 +31,7 @@ import (
 // Set is a named family of per-owner expiring sets. It holds no state of its
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with New or Open.
+// same options. The zero value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
@@ -44,9 +44,10 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
-	groups   []string  // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog // the default report of errors the loops survive
-	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
+	groups   []string   // consumer groups declared with WithConsumerGroups
+	errLog   *errorLog  // the default report of errors the loops survive
+	waiting  waitRoom   // this process's waiters (Quota.AcquireWait)
+	durable  durability // WithDurability
 }
 
 // Member is a live member and its deadline.
@@ -93,8 +94,11 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if len(cfg.groups) > 0 && !cfg.events {
 		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidArgument)
 	}
+	if err := checkDurableClient(rdb, cfg.durable); err != nil {
+		return nil, err
+	}
 	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
-		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}}
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}, durable: cfg.durable}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -111,6 +115,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	}
 
 	if err := checkServers(ctx, rdb, name); err != nil {
+		return nil, err
+	}
+	if err := checkServerConfig(ctx, rdb, name, &cfg); err != nil {
 		return nil, err
 	}
 	want := Configuration{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index}
@@ -268,11 +275,16 @@ func (s *Set) checkOwnerMember(owner, member string) error {
 // run runs a script, reports it to Hooks.OnCall and wraps any error with the
 // operation and key. A false reply from Lua comes back as (nil, nil).
 func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
+	return s.runOn(ctx, s.rdb, op, shard, sc, keys, args...)
+}
+
+// runOn is run through rdb.
+func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
 	var start time.Time
 	if s.hooks.OnCall != nil {
 		start = time.Now()
 	}
-	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	v, err := sc.Run(ctx, rdb, keys, args...).Result()
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil
 	}
@@ -310,13 +322,16 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	} else if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now(), owner)
 	}
-	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
+	v, durable, err := s.runWrite(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args, func(any) bool { return true })
 	if err != nil {
 		return time.Time{}, err
 	}
 	d, ok := asInt64(v)
 	if !ok {
 		return time.Time{}, unexpected("add.lua", v)
+	}
+	if s.durable.on() && !durable {
+		return msTime(d), fmt.Errorf("%w: add %s: %s", ErrNotDurable, s.ownerKeys(owner)[0], s.durable.shortfall())
 	}
 	return msTime(d), nil
 }
