@@ -48,13 +48,17 @@ local TTL_BUCKET = 16384
 -- (docs/design.md has the numbers).
 local MAX_BATCH = 1000
 local BYTES_MAX = 1048576
+-- ENTRY_COST is what one stream entry costs beyond its member, owner and
+-- payload, counted against BYTES_MAX.
+local ENTRY_COST = 64
 
 -- lib() returns the helpers of the rarer paths (expired members, payloads,
 -- eviction, the due index without events), built on first use: defining
 -- them up front would cost every run of every script a closure each. Every
 -- local of the prelude that lib's code names is an upvalue that each run
--- allocates (measured: about 0.5k instructions each), so lib names none but
--- lib_: its constants are its own locals.
+-- allocates (measured: about 0.5k instructions each), so lib names as few
+-- as it can: lib_ and ENTRY_COST (which sweep.lua uses too); its other
+-- constants are its own locals.
 local lib_
 local function lib()
   if lib_ then
@@ -65,9 +69,6 @@ local function lib()
   -- hundredth of one copied into an event (measured: 37 us against 6 ms per
   -- MiB), so it counts 1/DEL_WEIGHT of its length.
   local DEL_WEIGHT = 32
-  -- ENTRY_COST is what one stream entry costs beyond its member, owner and
-  -- payload, counted against BYTES_MAX.
-  local ENTRY_COST = 64
   -- INDEX_GRACE (ms) is how long an index entry of a set without events may
   -- stay overdue (no sweeper visited it) before writes remove it, and how
   -- long the index key outlives the latest deadline filed in it (indexGrace
