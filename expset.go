@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,10 +45,14 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
-	groups   []string   // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog  // the default report of errors the loops survive
-	waiting  waitRoom   // this process's waiters (Quota.AcquireWait)
-	durable  durability // WithDurability
+	groups   []string     // consumer groups declared with WithConsumerGroups
+	errLog   *errorLog    // the default report of errors the loops survive
+	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
+	durable  durability   // WithDurability
+	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
+	// dropWake, set by tests only, drops the wake-ups of the channels it
+	// returns true for, as a lost notification would.
+	dropWake func(channel string) bool
 }
 
 // Member is a live member and its deadline.
@@ -65,9 +70,11 @@ type Member struct {
 // The check reads the server's version once (HELLO, or INFO server when HELLO
 // is refused; on a ClusterClient every master, on a Ring every shard) and
 // fails with ErrServerVersion, before any script runs, when a server is older
-// than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
-// extra master); the Set it returns makes none until used and never checks
-// again.
+// than Redis 7.0 (or Valkey 7.2). It then reads INFO once per server and
+// fails with ErrNotDurable when a server's maxmemory-policy may evict keys
+// (see WithEvictingServer, which skips this read) or cannot give what
+// WithDurability asks. Open makes three round trips (two more per extra
+// master); the Set it returns makes none until used and never checks again.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...OpenOption) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -303,6 +310,11 @@ func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard in
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
 // be 1ms to 100 years. Options: WithPayload.
+//
+// On a set WithDurability, Add then waits for the acknowledgements asked
+// (one more round trip, up to the option's timeout); when they do not all
+// come, it returns the deadline together with an error matching
+// ErrNotDurable: the member is in the set, on the master only.
 func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...AddOption) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
@@ -528,19 +540,7 @@ func (v serverVersion) minimum() string {
 // tooOld reports whether v is older than its minimum. A version that does not
 // parse is not judged too old: a server that reports one is not known to
 // lack anything.
-func (v serverVersion) tooOld() bool {
-	have, ok1 := parseVersion(v.version)
-	want, ok2 := parseVersion(v.minimum())
-	if !ok1 || !ok2 {
-		return false
-	}
-	for i := range have {
-		if have[i] != want[i] {
-			return have[i] < want[i]
-		}
-	}
-	return false
-}
+func (v serverVersion) tooOld() bool { return v.olderThan(v.minimum()) }
 
 // parseVersion parses "major.minor.patch" (a missing patch counts as 0).
 func parseVersion(s string) ([3]int, bool) {
@@ -583,22 +583,9 @@ func checkServers(ctx context.Context, rdb redis.UniversalClient, name string) e
 		}
 		return nil
 	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return check(ctx, m, m.Options().Addr, m.Options().Protocol)
-		})
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error {
-			return check(ctx, s, s.Options().Addr, s.Options().Protocol)
-		})
-	case *redis.Client:
-		err = check(ctx, c, c.Options().Addr, c.Options().Protocol)
-	default:
-		err = check(ctx, rdb, "", -1)
-	}
-	if err != nil {
+	if err := forEachServer(ctx, rdb, func(ctx context.Context, c redis.UniversalClient, addr string, protocol int) error {
+		return check(ctx, c, addr, protocol)
+	}); err != nil {
 		return err
 	}
 	if len(old) == 0 {
@@ -700,12 +687,7 @@ func helloVersion(reply any) (serverVersion, bool) {
 // infoVersion reads INFO server: Valkey reports valkey_version beside the
 // redis_version 7.2.4 it implements.
 func infoVersion(txt string) serverVersion {
-	fields := map[string]string{}
-	for _, line := range strings.Split(txt, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
+	fields := infoFields(txt)
 	if v := fields["valkey_version"]; v != "" {
 		return serverVersion{product: "Valkey", version: v, via: "INFO server"}
 	}

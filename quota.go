@@ -77,7 +77,10 @@ func (q *Quota) opened() error {
 // setting it to now+ttl with WithRefreshOnReacquire): retrying an Acquire
 // whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
-// Options: WithLimit (this owner's limit for this call), WithPayload.
+// Options: WithLimit (this owner's limit for this call), WithPayload. On a
+// set WithDurability, an admission of a new member then waits for the
+// acknowledgements asked (one more round trip, up to the option's timeout)
+// and reports them in Decision.Durable.
 //
 // With WithEvictOldest, a retry reports what the first run evicted: when
 // the Acquire that admitted member evicted others, a later Acquire of the

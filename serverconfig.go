@@ -47,7 +47,7 @@ func checkServerConfig(ctx context.Context, rdb redis.UniversalClient, name stri
 		mu    sync.Mutex
 		infos []serverInfo
 	)
-	err := forEachServer(ctx, rdb, func(ctx context.Context, c redis.UniversalClient, addr string) error {
+	err := forEachServer(ctx, rdb, func(ctx context.Context, c redis.UniversalClient, addr string, _ int) error {
 		txt, err := c.Info(ctx).Result()
 		if err != nil {
 			if isRedisError(err) {
@@ -90,7 +90,9 @@ func atLeast(v, want string) bool {
 	return !serverVersion{version: v}.olderThan(want)
 }
 
-// olderThan reports whether v is older than version want.
+// olderThan reports whether v is older than version want. A version that
+// does not parse is not older: a server that reports one is not known to
+// lack anything.
 func (v serverVersion) olderThan(want string) bool {
 	have, ok1 := parseVersion(v.version)
 	w, ok2 := parseVersion(want)
@@ -117,19 +119,23 @@ func infoFields(txt string) map[string]string {
 }
 
 // forEachServer calls fn for every server behind rdb, with a client of that
-// server alone and its address: every master of a ClusterClient, every shard
-// of a Ring (concurrently), or the one server of any other client (with
-// address "" when its kind is unknown).
-func forEachServer(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, c redis.UniversalClient, addr string) error) error {
+// server alone, its address and the protocol the client speaks: every
+// master of a ClusterClient, every shard of a Ring (concurrently), or the
+// one server of any other client (with address "" and protocol -1 when its
+// kind is unknown).
+func forEachServer(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, c redis.UniversalClient, addr string, protocol int) error) error {
+	one := func(ctx context.Context, c *redis.Client) error {
+		return fn(ctx, c, c.Options().Addr, c.Options().Protocol)
+	}
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return fn(ctx, m, m.Options().Addr) })
+		return c.ForEachMaster(ctx, one)
 	case *redis.Ring:
-		return c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return fn(ctx, s, s.Options().Addr) })
+		return c.ForEachShard(ctx, one)
 	case *redis.Client:
-		return fn(ctx, c, c.Options().Addr)
+		return one(ctx, c)
 	}
-	return fn(ctx, rdb, "")
+	return fn(ctx, rdb, "", -1)
 }
 
 // evictedKeys returns, for each shard, the evicted_keys count (INFO stats)

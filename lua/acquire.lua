@@ -54,7 +54,9 @@
 -- and ZADD NX when the owner holds more than one), plus a PEXPIRE when the
 -- new deadline ends in a later TTL_BUCKET than the key reaches (without
 -- events), and with the due index a ZADD when the owner was empty or the new
--- deadline is its earliest (see quota.lua). Each redis.call costs about as
--- much as a short script, so the rarer paths build what they need (the
+-- deadline is its earliest (then a ZRANGE of the index's head: when the
+-- owner is the head, its deadline is published on KEYS[2] .. ':wake' to
+-- wake the sweepers, notify.go; see quota.lua). Each redis.call costs about
+-- as much as a short script, so the rarer paths build what they need (the
 -- helpers of lib()) only when they run.
 return (admit(KEYS, 0, #KEYS, ARGV, 0, #ARGV, nil, lib, waitlib, TTL_BUCKET, MAX_BATCH, BYTES_MAX))
