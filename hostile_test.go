@@ -683,18 +683,25 @@ func hostileCases() []hostileCase {
 			}})
 	}
 	retentionOpts := []struct {
-		desc   string
-		maxAge time.Duration
-		maxLen int
+		desc     string
+		maxAge   time.Duration
+		maxLen   int
+		maxBytes int64
 	}{
-		{"WithEventRetention(0, 1)", 0, 1},
-		{"WithEventRetention(999ms, 1)", time.Second - time.Millisecond, 1},
-		{"WithEventRetention(100 years + 1ms, 1)", maxTTL + time.Millisecond, 1},
-		{"WithEventRetention(-1ns, 1)", -1, 1},
-		{"WithEventRetention(1s, 0)", time.Second, 0},
-		{"WithEventRetention(1s, -1)", time.Second, -1},
-		{"WithEventRetention(1s, 2^30+1)", time.Second, maxEventMaxLen + 1},
-		{"WithEventRetention(1s, math.MinInt)", time.Second, math.MinInt},
+		{"WithEventRetention(0, 1, 1MiB)", 0, 1, minEventBytes},
+		{"WithEventRetention(999ms, 1, 1MiB)", time.Second - time.Millisecond, 1, minEventBytes},
+		{"WithEventRetention(100 years + 1ms, 1, 1MiB)", maxTTL + time.Millisecond, 1, minEventBytes},
+		{"WithEventRetention(-1ns, 1, 1MiB)", -1, 1, minEventBytes},
+		{"WithEventRetention(1s, 0, 1MiB)", time.Second, 0, minEventBytes},
+		{"WithEventRetention(1s, -1, 1MiB)", time.Second, -1, minEventBytes},
+		{"WithEventRetention(1s, 2^30+1, 1MiB)", time.Second, maxEventMaxLen + 1, minEventBytes},
+		{"WithEventRetention(1s, math.MinInt, 1MiB)", time.Second, math.MinInt, minEventBytes},
+		{"WithEventRetention(1s, 1, 0)", time.Second, 1, 0},
+		{"WithEventRetention(1s, 1, 1MiB-1)", time.Second, 1, minEventBytes - 1},
+		{"WithEventRetention(1s, 1, 1TiB+1)", time.Second, 1, maxEventBytes + 1},
+		{"WithEventRetention(1s, 1, -1)", time.Second, 1, -1},
+		{"WithEventRetention(1s, 1, math.MinInt64)", time.Second, 1, math.MinInt64},
+		{"WithEventRetention(1s, 1, math.MaxInt64)", time.Second, 1, math.MaxInt64},
 	}
 	for _, r := range retentionOpts {
 		cs = append(cs, hostileCase{call: "NewSweeper", input: r.desc, want: ErrInvalidArgument,
@@ -703,28 +710,28 @@ func hostileCases() []hostileCase {
 				if err != nil {
 					return "", err
 				}
-				_, err = NewSweeper(s, WithEventRetention(r.maxAge, r.maxLen))
+				_, err = NewSweeper(s, WithEventRetention(r.maxAge, r.maxLen, r.maxBytes))
 				return "", err
 			}})
 	}
-	row("NewSweeper", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
+	row("NewSweeper", "WithEventRetention(1s, 1, 1MiB) and (100 years, 2^30, 1TiB)", nil, "ok", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents())
 		if err != nil {
 			return "", err
 		}
-		for _, o := range []SweeperOption{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
+		for _, o := range []SweeperOption{WithEventRetention(time.Second, 1, minEventBytes), WithEventRetention(maxTTL, maxEventMaxLen, maxEventBytes)} {
 			if _, err := NewSweeper(s, o); err != nil {
 				return "", err
 			}
 		}
 		return "ok", nil
 	})
-	row("NewSweeper", "WithEventRetention(1h, 10) on a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+	row("NewSweeper", "WithEventRetention(1h, 10, 64MiB) on a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("retention-no-events"), WithSweepIndex())
 		if err != nil {
 			return "", err
 		}
-		_, err = NewSweeper(s, WithEventRetention(time.Hour, 10))
+		_, err = NewSweeper(s, WithEventRetention(time.Hour, 10, defaultEventBytes))
 		return "", err
 	})
 
