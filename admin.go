@@ -19,9 +19,7 @@ import (
 
 // Configuration is what the first Open of a set recorded in Redis, in the
 // hash expset:{name}:meta (HGETALL shows it: version 1, shards, and events,
-// payloads and index as 0 or 1). Sets recorded by earlier versions, as a
-// string such as "v1 shards=16 events=0 payloads=0 index=0", still open and
-// read as they are.
+// payloads and index as 0 or 1).
 type Configuration struct {
 	Shards   int
 	Events   bool
@@ -40,14 +38,6 @@ func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name stri
 	}
 	key := metaKey(name)
 	fields, err := rdb.HGetAll(ctx, key).Result()
-	if redis.HasErrorPrefix(err, "WRONGTYPE") {
-		// Recorded by an earlier version, as a string (or a foreign key).
-		v, gerr := rdb.Get(ctx, key).Result()
-		if gerr != nil {
-			return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
-		}
-		return legacyConfiguration(key, v)
-	}
 	if err != nil {
 		return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
 	}
@@ -77,11 +67,8 @@ func (c Configuration) text() string {
 }
 
 // recordedConfiguration reads the reply of open.lua: the fields of the meta
-// hash, or the string an earlier version recorded.
+// hash.
 func recordedConfiguration(key string, v any) (Configuration, error) {
-	if s, ok := v.(string); ok {
-		return legacyConfiguration(key, s)
-	}
 	xs, ok := v.([]any)
 	if !ok || len(xs)%2 != 0 {
 		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
@@ -93,21 +80,6 @@ func recordedConfiguration(key string, v any) (Configuration, error) {
 		if !ok1 || !ok2 {
 			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
 		}
-		fields[k] = val
-	}
-	return configurationFields(key, fields)
-}
-
-// legacyConfiguration reads the string earlier versions recorded, such as
-// "v1 shards=16 events=0 payloads=0 index=0".
-func legacyConfiguration(key, v string) (Configuration, error) {
-	f := strings.Fields(v)
-	if len(f) != 5 || f[0] != "v"+metaVersion {
-		return Configuration{}, fmt.Errorf("%w: %s holds %q", errUnexpectedReply, key, v)
-	}
-	fields := map[string]string{"version": metaVersion}
-	for _, kv := range f[1:] {
-		k, val, _ := strings.Cut(kv, "=")
 		fields[k] = val
 	}
 	return configurationFields(key, fields)

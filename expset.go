@@ -46,7 +46,6 @@ type Set struct {
 	hooks    Hooks
 	groups   []string  // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog // the default report of errors the loops survive
-	exactTTL bool      // recorded by an earlier version: owner key TTLs end at the latest deadline (see exact)
 	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
 }
 
@@ -124,7 +123,6 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	_, s.exactTTL = v.(string)
 	if got != want {
 		return nil, mismatch(name, key, got, want)
 	}
@@ -312,7 +310,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	} else if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now(), owner)
 	}
-	v, err := s.run(ctx, "add", s.ShardOf(owner), s.writers().add, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -404,7 +402,7 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now())
 	}
-	v, err := s.run(ctx, "extend", s.ShardOf(owner), s.writers().extend, s.ownerKeys(owner), args...)
+	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), args...)
 	if err != nil {
 		return time.Time{}, err
 	}

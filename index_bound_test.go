@@ -93,7 +93,7 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 func TestIndexGraceMatchesPrelude(t *testing.T) {
 	t.Parallel()
 	want := "local INDEX_GRACE = " + strconv.FormatInt(indexGrace.Milliseconds(), 10) + "\n"
-	if src := luaSource(true, "add.lua"); !strings.Contains(src, want) {
+	if src := luaSource("add.lua"); !strings.Contains(src, want) {
 		t.Fatalf("lua/prelude.lua lacks %q", want)
 	}
 }

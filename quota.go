@@ -106,7 +106,7 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 
 // acquire runs one prepared Acquire.
 func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
-	v, err := q.set.run(ctx, "acquire", c.shard, q.set.writers().acquire, c.keys, c.args...)
+	v, err := q.set.run(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args...)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -418,7 +418,7 @@ func (s *Set) manyCall(shard int, calls []acquireCall, idx []int) *scriptCall {
 		args = append(args, len(c.keys), len(c.args))
 		args = append(args, c.args...)
 	}
-	return &scriptCall{op: "acquire-many", shard: shard, sc: s.writers().many, keys: keys, args: args}
+	return &scriptCall{op: "acquire-many", shard: shard, sc: scriptMany, keys: keys, args: args}
 }
 
 // manyReplies reads the reply of an acquire_many.lua call that sent the

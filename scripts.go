@@ -15,31 +15,37 @@ import (
 //go:embed lua/*.lua
 var luaFS embed.FS
 
+// Each script is lua/prelude.lua, then the shared files it names, then its
+// own file, joined unchanged with a newline between them (script): no Lua
+// text is cut or replaced. The shared files are now.lua (now_ms),
+// wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
+// decision) and groups.lua (the consumer-group scripts' helpers); each
+// script's own file starts with its KEYS, ARGV and reply.
+//
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
 var (
-	scriptAdd      = bucketed.add
-	scriptAcquire  = bucketed.acquire
-	scriptMany     = bucketed.many
-	scriptRemove   = loadLean("wait_gate.lua", "remove.lua")
-	scriptExtend   = bucketed.extend
-	scriptDeadline = loadScript("deadline.lua")
-	scriptCount    = loadScript("count.lua")
-	scriptMembers  = loadScript("members.lua")
-	scriptPayload  = loadScript("payload.lua")
-	scriptOpen     = loadScript("open.lua")
-	scriptSweep    = loadScript("sweep.lua")
-	scriptKick     = loadScript("kick.lua")
-	scriptRenew    = loadScript("wait_gate.lua", "wait_renew.lua")
-	scriptLeave    = loadScript("wait_gate.lua", "wait_leave.lua")
+	scriptAdd      = script("add.lua")
+	scriptAcquire  = script("wait_gate.lua", "quota.lua", "acquire.lua")
+	scriptMany     = script("wait_gate.lua", "quota.lua", "acquire_many.lua")
+	scriptRemove   = script("wait_gate.lua", "remove.lua")
+	scriptExtend   = script("extend.lua")
+	scriptDeadline = script("now.lua", "deadline.lua")
+	scriptCount    = script("now.lua", "count.lua")
+	scriptMembers  = script("now.lua", "members.lua")
+	scriptPayload  = script("now.lua", "payload.lua")
+	scriptOpen     = script("open.lua")
+	scriptSweep    = script("now.lua", "sweep.lua")
+	scriptKick     = script("kick.lua")
+	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
+	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 
-	// The consumer-group scripts share lua/groups.lua.
-	scriptAck     = loadScript("groups.lua", "ack.lua")
-	scriptBegin   = loadScript("groups.lua", "begin.lua")
-	scriptBury    = loadScript("groups.lua", "bury.lua")
-	scriptClaim   = loadScript("groups.lua", "claim.lua")
-	scriptRelease = loadScript("groups.lua", "release.lua")
-	scriptPrune   = loadScript("groups.lua", "prune.lua")
+	scriptAck     = script("groups.lua", "ack.lua")
+	scriptBegin   = script("groups.lua", "begin.lua")
+	scriptBury    = script("groups.lua", "bury.lua")
+	scriptClaim   = script("groups.lua", "claim.lua")
+	scriptRelease = script("groups.lua", "release.lua")
+	scriptPrune   = script("groups.lua", "prune.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove
@@ -56,120 +62,26 @@ const maxBatch = 1000
 // deadline it was given.
 const ttlBucket = 16384 * time.Millisecond
 
-// deadlineWriters are the scripts that write deadlines to owner keys, and
-// with them the keys' TTLs, built for one TTL bucket (lua/prelude.lua's
-// TTL_BUCKET).
-type deadlineWriters struct{ add, extend, acquire, many *redis.Script }
+// script returns the script made of lua/prelude.lua and lua/<names...>, in
+// that order.
+func script(names ...string) *redis.Script {
+	return redis.NewScript(luaSource(names...))
+}
 
-var (
-	// bucketed serves the sets this version recorded: an owner key lives to
-	// the end of its latest deadline's ttlBucket, and a write skips the
-	// PEXPIRE when the key already reaches its deadline's bucket.
-	bucketed = newDeadlineWriters(ttlBucket)
-	// exact serves the sets an earlier version recorded (their configuration
-	// a string, not a hash). That version's processes set an owner key's TTL
-	// to its latest deadline exactly, so a key may reach no further than that
-	// while they still run beside this one: a bucketed write would skip a
-	// PEXPIRE the key needs, and its member would vanish before its
-	// deadline. A bucket of 1 ms refreshes the TTL whenever the new deadline
-	// is later than every one the key holds, as that version did.
-	exact = newDeadlineWriters(time.Millisecond)
-)
-
-// newDeadlineWriters builds the deadline-writing scripts for a TTL bucket of
-// b (a whole number of milliseconds).
-func newDeadlineWriters(b time.Duration) deadlineWriters {
-	bucket := func(src string) *redis.Script {
-		const decl = "local TTL_BUCKET = 16384\n"
-		if !strings.Contains(src, decl) {
-			panic("expset: lua/prelude.lua does not declare " + strings.TrimSpace(decl))
+// luaSource returns lua/prelude.lua and lua/<names...> joined by newlines.
+func luaSource(names ...string) string {
+	var b strings.Builder
+	for i, name := range append([]string{"prelude.lua"}, names...) {
+		src, err := luaFS.ReadFile("lua/" + name)
+		if err != nil {
+			panic("expset: embedded lua/" + name + " missing: " + err.Error())
 		}
-		return redis.NewScript(strings.Replace(src, decl, "local TTL_BUCKET = "+strconv.FormatInt(b.Milliseconds(), 10)+"\n", 1))
-	}
-	return deadlineWriters{
-		add:     bucket(luaSource(true, "add.lua")),
-		extend:  bucket(luaSource(true, "extend.lua")),
-		acquire: bucket(acquireSource()),
-		many:    bucket(manySource()),
-	}
-}
-
-// writers returns the deadline-writing scripts for s's owner keys.
-func (s *Set) writers() *deadlineWriters {
-	if s.exactTTL {
-		return &exact
-	}
-	return &bucketed
-}
-
-// loadScript returns lua/prelude.lua followed by lua/<names...> as one
-// script.
-func loadScript(names ...string) *redis.Script {
-	return redis.NewScript(luaSource(false, names...))
-}
-
-// loadLean is loadScript for the lean scripts, whose common paths build no
-// closure: the prelude comes without its helpers section (see
-// lua/prelude.lua).
-func loadLean(names ...string) *redis.Script {
-	return redis.NewScript(luaSource(true, names...))
-}
-
-// The lines that open and close the prelude's helpers section.
-const (
-	helpersOpen  = "-- helpers {\n"
-	helpersClose = "-- } helpers\n"
-)
-
-func luaSource(lean bool, names ...string) string {
-	var src []byte
-	for _, name := range append([]string{"prelude.lua"}, names...) {
-		b := []byte(readLua(name))
-		if lean && name == "prelude.lua" {
-			b = withoutHelpers(b)
+		if i > 0 {
+			b.WriteByte('\n')
 		}
-		if len(src) > 0 {
-			src = append(src, '\n')
-		}
-		src = append(src, b...)
+		b.Write(src)
 	}
-	return string(src)
-}
-
-// acquireSource returns acquire.lua with lua/quota.lua after it as its body,
-// the offsets quota.lua adds to its KEYS and ARGV indices (0 here) left out.
-func acquireSource() string {
-	quota := strings.NewReplacer("ko + ", "", "ao + ", "").Replace(readLua("quota.lua"))
-	return luaSource(true, "wait_gate.lua", "acquire.lua") + "\n" + quota
-}
-
-// readLua returns the embedded lua/<name>.
-func readLua(name string) string {
-	b, err := luaFS.ReadFile("lua/" + name)
-	if err != nil {
-		panic("expset: embedded lua/" + name + " missing: " + err.Error())
-	}
-	return string(b)
-}
-
-// manySource returns acquire_many.lua with lua/quota.lua before it as the
-// body of the function admit(keys, ko, nk, argv, ao, na, now) (see both
-// files).
-func manySource() string {
-	return luaSource(true, "wait_gate.lua") +
-		"\nlocal admit_used, admit_moved = 0, 0\nlocal function admit(keys, ko, nk, argv, ao, na, now)\n" +
-		readLua("quota.lua") + "end\n" + readLua("acquire_many.lua")
-}
-
-// withoutHelpers returns the prelude without its helpers section.
-func withoutHelpers(prelude []byte) []byte {
-	s := string(prelude)
-	i := strings.Index(s, helpersOpen)
-	j := strings.Index(s, helpersClose)
-	if i < 0 || j < i {
-		panic("expset: lua/prelude.lua has no helpers section")
-	}
-	return []byte(s[:i] + s[j+len(helpersClose):])
+	return b.String()
 }
 
 // scriptCall is one script run of a batch sent with runPipelined.

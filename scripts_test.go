@@ -27,27 +27,44 @@ func TestMaxBatchMatchesLua(t *testing.T) {
 func TestTTLBucketMatchesLua(t *testing.T) {
 	t.Parallel()
 	want := "local TTL_BUCKET = " + strconv.FormatInt(ttlBucket.Milliseconds(), 10) + "\n"
-	if src := luaSource(true, "acquire.lua"); !strings.Contains(src, want) {
+	if src := luaSource("acquire.lua"); !strings.Contains(src, want) {
 		t.Fatalf("lua/prelude.lua lacks %q", want)
 	}
 }
 
-// TestLeanScriptsLackHelpers checks that the lean scripts are loaded
-// without the prelude's helpers section (no closure built per run but
-// lib's) and the others with it.
-func TestLeanScriptsLackHelpers(t *testing.T) {
+// TestScriptHeaders checks that every file in lua/ starts with its name,
+// and that each script's own file (all but the shared files that scripts.go
+// places before them) states its KEYS, ARGV and reply in its header.
+func TestScriptHeaders(t *testing.T) {
 	t.Parallel()
-	if src := luaSource(true, "acquire.lua"); strings.Contains(src, "local function now_ms") || !strings.Contains(src, "local function lib()") {
-		t.Fatal("a lean script keeps the prelude's helpers, or lost lib()")
+	shared := map[string]bool{"prelude.lua": true, "now.lua": true, "wait_gate.lua": true, "quota.lua": true, "groups.lua": true}
+	files, err := luaFS.ReadDir("lua")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if src := luaSource(false, "sweep.lua"); !strings.Contains(src, "local function now_ms") {
-		t.Fatal("a script that is not lean lost the prelude's helpers")
-	}
-	if src := acquireSource(); strings.Contains(src, "local function now_ms") || strings.Contains(src, "ko + ") || !strings.Contains(src, "keys[1]") {
-		t.Fatal("acquire's script keeps the helpers or quota.lua's index offsets")
-	}
-	if src := manySource(); strings.Contains(src, "local function now_ms") || !strings.Contains(src, "keys[ko + 1]") {
-		t.Fatal("acquire_many's script keeps the helpers or lost quota.lua's index offsets")
+	for _, f := range files {
+		src, err := luaFS.ReadFile("lua/" + f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(src), "-- "+f.Name()+": ") {
+			t.Errorf("lua/%s does not start with its name", f.Name())
+		}
+		if shared[f.Name()] {
+			continue
+		}
+		var header strings.Builder
+		for _, line := range strings.Split(string(src), "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header.WriteString(line + "\n")
+		}
+		for _, want := range []string{"-- KEYS", "-- ARGV", "Reply"} {
+			if !strings.Contains(header.String(), want) {
+				t.Errorf("lua/%s: the header does not state %q", f.Name(), want)
+			}
+		}
 	}
 }
 

@@ -88,7 +88,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	backoff := 10 * time.Millisecond
 	uncertain := false // a call may have admitted the member without our knowing
 	for {
-		v, err := s.run(ctx, "acquire", c.shard, s.writers().acquire, keys, args...)
+		v, err := s.run(ctx, "acquire", c.shard, scriptAcquire, keys, args...)
 		uncertain = err != nil
 		if err == nil {
 			backoff = 10 * time.Millisecond

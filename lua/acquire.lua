@@ -1,7 +1,6 @@
--- acquire.lua: the quota's atomic check-then-add (Quota.Acquire). A lean
--- script (see prelude): loaded without the prelude's helpers. Its body is
--- quota.lua (placed after this file by scripts.go, without its index
--- offsets ko and ao), which acquire_many.lua runs too.
+-- acquire.lua: the quota's atomic check-then-add (Quota.Acquire). Loaded
+-- after prelude.lua, wait_gate.lua and quota.lua (scripts.go): the decision
+-- is quota.lua's admit, which acquire_many.lua runs too.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due   (flag i; else undeclared)
@@ -59,5 +58,4 @@
 -- and whether anything expired, all at once. Each redis.call costs about as
 -- much as a short script, so the rarer paths build what they need (the live
 -- bound, the helpers of lib()) only when they run.
-local keys, nk, argv, na, now = KEYS, #KEYS, ARGV, #ARGV, nil
-local admit_used, admit_moved = 0, 0
+return admit(KEYS, 0, #KEYS, ARGV, 0, #ARGV, nil)

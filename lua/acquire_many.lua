@@ -1,8 +1,8 @@
 -- acquire_many.lua: several Acquires of one shard in one call
--- (Quota.AcquireMany). A lean script (see prelude): each request runs
--- quota.lua, as acquire.lua runs it, as the function admit(keys, ko, nk,
--- argv, ao, na, now) that scripts.go places before this file, so the script overhead and the
--- server's TIME are paid once per call instead of once per request.
+-- (Quota.AcquireMany). Loaded after prelude.lua, wait_gate.lua and
+-- quota.lua (scripts.go): each request runs quota.lua's admit, as
+-- acquire.lua does, so the script overhead and the server's TIME are paid
+-- once per call instead of once per request.
 --
 -- KEYS     every request's keys in turn, each request's as acquire.lua's
 --          KEYS (all of one shard: they share its hash tag)
@@ -30,7 +30,6 @@ local used, moved = 0, 0
 local k, a, last = 0, 2, #ARGV
 while a < last and used < BYTES_MAX and moved < MAX_BATCH do
   local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  admit_used, admit_moved = 0, 0
   local ok, reply = pcall(admit, KEYS, k, nk, ARGV, a + 1, na, now)
   k, a = k + nk, a + 2 + na
   if not ok then

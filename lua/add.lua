@@ -1,5 +1,4 @@
--- add.lua: upsert one member with deadline now+ttl (Set.Add). A lean
--- script (see prelude): loaded without the prelude's helpers.
+-- add.lua: upsert one member with deadline now+ttl (Set.Add).
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due   (owner -> <= earliest deadline)

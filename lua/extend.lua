@@ -1,5 +1,4 @@
--- extend.lua: push a live member's deadline to now+ttl (Set.Extend). A lean
--- script (see prelude): loaded without the prelude's helpers.
+-- extend.lua: push a live member's deadline to now+ttl (Set.Extend).
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[4]  owner payload hash    expset:{name:S}:p:<owner>

@@ -6,15 +6,8 @@
 -- ARGV     the caller's configuration: field1, value1, field2, value2, ...
 --
 -- Reply: the recorded configuration as field1, value1, ... (the caller's,
--- when it was first); or, for a set that an earlier version recorded as a
--- string ("v1 shards=16 events=0 payloads=0 index=0"), that string, left as
--- it is (processes of that version may still read it). A key of another
--- type fails with WRONGTYPE.
-local t = call('TYPE', KEYS[1])['ok']
-if t == 'string' then
-  return call('GET', KEYS[1])
-end
-if t ~= 'none' then
+-- when it was first). A key of another type fails with WRONGTYPE.
+if call('EXISTS', KEYS[1]) == 1 then
   return call('HGETALL', KEYS[1])
 end
 call('HSET', KEYS[1], unpack(ARGV))

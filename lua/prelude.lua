@@ -1,12 +1,13 @@
--- prelude.lua: helpers shared by every expset script that writes or reads
--- deadlines. It is prepended to each script body at load time (scripts.go),
--- so each EVALSHA still runs one self-contained script.
+-- prelude.lua: the constants and helpers every expset script shares. Each
+-- script is this file, then the shared files it names, then its own file,
+-- joined unchanged at load time (script() in scripts.go), so each EVALSHA
+-- runs one self-contained script.
 --
 -- Conventions every script follows:
 --   * "now" is given in Unix milliseconds, or "" to read the server's TIME:
---     ARGV[1] in every script but the lean ones, which put the arguments of
---     their common path first (acquire, add, extend, remove: see their
---     headers).
+--     ARGV[1], except in the scripts of the write path (acquire, add,
+--     extend, remove), which put the arguments of their common path first
+--     (see their headers).
 --   * Scores are deadlines in whole Unix milliseconds (< 2^53, exact in a
 --     double). Numbers reach redis.call as arguments (formatted with 17 digits)
 --     or are returned as integer replies; none passes through tostring or "..".
@@ -22,11 +23,10 @@ local call = redis.call
 
 -- Every redis.call, every closure and every global lookup costs measurable
 -- time on each run (the script body runs afresh on every EVALSHA), so the
--- common paths call as little as they can, and build no closure: the lean
--- scripts (acquire, add, extend, remove) are loaded without the helpers
--- between the "helpers {" and "} helpers" lines below (scripts.go), and the
--- helpers of the rarer paths are built on first use (lib()).
--- bench/README.md and docs/design.md have the numbers.
+-- common paths call as little as they can and build no closure but lib's:
+-- the helpers of the rarer paths are built on first use (lib()), and the
+-- shared files (now.lua, wait_gate.lua, quota.lua, groups.lua) go only into
+-- the scripts that use them. bench/README.md has the numbers.
 
 -- TTL_BUCKET (ms): the owner key of a set without events expires at the end
 -- of its latest deadline's bucket, (floor(d / TTL_BUCKET) + 1) * TTL_BUCKET,
@@ -261,27 +261,3 @@ local function lib()
   lib_ = L
   return L
 end
-
--- helpers {
--- The helpers of the scripts that are not lean (scripts.go leaves this
--- section out of the lean ones).
-local function now_ms(arg)
-  if arg ~= '' then
-    return tonumber(arg)
-  end
-  local t = call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
-
-local function has(flags, c)
-  return string.find(flags, c, 1, true) ~= nil
-end
-
-local function keep_index(due, ttl)
-  lib().keep_index(due, ttl)
-end
-
-local function file_owner(due, owner, d, ttl, now, events)
-  lib().file_owner(due, owner, d, ttl, now, events)
-end
--- } helpers

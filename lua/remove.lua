@@ -1,5 +1,5 @@
--- remove.lua: remove members of one owner (Set.Remove, Quota.Release). A
--- lean script (see prelude): loaded without the prelude's helpers.
+-- remove.lua: remove members of one owner (Set.Remove, Quota.Release).
+-- Loaded after prelude.lua and wait_gate.lua.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  shard due index       expset:{name:S}:due

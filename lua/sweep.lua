@@ -67,7 +67,7 @@ local due, stream, flags = KEYS[1], KEYS[2], ARGV[2]
 local now = now_ms(ARGV[1])
 local NOW = string.format('%d', now)
 local budget = tonumber(ARGV[3])
-local events, payloads = has(flags, 'e'), has(flags, 'p')
+local events, payloads = string.find(flags, 'e', 1, true) ~= nil, string.find(flags, 'p', 1, true) ~= nil
 local n = #ARGV - 7
 
 -- PEEK (a read) and POP (a pop, see below): the expired members the first
@@ -233,7 +233,7 @@ if not events and latest > 0 then
   if ttl < 0 then
     ttl = 0
   end
-  keep_index(due, ttl)
+  lib().keep_index(due, ttl)
 end
 
 local trimmed = 0
