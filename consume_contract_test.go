@@ -339,7 +339,14 @@ func TestConsumeFanOut(t *testing.T) {
 			}
 		}
 		billing, email := start("billing"), start("email")
-		time.Sleep(50 * time.Millisecond) // both groups exist
+		waitFor(t, "both groups on every shard", func() bool {
+			for _, sk := range s.shards {
+				if len(b.rdb.XInfoGroups(context.Background(), sk.events).Val()) != 2 {
+					return false
+				}
+			}
+			return true
+		})
 		stopAll(email)
 		expire(t, s, clk, 20)
 		waitFor(t, "20 events in billing", func() bool { return got["billing"].count() == 20 })
