@@ -578,6 +578,8 @@ func hostileCases() []hostileCase {
 		}},
 		{"NewQuota", func(e *hostileEnv, s *Set) error { _, err := NewQuota(s, 3); return err }},
 		{"NewSweeper", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s); return err }},
+		{"Set.Groups", func(e *hostileEnv, s *Set) error { _, err := s.Groups(e.ctx); return err }},
+		{"Set.RemoveGroup", func(e *hostileEnv, s *Set) error { _, err := s.RemoveGroup(e.ctx, "g"); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -625,6 +627,43 @@ func hostileCases() []hostileCase {
 			return "", w.Run(e.ctx)
 		})
 	}
+	eventsSet := func(e *hostileEnv) (*Set, error) {
+		return Open(context.Background(), e.rdb, e.named("groups"), WithExpiryEvents())
+	}
+	row("Set.Groups", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Groups(e.ctx)
+		return "", err
+	})
+	row("Set.Groups", "a set with expiry events and no group", nil, "0 groups", func(e *hostileEnv) (string, error) {
+		s, err := eventsSet(e)
+		if err != nil {
+			return "", err
+		}
+		gs, err := s.Groups(e.ctx)
+		return fmt.Sprintf("%d groups", len(gs)), err
+	})
+	for _, g := range []struct{ desc, group string }{{`group ""`, ""}, {"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1)}} {
+		row("Set.RemoveGroup", g.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			s, err := eventsSet(e)
+			if err != nil {
+				return "", err
+			}
+			_, err = s.RemoveGroup(e.ctx, g.group)
+			return "", err
+		})
+	}
+	row("Set.RemoveGroup", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.RemoveGroup(e.ctx, "g")
+		return "", err
+	})
+	row("Set.RemoveGroup", "a group the set does not have", ErrNotFound, "", func(e *hostileEnv) (string, error) {
+		s, err := eventsSet(e)
+		if err != nil {
+			return "", err
+		}
+		_, err = s.RemoveGroup(e.ctx, "missing")
+		return "", err
+	})
 	nilClients := []struct {
 		desc string
 		c    redis.UniversalClient
