@@ -227,6 +227,11 @@ type ShardStats struct {
 	Dead       int64     // dead letters
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a sweeper holds the shard's lease
+	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
+	// holds the shard: keys of any kind its maxmemory-policy evicted since it
+	// started. Anything above 0 on a server of this set's keys means lost
+	// members (see WithEvictingServer); 0 where the server does not say.
+	EvictedKeys int64
 
 	EventsKey      string // the Redis key of the shard's expiry event stream
 	DeadLettersKey string // the Redis key of the shard's dead-letter stream
@@ -293,6 +298,10 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	}
 	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
 
+	evicted, err := s.evictedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ShardStats, len(s.shards))
 	for i := range s.shards {
 		st := ShardStats{
@@ -304,6 +313,8 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Dead:      cmds[i].dead.Val(),
 			Trimmed:   counter(cmds[i].trimmed),
 			Leased:    cmds[i].leased.Val() == 1,
+
+			EvictedKeys: evicted[i],
 
 			EventsKey:      s.shards[i].events,
 			DeadLettersKey: s.shards[i].dead,

@@ -79,7 +79,7 @@ func TestScriptsBoundedBytes(t *testing.T) {
 // owners with 150 expired (or live) members of maxPayloadLen-byte payloads,
 // each call of Add, Acquire, Remove and the sweeper meeting more work than
 // one call may do. It prints the longest SLOWLOG entry of each call and the
-// worst latency a concurrent PING saw; docs/design.md quotes the figures.
+// worst latency a concurrent PING saw; bench/README.md quotes the figures.
 // Wall-clock figures are printed, not asserted (the machine may be loaded):
 // run it with -v to read them. Skipped with -short.
 func TestScriptLatencyAtMaxima(t *testing.T) {

@@ -239,7 +239,7 @@ type consumer struct {
 	ackDue      time.Time     // when acks must be sent (zero when none wait)
 	claimEvery  time.Duration // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration // consumers idle this long with nothing pending are removed
-	visMs       int64         // the visibility timeout in ms
+	visMs       int64         // the lease TTL in ms
 	beat        time.Duration // how often a handler call's lease is renewed
 }
 
@@ -370,7 +370,7 @@ func (c *consumer) read(ctx context.Context, shards []int) []delivery {
 }
 
 // claim takes over one batch of shard i's events left pending longer than
-// the visibility timeout; the script buries those with every attempt used,
+// the lease TTL; the script buries those with every attempt used,
 // and the rest are returned for delivery.
 func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 	sk := &c.set.shards[i]
@@ -515,7 +515,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		c.event(ctx, d.shard, attempt, herr, buried)
 		return err
 	default:
-		// Delivered again once the visibility timeout has passed from now.
+		// Delivered again once the lease TTL has passed from now.
 		c.event(ctx, d.shard, attempt, herr, false)
 		_, err := c.set.run(wctx, "renew", d.shard, scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
 		return err

@@ -159,7 +159,7 @@ func TestConsumeShutdownFlushesAcks(t *testing.T) {
 }
 
 // TestConsumeLongCallKeepsAcksFlowing: an event handled (nil) before a
-// handler call that lasts three visibility timeouts is acknowledged while
+// handler call that lasts three lease TTLs is acknowledged while
 // that call runs, not after it: another consumer of the group never claims
 // it, and with WithMaxAttempts(1) it is never dead-lettered.
 func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // burials, deleted streams, fan-out, and consumers leaving their groups.
 
 // steady are options for tests that count handler calls exactly: with a
-// one-second visibility timeout no lease lapses on a loaded machine, so
+// one-second lease TTL no lease lapses on a loaded machine, so
 // nothing is handled twice.
 var steady = []ConsumeOption{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond)}
 
@@ -94,7 +94,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			stuck := make(chan struct{})
 			var once sync.Once
 			stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
-				once.Do(func() { close(stuck); time.Sleep(time.Second) }) // past 3 visibility timeouts
+				once.Do(func() { close(stuck); time.Sleep(time.Second) }) // past 3 lease TTLs
 				return h.call("a", e, nil)
 			}, opts...)
 			<-stuck
@@ -114,8 +114,8 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			}
 
 			// A graceful shutdown after the first event, then a restart: the
-			// 9 read and not handed out come back at once (the visibility
-			// timeout is a minute), at attempt 1.
+			// 9 read and not handed out come back at once (the lease TTL
+			// is a minute), at attempt 1.
 			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
 			opts = []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
@@ -144,7 +144,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 }
 
 // TestConsumeHungHandlerKeepsLease: two consumers of a group, one with a
-// handler call that runs for four visibility timeouts and then returns nil.
+// handler call that runs for four lease TTLs and then returns nil.
 // Its lease holds: the other consumer never gets that event, handles the
 // events queued behind it at attempt 1, and no event is both handled and
 // dead-lettered, or dead-lettered at all.
@@ -226,7 +226,7 @@ func TestConsumeHandlerContext(t *testing.T) {
 		}
 
 		// Lease lost: the event is claimed by another consumer under the
-		// handler (as when this one lost Redis past the visibility timeout).
+		// handler (as when this one lost Redis past the lease TTL).
 		expire(t, s, clk, 1)
 		inCall := make(chan Expiry, 1)
 		stop = consumeInBackground(t, s, "g", "c", func(hctx context.Context, e Expiry) error {

@@ -31,6 +31,15 @@ var (
 	// before any script runs; upgrade the server.
 	ErrServerVersion = errors.New("expset: server version too old")
 
+	// ErrNotDurable means Redis may not keep what the set writes. Open fails
+	// with it, naming the server and the fix, when a server's
+	// maxmemory-policy may evict the set's keys (any policy but noeviction;
+	// WithEvictingServer accepts the risk), or when WithDurability asks for
+	// the AOF of a server with appendonly off. With WithDurability, Set.Add
+	// returns it beside the deadline it wrote when the acknowledgements did
+	// not all come in time: the member is in the set, on the master only.
+	ErrNotDurable = errors.New("expset: not durable")
+
 	// ErrLeaseLost means a lease was lost. For a Sweeper: it could not
 	// refresh a shard's lease (another sweeper took it, or it lapsed) and
 	// stopped sweeping that shard; Run reports it (Hooks.OnError, else

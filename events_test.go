@@ -97,14 +97,14 @@ func TestConsumeDeliversOnce(t *testing.T) {
 
 // TestConsumeCrashRedelivers: a consumer that dies in its handler; its
 // event comes again to another consumer, with attempt 2, only after the
-// visibility timeout has passed since the dead consumer's last renewal.
+// lease TTL has passed since the dead consumer's last renewal.
 func TestConsumeCrashRedelivers(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 		expire(t, s, clk, 1)
 		// The event is delivered after this instant: it cannot be claimed
-		// before started plus the visibility timeout. (The time the crashed
+		// before started plus the lease TTL. (The time the crashed
 		// Consume returns would be no bound: on a loaded machine it can come
 		// long after the delivery.)
 		started := time.Now()
@@ -129,7 +129,7 @@ func TestConsumeCrashRedelivers(t *testing.T) {
 			t.Fatalf("redelivered %+v, want the same event at attempt 2", got)
 		}
 		if wait := at.Sub(started); wait < 50*time.Millisecond {
-			t.Fatalf("redelivered %v after the first Consume started, before the 60ms visibility timeout", wait)
+			t.Fatalf("redelivered %v after the first Consume started, before the 60ms lease TTL", wait)
 		}
 	})
 }

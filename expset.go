@@ -31,7 +31,7 @@ import (
 // Set is a named family of per-owner expiring sets. It holds no state of its
 // own besides its configuration: it is safe for simultaneous use by multiple
 // goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with New or Open.
+// same options. The zero value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
@@ -44,9 +44,10 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
-	groups   []string  // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog // the default report of errors the loops survive
-	waiting  waitRoom  // this process's waiters (Quota.AcquireWait)
+	groups   []string   // consumer groups declared with WithConsumerGroups
+	errLog   *errorLog  // the default report of errors the loops survive
+	waiting  waitRoom   // this process's waiters (Quota.AcquireWait)
+	durable  durability // WithDurability
 }
 
 // Member is a live member and its deadline.
@@ -64,9 +65,11 @@ type Member struct {
 // The check reads the server's version once (HELLO, or INFO server when HELLO
 // is refused; on a ClusterClient every master, on a Ring every shard) and
 // fails with ErrServerVersion, before any script runs, when a server is older
-// than Redis 7.0 (or Valkey 7.2). Open makes two round trips (one more per
-// extra master); the Set it returns makes none until used and never checks
-// again.
+// than Redis 7.0 (or Valkey 7.2). It then reads INFO once per server and
+// fails with ErrNotDurable when a server's maxmemory-policy may evict keys
+// (see WithEvictingServer, which skips this read) or cannot give what
+// WithDurability asks. Open makes three round trips (two more per extra
+// master); the Set it returns makes none until used and never checks again.
 func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...OpenOption) (*Set, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
@@ -93,8 +96,11 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if len(cfg.groups) > 0 && !cfg.events {
 		return nil, fmt.Errorf("%w: WithConsumerGroups needs WithExpiryEvents", ErrInvalidArgument)
 	}
+	if err := checkDurableClient(rdb, cfg.durable); err != nil {
+		return nil, err
+	}
 	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
-		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}}
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}, durable: cfg.durable}
 	s.shards = make([]shardKeys, cfg.shards)
 	for i := range s.shards {
 		s.shards[i] = newShardKeys(name, i)
@@ -111,6 +117,9 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	}
 
 	if err := checkServers(ctx, rdb, name); err != nil {
+		return nil, err
+	}
+	if err := checkServerConfig(ctx, rdb, name, &cfg); err != nil {
 		return nil, err
 	}
 	want := Configuration{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index}
@@ -268,11 +277,16 @@ func (s *Set) checkOwnerMember(owner, member string) error {
 // run runs a script, reports it to Hooks.OnCall and wraps any error with the
 // operation and key. A false reply from Lua comes back as (nil, nil).
 func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
+	return s.runOn(ctx, s.rdb, op, shard, sc, keys, args...)
+}
+
+// runOn is run through rdb.
+func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
 	var start time.Time
 	if s.hooks.OnCall != nil {
 		start = time.Now()
 	}
-	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	v, err := sc.Run(ctx, rdb, keys, args...).Result()
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil
 	}
@@ -291,6 +305,11 @@ func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, k
 // Quota for that. Expired members of the owner found on the way are removed
 // (with their expiry events). ttl is truncated to whole milliseconds and must
 // be 1ms to 100 years. Options: WithPayload.
+//
+// On a set WithDurability, Add then waits for the acknowledgements asked
+// (one more round trip, up to the option's timeout); when they do not all
+// come, it returns the deadline together with an error matching
+// ErrNotDurable: the member is in the set, on the master only.
 func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...AddOption) (time.Time, error) {
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
@@ -310,13 +329,16 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	} else if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now(), owner)
 	}
-	v, err := s.run(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args...)
+	v, durable, err := s.runWrite(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args, func(any) bool { return true })
 	if err != nil {
 		return time.Time{}, err
 	}
 	d, ok := asInt64(v)
 	if !ok {
 		return time.Time{}, unexpected("add.lua", v)
+	}
+	if s.durable.on() && !durable {
+		return msTime(d), fmt.Errorf("%w: add %s: %s", ErrNotDurable, s.ownerKeys(owner)[0], s.durable.shortfall())
 	}
 	return msTime(d), nil
 }
@@ -513,19 +535,7 @@ func (v serverVersion) minimum() string {
 // tooOld reports whether v is older than its minimum. A version that does not
 // parse is not judged too old: a server that reports one is not known to
 // lack anything.
-func (v serverVersion) tooOld() bool {
-	have, ok1 := parseVersion(v.version)
-	want, ok2 := parseVersion(v.minimum())
-	if !ok1 || !ok2 {
-		return false
-	}
-	for i := range have {
-		if have[i] != want[i] {
-			return have[i] < want[i]
-		}
-	}
-	return false
-}
+func (v serverVersion) tooOld() bool { return v.olderThan(v.minimum()) }
 
 // parseVersion parses "major.minor.patch" (a missing patch counts as 0).
 func parseVersion(s string) ([3]int, bool) {
@@ -568,22 +578,9 @@ func checkServers(ctx context.Context, rdb redis.UniversalClient, name string) e
 		}
 		return nil
 	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return check(ctx, m, m.Options().Addr, m.Options().Protocol)
-		})
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error {
-			return check(ctx, s, s.Options().Addr, s.Options().Protocol)
-		})
-	case *redis.Client:
-		err = check(ctx, c, c.Options().Addr, c.Options().Protocol)
-	default:
-		err = check(ctx, rdb, "", -1)
-	}
-	if err != nil {
+	if err := forEachServer(ctx, rdb, func(ctx context.Context, c redis.UniversalClient, addr string, protocol int) error {
+		return check(ctx, c, addr, protocol)
+	}); err != nil {
 		return err
 	}
 	if len(old) == 0 {
@@ -685,12 +682,7 @@ func helloVersion(reply any) (serverVersion, bool) {
 // infoVersion reads INFO server: Valkey reports valkey_version beside the
 // redis_version 7.2.4 it implements.
 func infoVersion(txt string) serverVersion {
-	fields := map[string]string{}
-	for _, line := range strings.Split(txt, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
+	fields := infoFields(txt)
 	if v := fields["valkey_version"]; v != "" {
 		return serverVersion{product: "Valkey", version: v, via: "INFO server"}
 	}

@@ -442,17 +442,17 @@ func TestPayloads(t *testing.T) {
 			t.Fatal("payload of a dropped member stayed")
 		}
 
-		// Without WithPayloads (no flags: the owner key alone is declared;
+		// Without WithPayloadStorage (no flags: the owner key alone is declared;
 		// events only: no payload hash is ever written) a live member has
 		// no payload.
 		for _, opts := range [][]OpenOption{nil, {WithExpiryEvents()}} {
 			plain, _ := newTestSet(t, b, opts...)
 			must[time.Time](t)(plain.Add(ctx, "u", "m", time.Minute))
 			if p, err := plain.Payload(ctx, "u", "m"); err != nil || p != nil {
-				t.Fatalf("payload without WithPayloads: %q, %v", p, err)
+				t.Fatalf("payload without WithPayloadStorage: %q, %v", p, err)
 			}
 			if _, err := plain.Payload(ctx, "u", "absent"); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("payload of an absent member without WithPayloads: %v", err)
+				t.Fatalf("payload of an absent member without WithPayloadStorage: %v", err)
 			}
 		}
 	})

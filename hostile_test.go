@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ type hostileCase struct {
 	want  error
 	got   string // on success: run's rendering of the result
 	run   func(e *hostileEnv) (string, error)
-	name  string // for New and Open: the name whose meta key a rejection must not create
+	name  string // for Open: the name whose meta key a rejection must not create
 }
 
 // hostileEnv is what the rows run against: a set with payloads and a
@@ -674,10 +675,6 @@ func hostileCases() []hostileCase {
 	}
 	for _, nc := range nilClients {
 		c := nc.c
-		row("New", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-			_, err := Open(context.Background(), c, "x")
-			return "", err
-		})
 		row("Open", nc.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 			_, err := Open(e.ctx, c, "x")
 			return "", err
@@ -692,7 +689,7 @@ func hostileCases() []hostileCase {
 		})
 	}
 
-	// Options of New and Open.
+	// Options of Open.
 	shardOpts := []struct {
 		desc string
 		n    int
@@ -832,6 +829,41 @@ func hostileCases() []hostileCase {
 		}
 		return strconv.Itoa(s.Shards()) + " shards", nil
 	})
+	durables := []struct {
+		desc     string
+		replicas int
+		aof      bool
+		timeout  time.Duration
+	}{
+		{"WithDurability(-1, false, 1s)", -1, false, time.Second},
+		{"WithDurability(1001, false, 1s)", maxDurableReplicas + 1, false, time.Second},
+		{"WithDurability(math.MinInt, true, 1s)", math.MinInt, true, time.Second},
+		{"WithDurability(0, false, 1s) (asks for nothing)", 0, false, time.Second},
+		{"WithDurability(1, false, 0)", 1, false, 0},
+		{"WithDurability(1, true, -1ns)", 1, true, -1},
+		{"WithDurability(1, false, 1m+1ns)", 1, false, maxDurableTimeout + 1},
+	}
+	for _, d := range durables {
+		row("Open", d.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			_, err := Open(context.Background(), e.rdb, e.named("durable-bad"), WithDurability(d.replicas, d.aof, d.timeout))
+			return "", err
+		})
+	}
+	row("Open", "WithDurability(1000, false, 1ms) on a server without replicas, then Quota.Acquire", nil, "allowed true, durable false", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("durable"), WithDurability(maxDurableReplicas, false, time.Millisecond))
+		if err != nil {
+			return "", err
+		}
+		d, err := must[*Quota](e.t)(NewQuota(s, 1)).Acquire(e.ctx, "o", "m", time.Minute)
+		return fmt.Sprintf("allowed %v, durable %v", d.Allowed, d.Durable), err
+	})
+	row("Open", "WithEvictingServer()", nil, "16 shards", func(e *hostileEnv) (string, error) {
+		s, err := Open(context.Background(), e.rdb, e.named("evicting"), WithEvictingServer())
+		if err != nil {
+			return "", err
+		}
+		return strconv.Itoa(s.Shards()) + " shards", nil
+	})
 	row("Open", "a nil option, WithClock(nil), WithLogger(nil)", nil, "16 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("nil-options"), nil, WithClock(nil), WithLogger(nil))
 		if err != nil {
@@ -882,7 +914,7 @@ func hostileCases() []hostileCase {
 		}
 		err := errIf(good, ErrInvalidArgument)
 		cs = append(cs,
-			hostileCase{call: "New", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
+			hostileCase{call: "Open", input: in, want: err, got: ok(good, "16 shards"), name: v, run: func(e *hostileEnv) (string, error) {
 				s, err := Open(context.Background(), e.rdb, name(e))
 				if err != nil {
 					return "", err
@@ -977,36 +1009,57 @@ func hostileDoc() string {
 	var b strings.Builder
 	b.WriteString(`# Hostile input: what every public call does with it
 
-Generated from the table in ` + "`hostile_test.go`" + `; ` + "`TestHostileInputDoc`" + ` fails when
-this file and the table disagree. After changing the table, regenerate it with
-` + "`go test -run TestHostileInputDoc -update-hostile-doc`" + `.
+Generated from the table in ` + "`hostile_test.go`" + ` (regenerate with
+` + "`go test -run TestHostileInputDoc -update-hostile-doc`" + `; the test fails when they
+differ). ` + "`TestHostileInput`" + ` runs every row on miniredis, a real redis-server and
+a three-master cluster. A rejected call returns an error matching the sentinel
+shown (` + "`errors.Is`" + `) and changes nothing: the test compares a snapshot of the
+sets' keys before and after. An accepted call gives the result shown (times
+are offsets from the test's fixed clock). Owners and members are any 1 to 1024
+bytes. A nil ` + "`context.Context`" + ` is the caller's bug, as in the standard library.
+A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` fails every call that reaches Redis with
+` + "`ErrInvalidArgument`" + `; ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` touch no Redis.
 
-` + "`TestHostileInput`" + ` runs every row, in this order, on miniredis, a real
-redis-server and a three-master Redis Cluster. A rejected call returns an error
-matching the sentinel shown (` + "`errors.Is`" + `) and worded "expset: ...", and
-the test checks that the database is unchanged afterwards (a
-snapshot of every key of the sets involved, and no configuration recorded for a
-rejected name). An accepted call gives the result shown; times are offsets from
-the test's clock, which does not move. Owners and members are byte strings:
-any bytes from 1 to 1024 of them work, each owner in its own key.
-
-Not in the table, because it is the caller's bug, as in the standard
-library: a nil ` + "`context.Context`" + ` (go-redis dereferences it and panics).
-A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` is in it: every call that
-would reach Redis fails with ` + "`ErrInvalidArgument`" + ` (create them with Open,
-NewQuota and NewSweeper), and the accessors return zeros.
-` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` take any string and
-touch no Redis.
-
-| call | input | outcome |
+| input | calls | outcome |
 |---|---|---|
 `)
+	// One line per input and error, listing the calls in the table's
+	// order; one line per accepted input, with each call's result.
+	type line struct{ input, outcome string }
+	var lines []line
+	calls := map[line][]string{}   // by line: the calls, or "calls: result"
+	results := map[line][]string{} // by line of accepted input: the results in order
 	for _, c := range hostileCases() {
-		out := "ok: " + c.got
+		l := line{c.input, "ok"}
 		if c.want != nil {
-			out = "`" + sentinelName(c.want) + "`"
+			l.outcome = "`" + sentinelName(c.want) + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", c.call, mdCell(c.input), mdCell(out))
+		if _, ok := calls[l]; !ok {
+			lines = append(lines, l)
+		}
+		call := "`" + c.call + "`"
+		if c.want != nil {
+			calls[l] = append(calls[l], call)
+			continue
+		}
+		i := slices.Index(results[l], c.got)
+		if i < 0 {
+			results[l] = append(results[l], c.got)
+			calls[l] = append(calls[l], call)
+			continue
+		}
+		calls[l][i] += ", " + call
+	}
+	for _, l := range lines {
+		if l.outcome != "ok" {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(l.input), strings.Join(calls[l], ", "), l.outcome)
+			continue
+		}
+		parts := make([]string, len(calls[l]))
+		for i, c := range calls[l] {
+			parts[i] = c + ": " + mdCell(results[l][i])
+		}
+		fmt.Fprintf(&b, "| %s | %s | ok |\n", mdCell(l.input), strings.Join(parts, "; "))
 	}
 	return b.String()
 }

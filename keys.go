@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Limits on what a call accepts. Longer values get the matching Err* error
+// Limits on what a call accepts. Longer values get ErrInvalidArgument
 // and nothing is written.
 const (
 	maxNameLen    = 128     // bytes in a set name

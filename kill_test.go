@@ -447,7 +447,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 // process then handles every event: the one in the dead consumer's handler
 // comes again with Attempt 2, the rest of what it had read with Attempt 1
 // (no handler call had used an attempt on them), none before the
-// visibility timeout counted from the dead consumer's start, and all are
+// lease TTL counted from the dead consumer's start, and all are
 // acknowledged: none is lost or dead-lettered, the streams end empty with
 // nothing pending.
 func TestKillConsumerBeforeAck(t *testing.T) {
@@ -529,11 +529,11 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 			}
 			if doomed[id] {
 				// Delivered to the dead consumer after it started, so not
-				// claimable before start + visibility (Redis counts idle
+				// claimable before start + lease TTL (Redis counts idle
 				// time in whole ms: 2ms of tolerance).
 				wait := handled[id].Sub(started)
 				if wait < vis-2*time.Millisecond {
-					t.Errorf("event %s redelivered %v after the dead consumer started, before the %v visibility timeout", id, wait, vis)
+					t.Errorf("event %s redelivered %v after the dead consumer started, before the %v lease TTL", id, wait, vis)
 				}
 				if first < 0 || wait < first {
 					first = wait
@@ -546,7 +546,7 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		if d := must[[]DeadLetter](t)(s.DeadLetters(ctx, allShards, 0)); len(d) != 0 {
 			t.Fatalf("dead letters: %+v", d)
 		}
-		t.Logf("%s: the dead consumer held %d of %d events; the heir handled %d deliveries, the first redelivery %v after the dead consumer started (visibility %v)",
+		t.Logf("%s: the dead consumer held %d of %d events; the heir handled %d deliveries, the first redelivery %v after the dead consumer started (lease TTL %v)",
 			b.name, len(doomed), n, rec.len(), first.Round(time.Millisecond), vis)
 	})
 }

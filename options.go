@@ -26,7 +26,8 @@ const maxTTL = 100 * 365 * 24 * time.Hour
 
 // OpenOption configures Open: WithShards, WithClock, WithExpiryEvents,
 // WithPayloadStorage, WithSweepIndex, WithConsumerGroups,
-// WithRecordedConfiguration, WithHooks, WithLogger.
+// WithRecordedConfiguration, WithHooks, WithLogger, WithEvictingServer,
+// WithDurability.
 type OpenOption interface{ applyOpen(*setConfig) error }
 
 // QuotaOption configures NewQuota: WithEvictOldest, WithEvictionReceiptTTL,
@@ -124,6 +125,9 @@ type setConfig struct {
 	logger   *slog.Logger // WithLogger
 	groups   []string     // WithConsumerGroups
 	recorded bool         // WithRecordedConfiguration
+
+	evictingServer bool       // WithEvictingServer
+	durable        durability // WithDurability
 }
 
 // WithShards sets how many shards the owners are spread over (default

@@ -37,6 +37,7 @@ type Decision struct {
 	Deadline   time.Time     // the member's deadline when Allowed
 	RetryAfter time.Duration // when denied: time until enough live members expire to make room (the earliest one, at the limit)
 	Evicted    []string      // with WithEvictOldest: members evicted to make room, earliest deadline first (see Acquire for a retry)
+	Durable    bool          // with WithDurability: the admission was acknowledged as asked before the call returned (false for a denial or an Existing member)
 }
 
 // NewQuota returns a quota of limit live members per owner of s (1 to
@@ -76,7 +77,10 @@ func (q *Quota) opened() error {
 // setting it to now+ttl with WithRefreshOnReacquire): retrying an Acquire
 // whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
-// Options: WithLimit (this owner's limit for this call), WithPayload.
+// Options: WithLimit (this owner's limit for this call), WithPayload. On a
+// set WithDurability, an admission of a new member then waits for the
+// acknowledgements asked (one more round trip, up to the option's timeout)
+// and reports them in Decision.Durable.
 //
 // With WithEvictOldest, a retry reports what the first run evicted: when
 // the Acquire that admitted member evicted others, a later Acquire of the
@@ -106,16 +110,18 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 
 // acquire runs one prepared Acquire.
 func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
-	v, err := q.set.run(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args...)
+	v, durable, err := q.set.runWrite(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args, acquireWrote)
 	if err != nil {
 		return Decision{}, err
 	}
-	return q.set.decided(ctx, c, v)
+	return q.set.decided(ctx, c, v, durable)
 }
 
-// decided parses an acquire reply and reports it to Hooks.OnAcquire.
-func (s *Set) decided(ctx context.Context, c acquireCall, v any) (Decision, error) {
+// decided parses an acquire reply, with durable (WithDurability's
+// acknowledgements came after it), and reports it to Hooks.OnAcquire.
+func (s *Set) decided(ctx context.Context, c acquireCall, v any, durable bool) (Decision, error) {
 	d, err := parseDecision(v, c.limit)
+	d.Durable = durable && d.Allowed && !d.Existing
 	if err == nil && s.hooks.OnAcquire != nil {
 		s.hooks.OnAcquire(ctx, CallInfo{Set: s.name, Op: "acquire", Shard: c.shard}, d)
 	}
@@ -373,7 +379,7 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 		for j, sh := range shards {
 			batch[j] = q.set.manyCall(sh, calls, pending[sh][:min(len(pending[sh]), manyPerCall)])
 		}
-		q.set.runPipelined(ctx, batch)
+		q.set.runWrites(ctx, batch, func(*scriptCall) bool { return true })
 		next := shards[:0]
 		for j, sh := range shards {
 			sent := pending[sh][:min(len(pending[sh]), manyPerCall)]
@@ -440,7 +446,7 @@ func (s *Set) manyReplies(ctx context.Context, c *scriptCall, calls []acquireCal
 			fail(i, fmt.Errorf("expset: acquire %s: %w", calls[i].keys[0], rerr))
 			continue
 		}
-		d, derr := s.decided(ctx, calls[i], x)
+		d, derr := s.decided(ctx, calls[i], x, c.durable)
 		if derr != nil {
 			fail(i, derr)
 			continue

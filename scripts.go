@@ -94,6 +94,8 @@ type scriptCall struct {
 	args  []any
 	v     any   // the reply (nil for a nil reply)
 	err   error // wrapped as Set.run wraps it
+
+	durable bool // WithDurability's acknowledgements came (runWrites)
 }
 
 // runPipelined runs calls in one pipeline (one round trip per node): each
@@ -101,13 +103,25 @@ type scriptCall struct {
 // Set.run, which loads it. Each call's reply and error land in the call;
 // Hooks.OnCall sees every call, with the pipeline's duration.
 func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
+	s.runPipelinedOn(ctx, s.rdb, calls)
+}
+
+// scriptClient is what runPipelinedOn sends through: the set's client, or
+// one connection of it (WithDurability).
+type scriptClient interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// runPipelinedOn is runPipelined through rdb.
+func (s *Set) runPipelinedOn(ctx context.Context, rdb scriptClient, calls []*scriptCall) {
 	if len(calls) == 1 {
 		c := calls[0]
-		c.v, c.err = s.run(ctx, c.op, c.shard, c.sc, c.keys, c.args...)
+		c.v, c.err = s.runOn(ctx, rdb, c.op, c.shard, c.sc, c.keys, c.args...)
 		return
 	}
 	start := time.Now()
-	pipe := s.rdb.Pipeline()
+	pipe := rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
 		cmds[i] = c.sc.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -117,7 +131,7 @@ func (s *Set) runPipelined(ctx context.Context, calls []*scriptCall) {
 	for i, c := range calls {
 		v, err := cmds[i].Result()
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			c.v, c.err = s.run(ctx, c.op, c.shard, c.sc, c.keys, c.args...)
+			c.v, c.err = s.runOn(ctx, rdb, c.op, c.shard, c.sc, c.keys, c.args...)
 			continue
 		}
 		if errors.Is(err, redis.Nil) {

@@ -128,6 +128,7 @@ type SweepStats struct {
 	Skipped      int           // shards left alone: another sweeper holds the lease, or it was lost
 	MaxLateness  time.Duration // the largest now - deadline of the members removed
 	MeanLateness time.Duration // the mean now - deadline of the members removed
+	NotDurable   int           // with WithDurability: events written whose acknowledgements did not come in time
 
 	lateSum int64 // ms, for merging
 }
@@ -137,6 +138,7 @@ func (s *SweepStats) add(o SweepStats) {
 	s.Expired += o.Expired
 	s.Stale += o.Stale
 	s.Trimmed += o.Trimmed
+	s.NotDurable += o.NotDurable
 	s.Batches += o.Batches
 	s.Shards += o.Shards
 	s.Skipped += o.Skipped
@@ -207,13 +209,21 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 			keys = append(keys, sk.payload+o)
 		}
 	}
-	v, err := w.set.run(ctx, "sweep", sk.shard, scriptSweep, keys, args...)
+	// With WithDurability, a batch that wrote events waits for them.
+	wroteEvents := func(v any) bool {
+		r, err := parseSweep(v)
+		return w.set.events && err == nil && r.stats.Expired > 0
+	}
+	v, durable, err := w.set.runWrite(ctx, "sweep", sk.shard, scriptSweep, keys, args, wroteEvents)
 	if err != nil {
 		return sweepReply{}, err
 	}
 	r, err := parseSweep(v)
 	if err != nil {
 		return r, err
+	}
+	if w.set.durable.on() && wroteEvents(v) && !durable {
+		r.stats.NotDurable = r.stats.Expired
 	}
 	if len(owners) > 0 {
 		r.stats.Batches = 1
@@ -511,7 +521,7 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 }
 
 // drop gives up shard i's lease after a failed refresh. A lease lost to
-// another sweeper (or lapsed) is tried again after the max idle interval;
+// another sweeper (or lapsed) is tried again after the poll interval (WithPollInterval);
 // one whose refresh failed on a Redis error is re-taken with its token
 // after a backoff.
 func (w *Sweeper) drop(ctx context.Context, i int, sh *shardState, err error) {

@@ -88,7 +88,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	backoff := 10 * time.Millisecond
 	uncertain := false // a call may have admitted the member without our knowing
 	for {
-		v, err := s.run(ctx, "acquire", c.shard, scriptAcquire, keys, args...)
+		v, durable, err := s.runWrite(ctx, "acquire", c.shard, scriptAcquire, keys, args, acquireWrote)
 		uncertain = err != nil
 		if err == nil {
 			backoff = 10 * time.Millisecond
@@ -96,7 +96,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 			if perr != nil {
 				err, uncertain = perr, true
 			} else if !queued {
-				d, err := s.decided(ctx, acquireCall{shard: c.shard, keys: keys, limit: c.limit}, v)
+				d, err := s.decided(ctx, acquireCall{shard: c.shard, keys: keys, limit: c.limit}, v, durable)
 				if err == nil {
 					if d.Existing {
 						// The member held a slot already (held before, or a

@@ -89,6 +89,8 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(s expset.ShardStats) float64 { return float64(s.Trimmed) }),
 			gauge("lease_held", "1 when a sweeper holds the shard's lease, else 0.",
 				func(s expset.ShardStats) float64 { return bit(s.Leased) }),
+			gauge("server_evicted_keys", "Keys the maxmemory-policy of the server holding the shard evicted since it started, any set's (INFO evicted_keys): above 0, members may be lost.",
+				func(s expset.ShardStats) float64 { return float64(s.EvictedKeys) }),
 		},
 	}
 }

@@ -74,8 +74,8 @@ func TestStatsCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 		got := gather(t, reg, name)
-		if len(got) != 10*4 {
-			t.Errorf("%d samples, want 10 gauges x 4 shards: %v", len(got), got)
+		if len(got) != 11*4 {
+			t.Errorf("%d samples, want 11 gauges x 4 shards: %v", len(got), got)
 		}
 		due := map[int]float64{}
 		for _, o := range owners {
@@ -93,6 +93,7 @@ func TestStatsCollector(t *testing.T) {
 				"expset_shard_dead_letters":        0,
 				"expset_shard_events_trimmed":      0,
 				"expset_shard_lease_held":          0,
+				"expset_shard_server_evicted_keys": 0,
 				"expset_shard_lag_seconds":         0,
 			}
 			if due[shard] > 0 {

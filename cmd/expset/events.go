@@ -140,7 +140,7 @@ func (a *app) eventsSet(ctx context.Context, name string, perShard bool) (*expse
 	if err != nil {
 		return nil, nil, err
 	}
-	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration())
+	set, err := expset.Open(ctx, c.rdb, name, expset.WithRecordedConfiguration(), expset.WithEvictingServer())
 	if err == nil && !cfg.Events {
 		err = fmt.Errorf("set %q was opened without WithExpiryEvents: it has no events", name)
 	}

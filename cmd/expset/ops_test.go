@@ -346,7 +346,7 @@ func TestBinaryStatsServe(t *testing.T) {
 		body = string(b)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
-	for _, name := range []string{"owners", "owners_due", "members_due", "members_due_partial", "lag_seconds", "events", "events_trimmed", "pending", "dead_letters", "lease_held"} {
+	for _, name := range []string{"owners", "owners_due", "members_due", "members_due_partial", "lag_seconds", "events", "events_trimmed", "pending", "dead_letters", "lease_held", "server_evicted_keys"} {
 		for _, want := range []string{"# HELP expset_shard_" + name + " ", "# TYPE expset_shard_" + name + " gauge\n"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)

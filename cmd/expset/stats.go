@@ -50,7 +50,8 @@ type statCounts struct {
 	Events     int64      `json:"events"`
 	Pending    int64      `json:"pending"`
 	Dead       int64      `json:"dead"`
-	Trimmed    int64      `json:"trimmed"` // events retention removed unconsumed, ever
+	Trimmed    int64      `json:"trimmed"`             // events retention removed unconsumed, ever
+	Evicted    int64      `json:"server_evicted_keys"` // keys the shard's server evicted (maxmemory-policy), any set's; the total: the most of any shard
 }
 
 type shardRow struct {
@@ -176,7 +177,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
 			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
-			Events: s.Events, Pending: s.Pending, Dead: s.Dead, Trimmed: s.Trimmed,
+			Events: s.Events, Pending: s.Pending, Dead: s.Dead, Trimmed: s.Trimmed, Evicted: s.EvictedKeys,
 		}}
 		if !s.OldestDue.IsZero() {
 			d := s.OldestDue.UTC()
@@ -193,6 +194,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Pending += row.Pending
 		t.Dead += row.Dead
 		t.Trimmed += row.Trimmed
+		t.Evicted = max(t.Evicted, row.Evicted) // shards share servers: a sum would count one twice
 		if row.Leased {
 			t.Leased++
 		}
@@ -232,6 +234,9 @@ func printStats(w io.Writer, rep statsReport) error {
 	}
 	if rep.Total.Partial {
 		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
+	}
+	if rep.Total.Evicted > 0 {
+		fmt.Fprintf(w, "\n! the server of a shard evicted %d keys (maxmemory-policy): members may be lost; set maxmemory-policy noeviction\n", rep.Total.Evicted)
 	}
 	return nil
 }

@@ -34,9 +34,11 @@ func exact(s string) string {
 
 // openExisting opens the set name recorded in Redis, telling a set that is
 // not there apart from other failures (the library's ErrNotFound says
-// "member not found", which is not what happened).
+// "member not found", which is not what happened). An operator inspects a
+// set also on a server that evicts keys (WithEvictingServer): stats says
+// how many it evicted.
 func openExisting(ctx context.Context, c *conn, name string, opts ...expset.OpenOption) (*expset.Set, error) {
-	set, err := expset.Open(ctx, c.rdb, name, append(opts, expset.WithRecordedConfiguration())...)
+	set, err := expset.Open(ctx, c.rdb, name, append(opts, expset.WithRecordedConfiguration(), expset.WithEvictingServer())...)
 	return set, noSet(err, name, c)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/expset/expset/internal/redistest"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // webFix is the page serving one set, over httptest on loopback.
@@ -439,4 +441,82 @@ func mustGet(t *testing.T, f *webFix, path string) string {
 		t.Fatalf("%s: %d\n%s", path, code, body)
 	}
 	return body
+}
+
+func TestWebCommandRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"web", "--redis", "127.0.0.1:1", "--listen", "0.0.0.0:0"}, 2, "reaches beyond this machine: give --token"},
+		{[]string{"web", "--redis", "127.0.0.1:1", "--listen", "nowhere"}, 2, "want host:port"},
+		{[]string{"web", "--demo", "some-set"}, 2, "--demo shows its own set"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+	// A Redis without sets, and a set that is not there.
+	mr := miniredis.RunT(t)
+	for _, args := range [][]string{{"web", "--redis", mr.Addr(), "--listen", "127.0.0.1:0"}, {"web", "--redis", mr.Addr(), "--listen", "127.0.0.1:0", "nope"}} {
+		if code, _, stderr := runCLI(t, args...); code != 3 || !strings.Contains(stderr, "no set") {
+			t.Errorf("%q: exit %d, %q; want 3, no set", args, code, stderr)
+		}
+	}
+}
+
+// TestWebDemo runs "expset web --demo" on an embedded Redis (REDIS_URL
+// names it), reads its set's page, and stops it: nothing is left running,
+// no key is left behind.
+func TestWebDemo(t *testing.T) {
+	mr := miniredis.RunT(t)
+	t.Setenv("REDIS_URL", "redis://"+mr.Addr())
+	current := goleak.IgnoreCurrent()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"web", "--demo", "--listen", "127.0.0.1:0"}, &out, &errb) }()
+	var base string
+	waitFor(t, "the page's address", func() bool {
+		m := regexp.MustCompile(`on (http://127\.0\.0\.1:[0-9]+)/`).FindStringSubmatch(out.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	})
+	waitFor(t, "the demo's consumer groups on its page", func() bool {
+		res, err := http.Get(base + "/set?s=" + webDemoSet)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode == 200 && strings.Contains(string(b), `data-group="billing"`) && strings.Contains(string(b), `data-group="email"`)
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("web --demo: exit %d\n%s", code, errb.String())
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("the demo left %d keys: %q", len(keys), keys)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	goleak.VerifyNone(t, current)
+}
+
+func TestWebDiscoversSets(t *testing.T) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		a, b := webTestSet(t, rdb, 3), webTestSet(t, rdb, 1)
+		names, err := discoverSets(context.Background(), rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{a.Name(), b.Name()} {
+			if !slices.Contains(names, want) {
+				t.Errorf("discovered %q; want %s among them", names, want)
+			}
+		}
+	})
 }
