@@ -238,7 +238,9 @@ type ShardStats struct {
 }
 
 // Stats returns the state of every shard. The numbers of one shard are read
-// together but not atomically, and shards one after another.
+// together but not atomically, and shards one after another: TIME (unless
+// WithClock), two pipelines (each one round trip per node on a cluster),
+// then INFO stats once per server for EvictedKeys.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err

@@ -15,12 +15,12 @@ import (
 
 // Consume defaults and limits.
 const (
-	defaultVisibilityTimeout = 30 * time.Second       // WithLeaseTTL
-	defaultMaxAttempts       = 5                      // WithMaxAttempts
-	defaultReadBatch         = 10                     // WithReadBatch
-	defaultPollInterval      = 100 * time.Millisecond // WithPollInterval
-	defaultMaxHandlingTime   = time.Minute            // WithMaxHandlingTime
-	maxConsumerLen           = 256                    // bytes in a consumer group or consumer name
+	defaultVisibilityTimeout = 30 * time.Second // WithLeaseTTL
+	defaultMaxAttempts       = 5                // WithMaxAttempts
+	defaultReadBatch         = 10               // WithReadBatch
+	defaultPollInterval      = 10 * time.Second // WithPollInterval: the safety poll
+	defaultMaxHandlingTime   = time.Minute      // WithMaxHandlingTime
+	maxConsumerLen           = 256              // bytes in a consumer group or consumer name
 )
 
 // allShards asks DeadLetters for the dead letters of every shard.
@@ -119,9 +119,12 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // once with attempt 0.
 //
 // Each shard's stream is read on its own (on Redis Cluster the shards live on
-// different nodes): one pipelined, non-blocking read of every shard, then a
-// wait of WithPollInterval when all were empty. Events of one shard arrive in
-// the order they expired, except redeliveries.
+// different nodes), in one pipeline of non-blocking reads. An idle Consume
+// sleeps until a wake-up (pub/sub: one subscription per shard, one for all
+// on a single server) says a shard's stream received events, and reads that
+// shard; a safety poll reads each shard at least every WithPollInterval
+// (see there). Events of one shard arrive in the order they expired, except
+// redeliveries.
 //
 // Consume keeps going through Redis failures: a failing shard is retried
 // with capped exponential backoff while the others carry on, and every error
@@ -138,8 +141,10 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	if err != nil {
 		return err
 	}
+	c.wk = s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
+	defer c.wk.close()
 	defer c.stop(ctx)
-	return s.loop(ctx, "consume", func() (time.Duration, error) {
+	return s.loop(ctx, "consume", c.wk.signal, func() (time.Duration, error) {
 		return c.round(ctx), nil
 	})
 }
@@ -176,11 +181,14 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		acks:       make([][]string, len(s.shards)),
 		claimEvery: min(max(cfg.visibility/4, cfg.poll), 5*time.Second),
 		pruneIdle:  2*cfg.visibility + 10*cfg.poll,
+		safety:     safetyEvery(cfg.poll, len(s.shards)),
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
 		beat:       beat,
 	}
+	start := time.Now()
 	for i := range c.shards {
 		c.shards[i].cursor = "0-0"
+		c.shards[i].grid = pollOrigin(start, c.safety, i, len(c.shards))
 	}
 	return c, nil
 }
@@ -241,6 +249,8 @@ type consumer struct {
 	pruneIdle   time.Duration // consumers idle this long with nothing pending are removed
 	visMs       int64         // the lease TTL in ms
 	beat        time.Duration // how often a handler call's lease is renewed
+	wk          *wakeups      // the wake-ups of the shards' streams
+	safety      time.Duration // how often each shard is looked at without a wake-up
 }
 
 // consumerShard is what a consumer knows of one shard.
@@ -251,6 +261,14 @@ type consumerShard struct {
 	nextPrune time.Time // when to remove idle consumers
 	retryAt   time.Time // the shard failed: leave it alone until then
 	bo        backoff
+	// Idle waiting: a shard is read when a wake-up names it, while its
+	// reads return events (busy), and at the safety poll (nextVisit),
+	// which also asks whether the group has entries pending there; claims
+	// run only while some may be (active).
+	busy      bool
+	active    bool
+	nextVisit time.Time
+	grid      time.Time // the origin of its safety polls (nextPoll)
 }
 
 // delivery is an event read or claimed, waiting for its handler call.
@@ -262,15 +280,32 @@ type delivery struct {
 }
 
 // round does one pass over the shards that are not backing off: it makes
-// missing groups, claims what is due, reads new events, and hands them all
-// to the handler. It returns how long to wait before the next round.
+// missing groups, claims what is due, reads new events of the shards that
+// were woken, busy or due a safety poll, and hands them all to the handler.
+// It returns how long to wait before the next round, unless a wake-up comes
+// first.
 func (c *consumer) round(ctx context.Context) time.Duration {
 	c.flushAcks(ctx) // left over from a failure: before anything else
 	var todo []delivery
-	var read []int
+	var read, visit []int
 	now := time.Now()
+	var woken map[int]int64
+	if c.wk != nil {
+		woken = c.wk.take()
+	}
 	for i := range c.shards {
 		sh := &c.shards[i]
+		d, ok := woken[i]
+		if ok {
+			sh.busy = true
+		}
+		if ok && d == wakeNow {
+			// Events came: some consumer may read them and die with them.
+			if !sh.active {
+				sh.active = true
+				sh.nextClaim = now.Add(c.claimEvery)
+			}
+		}
 		if now.Before(sh.retryAt) {
 			continue
 		}
@@ -281,7 +316,7 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 			}
 			sh.grouped = true
 		}
-		if !now.Before(sh.nextClaim) {
+		if sh.active && !now.Before(sh.nextClaim) {
 			ds, err := c.claim(ctx, i)
 			if err != nil {
 				c.fail(ctx, i, err)
@@ -294,23 +329,45 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 				c.fail(ctx, i, err)
 				continue
 			}
-			sh.nextPrune = now.Add(c.pruneIdle)
+			sh.nextPrune = now.Add(max(c.pruneIdle, 4*c.safety))
 		}
-		read = append(read, i)
+		switch {
+		case !now.Before(sh.nextVisit):
+			visit = append(visit, i)
+		case sh.busy:
+			read = append(read, i)
+		}
 	}
-	todo = append(todo, c.read(ctx, read)...)
+	todo = append(todo, c.read(ctx, read, visit)...)
 	c.deliverAll(ctx, todo)
 
 	if len(todo) > 0 {
 		return 0
 	}
-	wait := c.cfg.poll
+	// Idle: until the next safety poll, claim or prune that is due, unless
+	// a wake-up comes first.
+	next := now.Add(c.safety)
 	for i := range c.shards {
-		if d := time.Until(c.shards[i].retryAt); d > 0 && d < wait {
-			wait = d
+		sh := &c.shards[i]
+		at := sh.nextVisit
+		if sh.active && sh.nextClaim.Before(at) {
+			at = sh.nextClaim
 		}
+		at = minTime(at, sh.nextPrune)
+		if sh.retryAt.After(now) {
+			at = sh.retryAt
+		}
+		next = minTime(next, at)
 	}
-	return wait
+	return max(time.Until(next), time.Millisecond)
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // fail reports err, confined to shard i, and makes the shard back off. A
@@ -334,34 +391,60 @@ func isNoGroup(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "NOGROUP")
 }
 
-// read takes up to a batch of new events from each of the shards, in one
-// pipeline.
-func (c *consumer) read(ctx context.Context, shards []int) []delivery {
-	if len(shards) == 0 {
+// read takes up to a batch of new events from each of the shards, and
+// from each of visit (the safety poll) also the count of the group's
+// entries pending there, in one pipeline.
+func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
+	if len(shards)+len(visit) == 0 {
 		return nil
 	}
+	shards = append(shards, visit...)
 	pipe := c.set.rdb.Pipeline()
 	cmds := make([]*redis.XStreamSliceCmd, len(shards))
+	pending := make([]*redis.XPendingCmd, len(visit))
 	for k, i := range shards {
 		cmds[k] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].events, ">"},
 			Count: int64(c.cfg.batch), Block: -1,
 		})
 	}
+	for k, i := range visit {
+		pending[k] = pipe.XPending(ctx, c.set.shards[i].events, c.group)
+	}
 	at := time.Now()
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var out []delivery
 	for k, i := range shards {
+		sh := &c.shards[i]
 		res, err := cmds[k].Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
+		if errors.Is(err, redis.Nil) {
+			err = nil // nothing new
+		}
+		if v := k - (len(shards) - len(visit)); v >= 0 && err == nil {
+			var p *redis.XPending
+			p, err = pending[v].Result()
+			if errors.Is(err, redis.Nil) {
+				p, err = &redis.XPending{}, nil
+			}
+			if err == nil {
+				sh.nextVisit = nextPoll(sh.grid, at, c.safety)
+				if p.Count > 0 && !sh.active {
+					sh.active = true
+					sh.nextClaim = at
+				} else if p.Count == 0 {
+					sh.active = false
+				}
+			}
+		}
+		if err != nil {
 			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, err))
 			continue
 		}
-		c.shards[i].bo.ok()
+		sh.bo.ok()
+		sh.busy = false
 		for _, st := range res {
 			for _, m := range st.Messages {
+				sh.busy = true
 				out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at})
 			}
 		}

@@ -340,8 +340,8 @@ func TestConsumeFanOut(t *testing.T) {
 		}
 		billing, email := start("billing"), start("email")
 		waitFor(t, "both groups on every shard", func() bool {
-			for _, sk := range s.shards {
-				if len(b.rdb.XInfoGroups(context.Background(), sk.events).Val()) != 2 {
+			for i := range s.shards {
+				if gs, err := b.rdb.XInfoGroups(context.Background(), s.shards[i].events).Result(); err != nil || len(gs) != 2 {
 					return false
 				}
 			}

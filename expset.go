@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,10 +45,14 @@ type Set struct {
 	index    bool   // the due index is kept: events, or WithSweepIndex
 	flags    string // script flags fixed by the configuration: e, p, i
 	hooks    Hooks
-	groups   []string   // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog  // the default report of errors the loops survive
-	waiting  waitRoom   // this process's waiters (Quota.AcquireWait)
-	durable  durability // WithDurability
+	groups   []string     // consumer groups declared with WithConsumerGroups
+	errLog   *errorLog    // the default report of errors the loops survive
+	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
+	durable  durability   // WithDurability
+	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
+	// dropWake, set by tests only, drops the wake-ups of the channels it
+	// returns true for, as a lost notification would.
+	dropWake func(channel string) bool
 }
 
 // Member is a live member and its deadline.

@@ -36,7 +36,8 @@ type Hooks struct {
 	OnEvent func(ctx context.Context, ci CallInfo, ei EventInfo)
 	// OnError receives every error a background loop (Sweeper.Run,
 	// Set.Consume) survives and will retry after retry: ci.Op says what
-	// failed ("sweep", "lease", "consume", ...), ci.Shard the shard it is
+	// failed ("sweep", "lease", "consume", "subscribe": the wake-ups'
+	// subscription, ...), ci.Shard the shard it is
 	// confined to (-1 when not shard-specific). When nil, those errors go
 	// to log/slog's default logger at warning level, at most one line per op
 	// and shard every 10 seconds, each with the count of errors not logged

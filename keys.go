@@ -34,6 +34,8 @@ const (
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
 //	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
+//	expset:{orders:S}:due:wake  channel the due index's next deadline moved earlier (Sweeper)
+//	expset:{orders:S}:ev:wake   channel events were appended to the stream (Consume)
 //
 // Every key of one shard shares the hash tag {orders:S}, so each script's
 // keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
@@ -55,6 +57,8 @@ type shardKeys struct {
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
 	wake    string // the shard's wake-up channel
+	dueWake string // the channel of the due index's wake-ups: due + ":wake"
+	evWake  string // the channel of the event stream's wake-ups: events + ":wake"
 	shard   int    // S: the shard these keys belong to
 }
 
@@ -73,6 +77,8 @@ func newShardKeys(name string, shard int) shardKeys {
 		line:    tag + "w:",
 		leases:  tag + "wl:",
 		wake:    tag + "wake",
+		dueWake: tag + "due:wake",
+		evWake:  tag + "ev:wake",
 		shard:   shard,
 	}
 }
@@ -82,7 +88,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake: // wake is a channel: no key has its name
+	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||

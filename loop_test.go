@@ -196,7 +196,7 @@ func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 	defer cancel()
 	calls := 0
 	refused := errors.New("connection refused")
-	err := s.loop(ctx, "consume", func() (time.Duration, error) {
+	err := s.loop(ctx, "consume", nil, func() (time.Duration, error) {
 		calls++
 		switch calls {
 		case 1:
@@ -220,7 +220,7 @@ func TestLoopRetriesWhatCanHealAndReturnsMisuse(t *testing.T) {
 
 	// ctx ending ends the loop with nil, whatever the round returned.
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	err = s.loop(ctx2, "consume", func() (time.Duration, error) {
+	err = s.loop(ctx2, "consume", nil, func() (time.Duration, error) {
 		cancel2()
 		return 0, refused
 	})

@@ -221,7 +221,7 @@ type retention struct {
 // entries; the newest event always stays) are removed. Default 7 days,
 // 100,000 events and 64 MiB per shard; a zero argument is an error. The sweeper trims,
 // in the script that writes events,
-// on every sweep of a shard (at least every WithPollInterval while Run runs), so a
+// on every sweep of a shard (at least every safety poll, WithPollInterval, while Run runs), so a
 // stream exceeds the bound only by what was written since the shard's last
 // sweep. An event removed this way was not yet acknowledged by every
 // consumer group that needs it: retention is the one way an expiry event is
@@ -351,17 +351,20 @@ func WithLeaseTTL(d time.Duration) LoopOption {
 	}
 }
 
-// WithPollInterval sets the longest an idle loop waits before looking at
-// Redis again (1ms to 1m, so 0 is an error), for NewSweeper and
-// Set.Consume.
+// WithPollInterval sets the safety poll of the background loops (default
+// 10s; 1ms to 1m, so 0 is an error), for NewSweeper and Set.Consume.
 //
-// Sweeper.Run (default 1s) wakes for the earliest deadline the due indexes
-// show; this cap is how soon it notices an earlier deadline added by another
-// process, and how often it tries to take shards whose lease another sweeper
-// holds. Consume (default 100ms) waits this long after finding every
-// shard's stream empty: its reads do not block in Redis, so this bounds both
-// the idle load (one pipelined read of all shards per interval) and the
-// added delivery latency.
+// Neither loop polls to find work: the scripts wake them over pub/sub
+// (sharded on Redis 7.0+ and Cluster). Sweeper.Run sleeps until the
+// earliest deadline of its shards and is woken when a write brings one
+// earlier; Consume sleeps until its shards' streams receive events. A
+// wake-up can be lost (a reconnect, a failover); every re-subscription
+// looks at every shard at once, and the safety poll looks at each shard
+// at least every this long, stretched beyond 16 shards to shards/16 times
+// this, so that the idle cost does not grow with the shard count. It is
+// also how often Sweeper.Run tries to take shards whose lease another
+// sweeper holds. A wake-up lost costs at most this much delay; a wake-up
+// delivered, none.
 func WithPollInterval(d time.Duration) LoopOption {
 	return loopOption{
 		sweeper: func(c *sweeperConfig) error {

@@ -15,7 +15,7 @@ import (
 // Sweeper defaults.
 const (
 	defaultLeaseTTL        = 10 * time.Second // WithLeaseTTL
-	defaultMaxIdle         = time.Second      // WithPollInterval
+	defaultMaxIdle         = 10 * time.Second // WithPollInterval: the safety poll
 	defaultOwnersPerBatch  = 100              // WithOwnersPerBatch
 	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
@@ -398,12 +398,51 @@ type shardState struct {
 	token string    // the token of a lease dropped on a Redis error, to re-take it with
 	next  time.Time // when to sweep it (held) or try its lease (not held)
 	retry backoff   // the delay after consecutive failures
+	skew  int64     // ms: the index's clock minus this process's, at the last sweep
+	swept bool      // swept at least once
+	grid  time.Time // the origin of its safety polls (nextPoll)
+	due   time.Time // the next deadline the last sweep or a wake-up told (zero: none)
+	full  time.Time // when the shard was last swept
+}
+
+// fullEvery is how many safety polls of a shard in a row may look at its
+// due index's head alone (one ZRANGE) before one sweeps it in full, which
+// also trims its stream to the retention.
+const fullEvery = 6
+
+// peek is the safety poll of a held shard swept not long ago, with no
+// deadline due: it reads the head of the shard's due index (one command,
+// no script) and reports whether that sets the shard's next sweep, or a
+// sweep is needed now.
+func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time) bool {
+	safety := safetyEvery(w.cfg.maxIdle, len(w.set.shards))
+	if sh.lease == nil || sh.retry.failing() || !sh.swept || now.Sub(sh.full) >= fullEvery*safety ||
+		(!sh.due.IsZero() && !sh.due.After(now)) {
+		return false
+	}
+	head, err := w.set.rdb.ZRangeWithScores(ctx, w.set.shards[i].due, 0, 0).Result()
+	if err != nil {
+		return false // the sweep reports what fails
+	}
+	sh.next = nextPoll(sh.grid, now, safety)
+	if len(head) == 1 {
+		at := time.UnixMilli(int64(head[0].Score) - sh.skew)
+		if !at.After(now) {
+			return false
+		}
+		sh.due = at
+		sh.next = minTime(sh.next, at)
+	}
+	return true
 }
 
 // Run sweeps until ctx ends, then releases its leases and returns nil. It
 // takes every shard whose lease is free, sweeps each when the earliest
-// deadline in its due index comes (looking at least every poll interval,
-// WithPollInterval), refreshes its leases about every third of their TTL, and
+// deadline in its due index comes, and sleeps until then: a write that
+// brings a shard's earliest deadline closer wakes it (pub/sub, one
+// subscription per shard, one for all on a single server), and a safety
+// poll (WithPollInterval) sweeps each shard now and then in case a wake-up
+// was lost. It refreshes its leases about every third of their TTL, and
 // drops a shard at once when its lease is lost. Every poll interval it
 // tries again to take the shards it does not hold, so the shards of a
 // sweeper that died are taken over once its leases lapse.
@@ -426,6 +465,12 @@ func (w *Sweeper) Run(ctx context.Context) error {
 		return err
 	}
 	shards := make([]shardState, len(w.set.shards))
+	start, safety := time.Now(), safetyEvery(w.cfg.maxIdle, len(shards))
+	for i := range shards {
+		shards[i].grid = pollOrigin(start, safety, i, len(shards))
+	}
+	wk := w.set.listen("subscribe", func(k *shardKeys) string { return k.dueWake })
+	defer wk.close()
 	defer func() {
 		for i := range shards {
 			if l := shards[i].lease; l != nil {
@@ -433,9 +478,34 @@ func (w *Sweeper) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	return w.set.loop(ctx, "sweep", func() (time.Duration, error) {
+	return w.set.loop(ctx, "sweep", wk.signal, func() (time.Duration, error) {
+		w.woken(shards, wk.take())
 		return max(time.Until(w.round(ctx, shards)), time.Millisecond), nil
 	})
+}
+
+// woken brings the next sweep of each held shard notified forward to the
+// deadline it was told (at once when none was, or after a
+// re-subscription). A shard another sweeper holds is its business.
+func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
+	now := time.Now()
+	for i, d := range woken {
+		sh := &shards[i]
+		if sh.lease == nil || sh.retry.failing() {
+			continue
+		}
+		at := now
+		if d >= 0 {
+			// The deadline is on the index's clock: wait for the distance.
+			at = time.UnixMilli(d - sh.skew)
+		}
+		if at.Before(sh.next) {
+			sh.next = at
+		}
+		if sh.due.IsZero() || at.Before(sh.due) {
+			sh.due = at
+		}
+	}
 }
 
 // round does what is due for each shard and returns when the next thing is.
@@ -445,12 +515,12 @@ func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
 		if ctx.Err() != nil {
 			break
 		}
-		if !shards[i].next.After(now) {
+		if !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now) {
 			w.visit(ctx, i, shards)
 		}
 	}
 	w.keepAll(ctx, shards, -1)
-	wake := now.Add(w.cfg.maxIdle)
+	wake := now.Add(safetyEvery(w.cfg.maxIdle, len(shards)))
 	for i := range shards {
 		sh := &shards[i]
 		if sh.next.Before(wake) {
@@ -509,12 +579,21 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 		return
 	}
 	sh.retry.ok()
-	retry := time.Now().Add(w.cfg.maxIdle)
+	// Until the next deadline, or a wake-up that brings one earlier; the
+	// safety poll covers a wake-up lost.
+	now := time.Now()
+	sh.skew = r.now - now.UnixMilli()
+	sh.swept = true
+	retry := nextPoll(sh.grid, now, safetyEvery(w.cfg.maxIdle, len(shards)))
 	sh.next = retry
+	sh.full = now
+	sh.due = time.Time{}
 	if r.earliest >= 0 {
 		// The index's clock (server TIME or WithClock) may differ from this
 		// process's: wait for the distance between the two, not a wall time.
-		if at := time.Now().Add(time.Duration(r.earliest-r.now) * time.Millisecond); at.Before(retry) {
+		at := now.Add(time.Duration(r.earliest-r.now) * time.Millisecond)
+		sh.due = at
+		if at.Before(retry) {
 			sh.next = at
 		}
 	}
@@ -666,13 +745,14 @@ func errShard(err error) int {
 }
 
 // loop is the shape of a background loop: it calls round at once, then
-// again each time the wait round returned has passed, until ctx ends (it
+// again each time the wait round returned has passed or a wake-up comes on
+// wake (a nil wake never comes), until ctx ends (it
 // returns nil). An error from round that cannot heal (cannotHeal) is
 // returned; any other is reported (Set.reportError, as op, with the shard
 // shardErr tagged it with) and round is called again after a backoff that
 // grows with consecutive failures and resets on success. It starts no
 // goroutine.
-func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, error)) error {
+func (s *Set) loop(ctx context.Context, op string, wake <-chan struct{}, round func() (time.Duration, error)) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var bo backoff
@@ -681,6 +761,15 @@ func (s *Set) loop(ctx context.Context, op string, round func() (time.Duration, 
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-wake:
+			if bo.failing() {
+				// Backing off: a wake-up does not cut the wait short.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-timer.C:
+				}
+			}
 		}
 		wait, err := round()
 		switch {

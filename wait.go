@@ -241,9 +241,8 @@ type waitRoom struct {
 	seq     uint64                        // tickets issued
 	waiters map[string]*waiter            // by ticket
 	lines   map[string]map[string]*waiter // line key -> ticket -> waiter
-	subs    map[int]*wakeSub              // by shard
+	subs    map[int]*subscription         // by shard
 	keep    *keepAlive                    // nil when no one waits
-	plain   atomic.Int32                  // 0 unknown, 1 sharded pub/sub, 2 plain (no SPUBLISH)
 }
 
 // waiter is one AcquireWait in progress.
@@ -276,7 +275,7 @@ func (r *waitRoom) enter(ctx context.Context, s *Set, owner string, limit int) (
 		r.id = hex.EncodeToString(b[:])
 		r.waiters = map[string]*waiter{}
 		r.lines = map[string]map[string]*waiter{}
-		r.subs = map[int]*wakeSub{}
+		r.subs = map[int]*subscription{}
 	}
 	w := &waiter{ticket: r.ticketID(), shard: s.ShardOf(owner), limit: limit,
 		keys: []string{sk.leases + owner, sk.line + owner}, wake: make(chan struct{}, 1)}
@@ -290,7 +289,11 @@ func (r *waitRoom) enter(ctx context.Context, s *Set, owner string, limit int) (
 	line[w.ticket] = w
 	sub := r.subs[w.shard]
 	if sub == nil {
-		sub = newWakeSub(r, s, w.shard)
+		// Each wake-up names a ticket; every (re)subscription after the
+		// first asks the keep-alive to run at once, which wakes any head
+		// whose wake-up was lost meanwhile.
+		sub = s.subscribe(subscriber{op: "wait-subscribe", shard: w.shard, channels: []string{sk.wake},
+			message: func(m *redis.Message) { r.wakeTicket(m.Payload) }, resubscribed: r.kick})
 		r.subs[w.shard] = sub
 	}
 	if r.keep == nil {
@@ -325,7 +328,7 @@ func (r *waitRoom) exit(w *waiter) {
 	if len(line) == 0 {
 		delete(r.lines, w.keys[1])
 	}
-	var sub *wakeSub
+	var sub *subscription
 	if !r.shardBusy(w.shard) {
 		sub = r.subs[w.shard]
 		delete(r.subs, w.shard)
@@ -360,129 +363,6 @@ func (r *waitRoom) wakeTicket(ticket string) {
 	r.mu.Unlock()
 	if w != nil {
 		w.signal()
-	}
-}
-
-// wakeSub is one shard's wake-up subscription: SSUBSCRIBE to the shard's
-// channel (SUBSCRIBE where the server lacks sharded pub/sub), read by one
-// goroutine that wakes the waiter each message names. go-redis
-// re-subscribes after a reconnect or a failover; each (re)subscription asks
-// the keep-alive to run at once, which wakes any head whose wake-up was lost
-// meanwhile.
-type wakeSub struct {
-	ready  chan struct{} // closed once subscribed, or failed (err)
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	closed bool
-}
-
-func newWakeSub(r *waitRoom, s *Set, shard int) *wakeSub {
-	ctx, cancel := context.WithCancel(context.Background())
-	sub := &wakeSub{ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-	go sub.run(ctx, r, s, shard)
-	return sub
-}
-
-// close ends the subscription and waits for its goroutine.
-func (sub *wakeSub) close() {
-	sub.mu.Lock()
-	sub.closed = true
-	ps := sub.ps
-	sub.mu.Unlock()
-	sub.cancel()
-	if ps != nil {
-		_ = ps.Close() // unblocks a pending read
-	}
-	<-sub.done
-}
-
-func (sub *wakeSub) run(ctx context.Context, r *waitRoom, s *Set, shard int) {
-	defer close(sub.done)
-	ps, err := r.subscribe(ctx, s, s.shards[shard].wake, sub)
-	if err != nil {
-		sub.err = err
-		close(sub.ready)
-		return
-	}
-	close(sub.ready)
-	backoff := 10 * time.Millisecond
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, 3*waitRenew)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if netTimeout(err) {
-				// Quiet for a while: a ping finds a dead connection, which
-				// the next read replaces (re-subscribing).
-				err = ps.Ping(ctx)
-				if err == nil {
-					continue
-				}
-			}
-			s.reportError(ctx, "wait-subscribe", shard, err, backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, waitRenew)
-			continue
-		}
-		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
-			r.wakeTicket(m.Payload)
-		case *redis.Subscription:
-			r.kick()
-		}
-	}
-}
-
-// subscribe subscribes sub to ch and waits for the confirmation:
-// SSUBSCRIBE, or SUBSCRIBE when the server has no SPUBLISH (wait_gate.lua
-// publishes the same way). sub.close may interrupt it.
-func (r *waitRoom) subscribe(ctx context.Context, s *Set, ch string, sub *wakeSub) (*redis.PubSub, error) {
-	if r.plain.Load() == 0 {
-		// An empty message reaches no waiter: receivers ignore it.
-		err := s.rdb.Do(ctx, "SPUBLISH", ch, "").Err()
-		switch {
-		case err == nil:
-			r.plain.Store(1)
-		case strings.Contains(strings.ToLower(err.Error()), "unknown command"):
-			r.plain.Store(2)
-		default:
-			return nil, err
-		}
-	}
-	var ps *redis.PubSub
-	if r.plain.Load() == 2 {
-		ps = s.rdb.Subscribe(ctx, ch)
-	} else {
-		ps = s.rdb.SSubscribe(ctx, ch)
-	}
-	sub.mu.Lock()
-	closed := sub.closed
-	if !closed {
-		sub.ps = ps // from now on, close unblocks the reads below
-	}
-	sub.mu.Unlock()
-	if closed {
-		_ = ps.Close()
-		return nil, context.Canceled
-	}
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, waitCleanup)
-		if err != nil {
-			_ = ps.Close()
-			return nil, err
-		}
-		if _, ok := msg.(*redis.Subscription); ok {
-			return ps, nil
-		}
 	}
 }
 

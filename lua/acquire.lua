@@ -53,7 +53,9 @@
 -- an EXISTS of the wait line and one ZADD, plus a PEXPIRE when the new
 -- deadline ends in a later TTL_BUCKET than the owner's latest (without
 -- events), and with the due index a ZADD when the owner was empty or the new
--- deadline is its earliest: the ZRANGE of the first limit+1 members gives the
+-- deadline is its earliest (then a ZRANGE of the index's head: when the
+-- owner is the head, its deadline is published on KEYS[2] .. ':wake' to
+-- wake the sweepers, notify.go): the ZRANGE of the first limit+1 members gives the
 -- live count, whether the member is there, the earliest and latest deadlines
 -- and whether anything expired, all at once. Each redis.call costs about as
 -- much as a short script, so the rarer paths build what they need (the live

@@ -14,7 +14,10 @@
 -- ARGV[5]  owner (the index member and the events' o field)
 -- ARGV[6]  payload, when flags has P
 --
--- Expired members found first are dropped (with their events). Reply: the new
+-- Expired members found first are dropped (with their events, and a
+-- wake-up on KEYS[3] .. ':wake'). When the owner is filed in the index as
+-- its head (the shard's next deadline moved earlier), its deadline is
+-- published on KEYS[2] .. ':wake' (notify.go). Reply: the new
 -- deadline in ms (integer).
 local key, member, flags = KEYS[1], ARGV[2], ARGV[3]
 local now

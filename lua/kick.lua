@@ -10,6 +10,9 @@
 -- from attempt 1, and every other group, which handled the event already,
 -- acknowledges it without a handler call. It leaves the dead-letter stream in
 -- the same step.
+-- A call that kicked any publishes one empty message on the stream's
+-- wake-up channel, KEYS[2] .. ':wake' (notify.go), which wakes the
+-- consumers.
 -- Reply: how many dead letters were found and kicked (integer).
 local dead, stream = KEYS[1], KEYS[2]
 local n = 0
@@ -29,5 +32,8 @@ for i = 1, #ARGV do
     call('XDEL', dead, ARGV[i])
     n = n + 1
   end
+end
+if n > 0 then
+  lib().wake(stream, '') -- events appended: wake the consumers
 end
 return n

@@ -94,16 +94,38 @@ local function lib()
   -- outlive d by INDEX_GRACE (ttl is d - now in ms). With events nothing but
   -- the ZADD is done: the sweeper must see every entry.
   function L.file_owner(due, owner, d, ttl, now, events)
-    if events then
-      call('ZADD', due, 'LT', d, owner)
-      return
-    end
-    local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
-    if old[1] then
-      call('ZREM', due, unpack(old))
+    if not events then
+      local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
+      if old[1] then
+        call('ZREM', due, unpack(old))
+      end
     end
     call('ZADD', due, 'LT', d, owner)
-    L.keep_index(due, ttl)
+    L.head(due, owner, d)
+    if not events then
+      L.keep_index(due, ttl)
+    end
+  end
+
+  -- L.wake publishes payload on key's wake-up channel, key .. ':wake'
+  -- (notify.go): SPUBLISH, or PUBLISH where the server lacks it
+  -- (miniredis).
+  function L.wake(key, payload)
+    local ch = key .. ':wake'
+    local ok = redis.pcall('SPUBLISH', ch, payload)
+    if type(ok) == 'table' and ok.err then
+      call('PUBLISH', ch, payload)
+    end
+  end
+
+  -- L.head wakes the sweepers when owner, just filed in the due index at
+  -- deadline d, is its head: the shard's next deadline moved earlier. The
+  -- head's name (ZRANGE 0 0: no score to format, no rank to walk) costs
+  -- less than a publish to nobody, and most filings are not the head.
+  function L.head(due, owner, d)
+    if call('ZRANGE', due, 0, 0)[1] == owner then
+      L.wake(due, d)
+    end
   end
 
   -- L.fit returns how many of ids[1..n], taken in order, fit in budget
@@ -183,6 +205,9 @@ local function lib()
     end
     L.emit(pkey, stream, owner, ids, ds, n, events, payloads)
     call('ZREMRANGEBYRANK', key, 0, n - 1)
+    if events then
+      L.wake(stream, '')
+    end
     return n, n < got or got == max, late_sum, late_max, used
   end
 
@@ -223,6 +248,9 @@ local function lib()
   function L.evict(key, pkey, stream, owner, ids, ds, n, events, payloads)
     L.emit(pkey, stream, owner, ids, ds, n, events, payloads, 'evicted')
     call('ZREM', key, unpack(ids, 1, n))
+    if events then
+      L.wake(stream, '')
+    end
   end
 
   -- L.drop_member removes member of key if it has expired (deadline <=
@@ -237,6 +265,9 @@ local function lib()
     end
     L.emit(pkey, stream, owner, {member}, {d}, 1, events, payloads)
     call('ZREM', key, member)
+    if events then
+      L.wake(stream, '')
+    end
   end
 
   -- L.stretch_payload makes an existing payload hash outlive now+ttl (keys

@@ -218,6 +218,9 @@ local function admit(keys, ko, nk, argv, ao, na, now)
     if fresh or evicted or (r[2] and d < tonumber(r[2])) then
       if events then
         call('ZADD', keys[ko + 2], 'LT', ds, owner)
+        if call('ZRANGE', keys[ko + 2], '0', '0')[1] == owner then
+          lib().wake(keys[ko + 2], ds) -- the next deadline moved earlier
+        end
       else
         lib().file_owner(keys[ko + 2], owner, ds, ttl, now, events)
       end

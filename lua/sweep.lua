@@ -48,6 +48,10 @@
 -- bytes, by Redis's estimate. What was trimmed is added to the retention counter, created on
 -- first use and never expiring.
 --
+-- With flag e, a call that removed members publishes one empty message on
+-- the stream's wake-up channel, KEYS[2] .. ':wake' (notify.go), which wakes
+-- the consumers.
+--
 -- Reply: {now, expired, late_sum, late_max, owners, stale, earliest, trimmed, due...}
 --   now       the "now" the call used, in ms
 --   expired   members removed
@@ -237,6 +241,9 @@ if not events and latest > 0 then
 end
 
 local trimmed = 0
+if events and expired > 0 then
+  lib().wake(stream, '') -- events appended: wake the consumers
+end
 if events then
   -- Stream IDs carry the server's clock, which now may not be (WithClock).
   local server = now

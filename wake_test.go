@@ -1,0 +1,143 @@
+package expset
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/expset/expset/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// deliveries runs a Sweeper and a Consume of s with opts until the test
+// ends, and returns the members handled so far.
+func deliveries(t *testing.T, s *Set, opts ...LoopOption) func() map[string]bool {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	var wo []SweeperOption
+	var co []ConsumeOption
+	for _, o := range opts {
+		wo, co = append(wo, o), append(co, o)
+	}
+	runSweeper(t, newSweeper(t, s, wo...))
+	background(t, "Consume", func(ctx context.Context) error {
+		return s.Consume(ctx, "g", "c", func(_ context.Context, e Expiry) error {
+			mu.Lock()
+			got[e.Member] = true
+			mu.Unlock()
+			return nil
+		}, co...)
+	})
+	return func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]bool, len(got))
+		for k := range got {
+			out[k] = true
+		}
+		return out
+	}
+}
+
+// The wake-up tests give the loops a safety poll of a minute, twice what
+// waitFor waits: what they deliver, wake-ups delivered.
+
+// TestWakeUpsDeliver: with a safety poll of a minute, a member added while
+// the sweeper and the consumer sleep (its owner's deadline the earliest of
+// its shard, so the write wakes the sweeper; the sweep wakes the consumer)
+// is handled at once, on every backend; so are members added in a burst
+// over several shards, and a dead letter kicked back.
+func TestWakeUpsDeliver(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
+		got := deliveries(t, s, WithPollInterval(time.Minute))
+		ctx := context.Background()
+		// Let both loops take their first look and go to sleep.
+		time.Sleep(200 * time.Millisecond)
+		must[time.Time](t)(s.Add(ctx, "alice", "m1", 50*time.Millisecond))
+		waitFor(t, "m1 handled", func() bool { return got()["m1"] })
+		for i := range 20 {
+			must[time.Time](t)(s.Add(ctx, fmt.Sprintf("owner%d", i), fmt.Sprintf("b%d", i), time.Duration(10+i)*time.Millisecond))
+		}
+		waitFor(t, "the burst handled", func() bool {
+			g := got()
+			for i := range 20 {
+				if !g[fmt.Sprintf("b%d", i)] {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+// TestLostWakeUpsStillDeliver: when every wake-up is lost, the safety poll
+// (WithPollInterval) still delivers each member, on every backend.
+func TestLostWakeUpsStillDeliver(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
+		var dropped atomic.Int64
+		s.dropWake = func(string) bool { dropped.Add(1); return true }
+		got := deliveries(t, s, WithPollInterval(300*time.Millisecond))
+		time.Sleep(100 * time.Millisecond)
+		for i := range 10 {
+			must[time.Time](t)(s.Add(context.Background(), fmt.Sprintf("o%d", i), fmt.Sprintf("m%d", i), 20*time.Millisecond))
+		}
+		waitFor(t, "every member handled", func() bool { return len(got()) == 10 })
+		if dropped.Load() == 0 {
+			t.Error("no wake-up was published (and dropped)")
+		}
+	})
+}
+
+// TestWakeUpsSurviveRestart: after a SIGKILL and restart of the server, the
+// subscriptions come back (go-redis re-subscribes) and wake the loops
+// again: a member added after the restart is handled with a safety poll of
+// a minute. Errors of the outage reach Hooks.OnError.
+func TestWakeUpsSurviveRestart(t *testing.T) {
+	noLeaks(t)
+	if testing.Short() {
+		t.Skip("kills and restarts a redis-server; skipped with -short")
+	}
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	var subErrs atomic.Int64
+	s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb), WithShards(4), WithExpiryEvents(),
+		WithHooks(Hooks{OnError: func(_ context.Context, ci CallInfo, _ time.Duration) {
+			if ci.Op == "subscribe" {
+				subErrs.Add(1)
+			}
+		}})))
+	got := deliveries(t, s, WithPollInterval(time.Minute))
+	ctx := context.Background()
+	time.Sleep(200 * time.Millisecond)
+	must[time.Time](t)(s.Add(ctx, "alice", "before", 20*time.Millisecond))
+	waitFor(t, "the member added before the restart handled", func() bool { return got()["before"] })
+
+	srv.Kill()
+	time.Sleep(time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	waitFor(t, "the client reconnects", func() bool { return rdb.Ping(ctx).Err() == nil })
+	// The subscriptions come back within their reconnect backoff (at most
+	// a second); a write before that is covered by the wake-up every
+	// re-subscription gives.
+	for i := range 5 {
+		_, err := s.Add(ctx, "bob", fmt.Sprintf("after%d", i), 20*time.Millisecond)
+		if err != nil {
+			t.Fatalf("Add after the restart: %v", err)
+		}
+		waitFor(t, "a member added after the restart handled", func() bool { return got()[fmt.Sprintf("after%d", i)] })
+		time.Sleep(300 * time.Millisecond)
+	}
+	if subErrs.Load() == 0 {
+		t.Error("the subscriptions reported no error across the outage")
+	}
+}
