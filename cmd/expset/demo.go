@@ -58,13 +58,13 @@ const (
 
 // playDemo plays the unpaid-orders story on set name of the Redis that
 // where describes, printing to w. Orders are placed under a quota of 3, the
-// fourth refused, one paid; order-1 (placed ttl/2 before the others) lapses unpaid, the sweeper turns the
-// lapse into an expiry event and a consumer cancels the order; then, at the
-// limit again, a caller waits for a slot (AcquireWait) and gets the one a
-// payment frees. It takes about ttl and uses the public API only. Each step
-// waits for the one before, so the lines come in the same order on every
-// run and differ only in durations. The sweeper and the consumer run until
-// it returns.
+// fourth refused, one paid; order-1, placed ttl/2 before the others, lapses
+// unpaid, the sweeper turns the lapse into an expiry event and a consumer
+// cancels the order; then, at the limit again, a caller waits for a slot
+// (AcquireWait) and gets the one a payment frees. It takes about ttl and
+// uses the public API only. Each step waits for the one before, so the
+// lines come in the same order on every run and differ only in durations.
+// The sweeper and the consumer run until it returns.
 func playDemo(ctx context.Context, rdb redis.UniversalClient, name, where string, ttl time.Duration, w io.Writer) error {
 	start := time.Now()
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
@@ -96,6 +96,8 @@ func playDemo(ctx context.Context, rdb redis.UniversalClient, name, where string
 	if err != nil {
 		return err
 	}
+	// The sweeper notices a deadline added after it last looked within its
+	// poll interval (1s by default): shorter here, for a --ttl of 500ms.
 	sweeper, err := expset.NewSweeper(orders, expset.WithPollInterval(100*time.Millisecond))
 	if err != nil {
 		return err
@@ -265,6 +267,9 @@ func await[T any](ctx context.Context, ch <-chan T, loopErr <-chan error, ttl ti
 	case v := <-ch:
 		return v, nil
 	case err := <-loopErr:
+		if ctx.Err() != nil {
+			return zero, ctx.Err() // interrupted: the loops stopped for it
+		}
 		return zero, fmt.Errorf("the sweeper or the consumer stopped: %v", err)
 	case <-wait.Done():
 		return zero, fmt.Errorf("the story did not go on: %w", wait.Err())
