@@ -99,6 +99,16 @@ func (s *Set) subscribe(sub subscriber) *subscription {
 	return p
 }
 
+// isReady reports whether ready is closed (only run closes it).
+func (p *subscription) isReady() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // close ends the subscription and waits for its goroutine.
 func (p *subscription) close() {
 	p.mu.Lock()
@@ -123,13 +133,13 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 			break
 		}
 		if !sub.retry || ctx.Err() != nil {
-			p.err = err
-			close(p.ready)
+			if !p.isReady() {
+				p.err = err
+				close(p.ready)
+			}
 			return
 		}
-		select {
-		case <-p.ready:
-		default:
+		if !p.isReady() {
 			close(p.ready)
 		}
 		s.reportError(ctx, sub.op, sub.shard, err, backoff)
@@ -140,9 +150,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
-	select {
-	case <-p.ready:
-	default:
+	if !p.isReady() {
 		close(p.ready)
 	}
 	if sub.retry && sub.resubscribed != nil {
