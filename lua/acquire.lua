@@ -49,15 +49,14 @@
 -- retry}: its rank in the line, and (meaningful at rank 0) when to try
 -- again.
 --
--- The common path (allowed, nothing expired, no flags) is TIME, one ZRANGE,
--- an EXISTS of the wait line and one ZADD, plus a PEXPIRE when the new
--- deadline ends in a later TTL_BUCKET than the owner's latest (without
+-- The common path (allowed, nothing expired, no flags) is TIME, a ZRANGE of
+-- the two earliest members, an EXISTS of the wait line and one ZADD (ZCARD
+-- and ZADD NX when the owner holds more than one), plus a PEXPIRE when the
+-- new deadline ends in a later TTL_BUCKET than the key reaches (without
 -- events), and with the due index a ZADD when the owner was empty or the new
 -- deadline is its earliest (then a ZRANGE of the index's head: when the
 -- owner is the head, its deadline is published on KEYS[2] .. ':wake' to
--- wake the sweepers, notify.go): the ZRANGE of the first limit+1 members gives the
--- live count, whether the member is there, the earliest and latest deadlines
--- and whether anything expired, all at once. Each redis.call costs about as
--- much as a short script, so the rarer paths build what they need (the live
--- bound, the helpers of lib()) only when they run.
-return admit(KEYS, 0, #KEYS, ARGV, 0, #ARGV, nil)
+-- wake the sweepers, notify.go; see quota.lua). Each redis.call costs about
+-- as much as a short script, so the rarer paths build what they need (the
+-- helpers of lib()) only when they run.
+return (admit(KEYS, 0, #KEYS, ARGV, 0, #ARGV, nil, lib, waitlib, TTL_BUCKET, MAX_BATCH, BYTES_MAX))

@@ -30,15 +30,16 @@ local used, moved = 0, 0
 local k, a, last = 0, 2, #ARGV
 while a < last and used < BYTES_MAX and moved < MAX_BATCH do
   local nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local ok, reply = pcall(admit, KEYS, k, nk, ARGV, a + 1, na, now)
+  local ok, reply, u, m = pcall(admit, KEYS, k, nk, ARGV, a + 1, na, now, lib, waitlib, TTL_BUCKET, MAX_BATCH, BYTES_MAX)
   k, a = k + nk, a + 2 + na
-  if not ok then
+  if ok then
+    used, moved = used + u, moved + m
+  else
     if type(reply) == 'table' and reply.err then
       reply = reply.err
     end
     reply = redis.error_reply(tostring(reply))
   end
   replies[#replies + 1] = reply
-  used, moved = used + admit_used, moved + admit_moved
 end
 return replies

@@ -1,19 +1,29 @@
--- quota.lua: admit(keys, ko, nk, argv, ao, na, now), the quota's admission
--- of one request, shared by acquire.lua (one request per call) and
--- acquire_many.lua (the requests of one shard in one call). Shared code, not
--- a script: scripts.go places it after prelude.lua and wait_gate.lua.
+-- quota.lua: admit, the quota's admission of one request, shared by
+-- acquire.lua (one request per call) and acquire_many.lua (the requests of
+-- one shard in one call). Shared code, not a script: scripts.go places it
+-- after prelude.lua and wait_gate.lua.
 --
--- admit reads keys[ko + 1 .. ko + nk] and argv[ao + 1 .. ao + na], which are
--- what acquire.lua's header names KEYS and ARGV (acquire_many.lua passes its
--- own KEYS and ARGV with offsets, building no table per request); now is the
--- time in ms, or nil to take it from argv (or the server's TIME). It returns
--- acquire.lua's reply, and leaves in admit_used and admit_moved the bytes
--- (see BYTES_MAX) and the members (expired members dropped, members evicted)
--- it moved.
-local admit_used, admit_moved = 0, 0
-local function admit(keys, ko, nk, argv, ao, na, now)
+-- admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET,
+-- MAX_BATCH, BYTES_MAX) reads keys[ko + 1 .. ko + nk] and argv[ao + 1 .. ao
+-- + na], which are what acquire.lua's header names KEYS and ARGV
+-- (acquire_many.lua passes its own KEYS and ARGV with offsets, building no
+-- table per request); now is the time in ms, or nil to take it from argv (or
+-- the server's TIME). The prelude's helpers and constants come as arguments:
+-- as upvalues they would cost every run about 0.5k instructions each. It
+-- returns acquire.lua's reply, then the bytes (see BYTES_MAX) and the
+-- members (expired members dropped, members evicted) it moved.
+--
+-- What the decision reads, whatever the limit: the two earliest members
+-- (whether any expired; the earliest live deadline, which a denial's retry
+-- and an eviction need; the whole set when it holds at most one), ZCARD when
+-- there are more, and whether the member is held: r says so when it holds
+-- it, else an admission with a free slot and no wait line adds it with ZADD
+-- NX (which leaves a held member alone and says so), and any other call
+-- reads ZSCORE. So its cost follows the work, not the limit
+-- (bench/README.md has the figures at limits 1 to 10,000).
+local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, MAX_BATCH, BYTES_MAX)
   local call = redis.call -- a local, not the prelude's: an upvalue costs every run
-  admit_used, admit_moved = 0, 0
+  local admit_used, admit_moved = 0, 0
   local key, member, limarg = keys[ko + 1], argv[ao + 2], argv[ao + 3]
   local flags
   if na > 3 then
@@ -41,13 +51,16 @@ local function admit(keys, ko, nk, argv, ao, na, now)
   local owner = argv[ao + 6]
   local limit = tonumber(limarg)
 
-  -- Read the first want+1 members. '0' and argv[ao + 3] go to Redis as strings: a
-  -- number argument costs a %.17g formatting.
-  local want, wantarg = limit, limarg
-  if want > 32 then
-    want, wantarg = 32, '32'
-  end
-  local r = call('ZRANGE', key, '0', wantarg, 'WITHSCORES')
+  local ttl = tonumber(argv[ao + 1])
+  local d = now + ttl
+  local ds -- d formatted once with %d (exact below 2^53), when needed
+
+  -- Read the two earliest members, whatever the limit: the earliest tells
+  -- whether anything expired and, live, when a denied call may retry (or
+  -- whom an eviction takes); an owner with at most one member needs no
+  -- other read. '0' and '1' go to Redis as strings: a number argument costs
+  -- a %.17g formatting.
+  local r = call('ZRANGE', key, '0', '1', 'WITHSCORES')
   local more = false
   local used = 0 -- bytes moved (see BYTES_MAX)
   local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
@@ -58,15 +71,16 @@ local function admit(keys, ko, nk, argv, ao, na, now)
     if more then
       lib().drop_member(key, keys[ko + 4], keys[ko + 3], owner, member, now, events, payloads)
       lo = '(' .. string.format('%d', now)
-      r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want + 1, 'WITHSCORES')
+      r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', '0', '2', 'WITHSCORES')
     else
-      r = call('ZRANGE', key, '0', wantarg, 'WITHSCORES')
+      r = call('ZRANGE', key, '0', '1', 'WITHSCORES')
     end
   end
-  -- r now holds live members only, earliest first; whole when it holds them all.
+  -- r now holds live members only, earliest first; whole when it holds them
+  -- all (at most one).
   local nr = #r
   local n = nr / 2
-  local whole = n <= want
+  local whole = n <= 1
   local count = n
   if not whole then
     if more then
@@ -83,14 +97,27 @@ local function admit(keys, ko, nk, argv, ao, na, now)
       break
     end
   end
+  -- Whether member is held, when r does not say: an admission that has a
+  -- free slot and no wait line to respect adds it with NX, which leaves a
+  -- held member alone and says so; any other call reads its score.
+  local line -- the wait line's EXISTS, when read (1 or 0)
+  local added = false
   if not cur and not whole then
-    cur = call('ZSCORE', key, member)
-    if cur and tonumber(cur) <= now then
-      cur = nil
+    if count < limit and not evict and not waiter then
+      line = call('EXISTS', keys[ko + nk])
+    end
+    if line == 0 then
+      ds = string.format('%d', d)
+      added = call('ZADD', key, 'NX', ds, member) == 1
+    end
+    if not added then
+      cur = call('ZSCORE', key, member)
+      if cur and tonumber(cur) <= now then
+        cur = nil
+      end
     end
   end
 
-  local ttl = tonumber(argv[ao + 1])
   if cur then
     local d = tonumber(cur)
     local receipt
@@ -129,19 +156,22 @@ local function admit(keys, ko, nk, argv, ao, na, now)
       for i = 3, #receipt do
         reply[i + 2] = receipt[i]
       end
-      return reply
+      return reply, admit_used, admit_moved
     end
     if count < 64 and d < 35184372088832 then
-      return d * 256 + count * 4 + 2
+      return d * 256 + count * 4 + 2, admit_used, admit_moved
     end
-    return {2, count, d, 0}
+    return {2, count, d, 0}, admit_used, admit_moved
   end
 
   -- The wait line (wait_gate.lua) has the first claim on free slots: a waiter
   -- passes its gate, and so does any other admission while a line exists
   -- (one EXISTS when nobody waits). Evicting quotas never wait.
   local queued
-  if not evict and (waiter or (count < limit and call('EXISTS', keys[ko + nk]) == 1)) then
+  if not added and not evict and not waiter and count < limit and not line then
+    line = call('EXISTS', keys[ko + nk])
+  end
+  if not added and not evict and (waiter or (count < limit and line == 1)) then
     queued = waitlib().gate(keys[ko + nk], keys[ko + nk - 1], waiter and argv[ao + na - 1], argv[ao + na], count, limit, now)
   end
 
@@ -164,12 +194,12 @@ local function admit(keys, ko, nk, argv, ao, na, now)
         retry = tonumber(s) - now
       end
       if waiter then
-        return {3, count, queued, retry}
+        return {3, count, queued, retry}, admit_used, admit_moved
       end
       if count < 64 and retry < 35184372088832 then
-        return retry * 256 + count * 4
+        return retry * 256 + count * 4, admit_used, admit_moved
       end
-      return {0, count, 0, retry}
+      return {0, count, 0, retry}, admit_used, admit_moved
     end
     -- Evict the k earliest live members, or as many of them as one call
     -- may move.
@@ -203,15 +233,15 @@ local function admit(keys, ko, nk, argv, ao, na, now)
     end
     if b < k then
       evicted[1], evicted[2] = 0, count
-      return evicted
+      return evicted, admit_used, admit_moved
     end
   end
 
-  local d = now + ttl
-  -- Formatted once with %d (exact below 2^53), not with %.17g per use.
-  local ds = string.format('%d', d)
   local fresh = count == 0 and not more
-  call('ZADD', key, ds, member)
+  if not added then
+    ds = string.format('%d', d)
+    call('ZADD', key, ds, member)
+  end
   if index then
     -- After an eviction r is stale and the earliest remaining deadline
     -- unread: ZADD LT lowers the index only when d is earlier than it.
@@ -228,18 +258,22 @@ local function admit(keys, ko, nk, argv, ao, na, now)
   end
   if not events then
     -- The key's TTL reaches the end of its latest deadline's bucket (see
-    -- TTL_BUCKET). When r held every member (and nothing was evicted), its
-    -- last is the latest: only a later bucket needs a PEXPIRE, and no GT.
+    -- TTL_BUCKET), so at least the end of r[nr]'s, which is the latest when
+    -- r held every member: a deadline in that bucket or an earlier one
+    -- needs no PEXPIRE, and after a whole read (nothing evicted) a later
+    -- one needs no GT.
     local b = math.floor(d / TTL_BUCKET)
     local left = string.format('%d', (b + 1) * TTL_BUCKET - now)
     if fresh then
       call('PEXPIRE', key, left)
-    elseif whole and not more and not evicted then
-      if b > math.floor(tonumber(r[nr]) / TTL_BUCKET) then
-        call('PEXPIRE', key, left)
-      end
-    else
+    elseif more or evicted then
       call('PEXPIRE', key, left, 'GT')
+    elseif b > math.floor(tonumber(r[nr]) / TTL_BUCKET) then
+      if whole then
+        call('PEXPIRE', key, left)
+      else
+        call('PEXPIRE', key, left, 'GT')
+      end
     end
   end
   if flagged and string.find(flags, 'P', 1, true) then
@@ -250,10 +284,10 @@ local function admit(keys, ko, nk, argv, ao, na, now)
     call('DEL', keys[ko + 5])
     call('RPUSH', keys[ko + 5], ds, string.format('%d', now + tonumber(argv[ao + 8])), unpack(evicted, 5))
     call('PEXPIRE', keys[ko + 5], argv[ao + 8])
-    return evicted
+    return evicted, admit_used, admit_moved
   end
   if count < 63 and d < 35184372088832 then
-    return d * 256 + (count + 1) * 4 + 1
+    return d * 256 + (count + 1) * 4 + 1, admit_used, admit_moved
   end
-  return {1, count + 1, d, 0}
+  return {1, count + 1, d, 0}, admit_used, admit_moved
 end

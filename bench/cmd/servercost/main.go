@@ -50,6 +50,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	goroutines := fs.Int("goroutines", 8, "goroutines making the calls at once")
 	only := fs.String("only", "", "measure only the workloads whose name matches this regular expression")
 	levers := fs.Bool("levers", false, "also measure the script variants of bench/testdata/levers")
+	fs.DurationVar(&ttl, "ttl", ttl, "the TTL of every member written (a run slower than it sees seeded members expire)")
 	server := fs.String("redis-server", "redis-server", "the redis-server binary")
 	profile := fs.String("profile", "", "copy each workload's callgrind dump into this directory, for callgrind_annotate")
 	testdata := fs.String("testdata", defaultTestdata(), "the directory of the Lua copies (bench/testdata)")
@@ -61,8 +62,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if *n < 100 || *runs < 1 || *goroutines < 1 {
-		return fmt.Errorf("want -n >= 100, -runs >= 1, -goroutines >= 1")
+	if *n < 100 || *runs < 1 || *goroutines < 1 || ttl < time.Minute {
+		return fmt.Errorf("want -n >= 100, -runs >= 1, -goroutines >= 1, -ttl >= 1m")
 	}
 	var match *regexp.Regexp
 	if *only != "" {
@@ -139,6 +140,11 @@ func workloads(e *env, levers bool) ([]workload, error) {
 	ws = append(ws, sweepWorkloads()...)
 	ws = append(ws, consumeWorkloads()...)
 	ws = append(ws, recipes...)
+	lw, err := limitWorkloads(e)
+	if err != nil {
+		return nil, err
+	}
+	ws = append(ws, lw...)
 	if levers {
 		lw, err := leverWorkloads(e)
 		if err != nil {

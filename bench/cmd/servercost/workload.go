@@ -53,8 +53,10 @@ type env struct {
 const (
 	setName = "bench"
 	limit   = 3
-	ttl     = time.Minute
 )
+
+// ttl is the TTL of every member written (-ttl).
+var ttl = time.Minute
 
 func newEnv(rdb *redis.Client, n, goroutines int, testdata string) *env {
 	e := &env{rdb: rdb, n: n, goroutines: goroutines, testdata: testdata}
