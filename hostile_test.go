@@ -579,6 +579,8 @@ func hostileCases() []hostileCase {
 		}},
 		{"NewQuota", func(e *hostileEnv, s *Set) error { _, err := NewQuota(s, 3); return err }},
 		{"NewSweeper", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s); return err }},
+		{"Set.Groups", func(e *hostileEnv, s *Set) error { _, err := s.Groups(e.ctx); return err }},
+		{"Set.RemoveGroup", func(e *hostileEnv, s *Set) error { _, err := s.RemoveGroup(e.ctx, "g"); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -626,6 +628,43 @@ func hostileCases() []hostileCase {
 			return "", w.Run(e.ctx)
 		})
 	}
+	eventsSet := func(e *hostileEnv) (*Set, error) {
+		return Open(context.Background(), e.rdb, e.named("groups"), WithExpiryEvents())
+	}
+	row("Set.Groups", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Groups(e.ctx)
+		return "", err
+	})
+	row("Set.Groups", "a set with expiry events and no group", nil, "0 groups", func(e *hostileEnv) (string, error) {
+		s, err := eventsSet(e)
+		if err != nil {
+			return "", err
+		}
+		gs, err := s.Groups(e.ctx)
+		return fmt.Sprintf("%d groups", len(gs)), err
+	})
+	for _, g := range []struct{ desc, group string }{{`group ""`, ""}, {"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1)}} {
+		row("Set.RemoveGroup", g.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			s, err := eventsSet(e)
+			if err != nil {
+				return "", err
+			}
+			_, err = s.RemoveGroup(e.ctx, g.group)
+			return "", err
+		})
+	}
+	row("Set.RemoveGroup", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.RemoveGroup(e.ctx, "g")
+		return "", err
+	})
+	row("Set.RemoveGroup", "a group the set does not have", ErrNotFound, "", func(e *hostileEnv) (string, error) {
+		s, err := eventsSet(e)
+		if err != nil {
+			return "", err
+		}
+		_, err = s.RemoveGroup(e.ctx, "missing")
+		return "", err
+	})
 	nilClients := []struct {
 		desc string
 		c    redis.UniversalClient
@@ -680,18 +719,25 @@ func hostileCases() []hostileCase {
 			}})
 	}
 	retentionOpts := []struct {
-		desc   string
-		maxAge time.Duration
-		maxLen int
+		desc     string
+		maxAge   time.Duration
+		maxLen   int
+		maxBytes int64
 	}{
-		{"WithEventRetention(0, 1)", 0, 1},
-		{"WithEventRetention(999ms, 1)", time.Second - time.Millisecond, 1},
-		{"WithEventRetention(100 years + 1ms, 1)", maxTTL + time.Millisecond, 1},
-		{"WithEventRetention(-1ns, 1)", -1, 1},
-		{"WithEventRetention(1s, 0)", time.Second, 0},
-		{"WithEventRetention(1s, -1)", time.Second, -1},
-		{"WithEventRetention(1s, 2^30+1)", time.Second, maxEventMaxLen + 1},
-		{"WithEventRetention(1s, math.MinInt)", time.Second, math.MinInt},
+		{"WithEventRetention(0, 1, 1MiB)", 0, 1, minEventBytes},
+		{"WithEventRetention(999ms, 1, 1MiB)", time.Second - time.Millisecond, 1, minEventBytes},
+		{"WithEventRetention(100 years + 1ms, 1, 1MiB)", maxTTL + time.Millisecond, 1, minEventBytes},
+		{"WithEventRetention(-1ns, 1, 1MiB)", -1, 1, minEventBytes},
+		{"WithEventRetention(1s, 0, 1MiB)", time.Second, 0, minEventBytes},
+		{"WithEventRetention(1s, -1, 1MiB)", time.Second, -1, minEventBytes},
+		{"WithEventRetention(1s, 2^30+1, 1MiB)", time.Second, maxEventMaxLen + 1, minEventBytes},
+		{"WithEventRetention(1s, math.MinInt, 1MiB)", time.Second, math.MinInt, minEventBytes},
+		{"WithEventRetention(1s, 1, 0)", time.Second, 1, 0},
+		{"WithEventRetention(1s, 1, 1MiB-1)", time.Second, 1, minEventBytes - 1},
+		{"WithEventRetention(1s, 1, 1TiB+1)", time.Second, 1, maxEventBytes + 1},
+		{"WithEventRetention(1s, 1, -1)", time.Second, 1, -1},
+		{"WithEventRetention(1s, 1, math.MinInt64)", time.Second, 1, math.MinInt64},
+		{"WithEventRetention(1s, 1, math.MaxInt64)", time.Second, 1, math.MaxInt64},
 	}
 	for _, r := range retentionOpts {
 		cs = append(cs, hostileCase{call: "NewSweeper", input: r.desc, want: ErrInvalidArgument,
@@ -700,28 +746,28 @@ func hostileCases() []hostileCase {
 				if err != nil {
 					return "", err
 				}
-				_, err = NewSweeper(s, WithEventRetention(r.maxAge, r.maxLen))
+				_, err = NewSweeper(s, WithEventRetention(r.maxAge, r.maxLen, r.maxBytes))
 				return "", err
 			}})
 	}
-	row("NewSweeper", "WithEventRetention(1s, 1) and (100 years, 2^30)", nil, "ok", func(e *hostileEnv) (string, error) {
+	row("NewSweeper", "WithEventRetention(1s, 1, 1MiB) and (100 years, 2^30, 1TiB)", nil, "ok", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("retention-ok"), WithExpiryEvents())
 		if err != nil {
 			return "", err
 		}
-		for _, o := range []SweeperOption{WithEventRetention(time.Second, 1), WithEventRetention(maxTTL, maxEventMaxLen)} {
+		for _, o := range []SweeperOption{WithEventRetention(time.Second, 1, minEventBytes), WithEventRetention(maxTTL, maxEventMaxLen, maxEventBytes)} {
 			if _, err := NewSweeper(s, o); err != nil {
 				return "", err
 			}
 		}
 		return "ok", nil
 	})
-	row("NewSweeper", "WithEventRetention(1h, 10) on a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+	row("NewSweeper", "WithEventRetention(1h, 10, 64MiB) on a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("retention-no-events"), WithSweepIndex())
 		if err != nil {
 			return "", err
 		}
-		_, err = NewSweeper(s, WithEventRetention(time.Hour, 10))
+		_, err = NewSweeper(s, WithEventRetention(time.Hour, 10, defaultEventBytes))
 		return "", err
 	})
 

@@ -198,21 +198,28 @@ const (
 	defaultEventMaxAge = 7 * 24 * time.Hour // events older than this are trimmed
 	defaultEventMaxLen = 100_000            // events a shard's stream keeps at most
 	maxEventMaxLen     = 1 << 30            // the largest maxLen WithEventRetention accepts
+	defaultEventBytes  = 64 << 20           // bytes a shard's stream takes at most
+	minEventBytes      = 1 << 20            // the smallest maxBytes WithEventRetention accepts
+	maxEventBytes      = 1 << 40            // the largest
 )
 
 // retention bounds each shard's event stream.
 type retention struct {
 	maxAge time.Duration
 	maxLen int64
-	set    bool // given by WithEventRetention
+	// maxBytes bounds the stream's memory
+	maxBytes int64
+	set      bool // given by WithEventRetention
 }
 
 // WithEventRetention bounds each shard's event stream, whether or not any
 // consumer reads it: events older than maxAge (by their stream ID, the
-// server's clock when the sweeper wrote them; 1s to 100 years) and, past maxLen
-// events in a shard's stream (1 to 2^30), the oldest ones are
-// removed. Default 7 days and 100,000 events per shard; a zero maxAge or
-// maxLen is an error. The sweeper trims,
+// server's clock when the sweeper wrote them; 1s to 100 years), then the
+// oldest past maxLen events in a shard's stream (1 to 2^30), then the
+// oldest while the stream takes more than maxBytes of memory (1 MiB to
+// 1 TiB; by Redis's estimate, MEMORY USAGE, which samples the oldest
+// entries; the newest event always stays) are removed. Default 7 days,
+// 100,000 events and 64 MiB per shard; a zero argument is an error. The sweeper trims,
 // in the script that writes events,
 // on every sweep of a shard (at least every safety poll, WithPollInterval, while Run runs), so a
 // stream exceeds the bound only by what was written since the shard's last
@@ -224,15 +231,17 @@ type retention struct {
 // retention is not recorded in Redis: every process that sweeps the set
 // should give the same. Applies only to a set WithExpiryEvents (NewSweeper
 // fails with ErrInvalidArgument otherwise).
-func WithEventRetention(maxAge time.Duration, maxLen int) SweeperOption {
+func WithEventRetention(maxAge time.Duration, maxLen int, maxBytes int64) SweeperOption {
 	return sweeperOption(func(c *sweeperConfig) error {
 		switch {
 		case maxAge < time.Second || maxAge > maxTTL:
 			return fmt.Errorf("%w: WithEventRetention maxAge %v: want 1s to %v", ErrInvalidArgument, maxAge, maxTTL)
 		case maxLen < 1 || maxLen > maxEventMaxLen:
 			return fmt.Errorf("%w: WithEventRetention maxLen %d: want 1 to %d", ErrInvalidArgument, maxLen, maxEventMaxLen)
+		case maxBytes < minEventBytes || maxBytes > maxEventBytes:
+			return fmt.Errorf("%w: WithEventRetention maxBytes %d: want 1 MiB (%d) to 1 TiB (%d)", ErrInvalidArgument, maxBytes, int64(minEventBytes), int64(maxEventBytes))
 		}
-		c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), set: true}
+		c.retain = retention{maxAge: maxAge, maxLen: int64(maxLen), maxBytes: maxBytes, set: true}
 		return nil
 	})
 }

@@ -47,7 +47,7 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 				return err
 			}},
 			{"NewSweeper", "WithPollInterval", "WithEventRetention", func(n, f, sc bool) error {
-				_, err := NewSweeper(s, pick[SweeperOption](n, f, sc, WithPollInterval(0), WithEventRetention(0, 0))...)
+				_, err := NewSweeper(s, pick[SweeperOption](n, f, sc, WithPollInterval(0), WithEventRetention(0, 0, defaultEventBytes))...)
 				return err
 			}},
 			{"Set.Consume", "WithReadBatch", "WithMaxAttempts", func(n, f, sc bool) error {
@@ -164,8 +164,8 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 			"_, _ = expset.NewCodec(expset.Twitter, expset.KeepTimeSeq())"},
 		{"_, _ = expset.NewQuota(s, 3, expset.WithPollInterval(time.Second))",
 			"_, _ = expset.NewQuota(s, 3, expset.WithEvictOldest())"},
-		{"_, _ = expset.Open(ctx, nil, \"n\", expset.WithEventRetention(time.Hour, 10))",
-			"_, _ = expset.NewSweeper(s, expset.WithEventRetention(time.Hour, 10), expset.WithPollInterval(time.Second))"},
+		{"_, _ = expset.Open(ctx, nil, \"n\", expset.WithEventRetention(time.Hour, 10, 64<<20))",
+			"_, _ = expset.NewSweeper(s, expset.WithEventRetention(time.Hour, 10, 64<<20), expset.WithPollInterval(time.Second))"},
 		{"_, _ = s.Add(ctx, \"o\", \"m\", time.Minute, expset.WithLimit(2))",
 			"_, _ = q.Acquire(ctx, \"o\", \"m\", time.Minute, expset.WithLimit(2), expset.WithPayload(nil))"},
 		{"_ = s.Consume(ctx, \"g\", \"c\", nil, expset.WithMembersPerBatch(5))",

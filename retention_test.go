@@ -38,7 +38,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond))
 		}
 		clk.Advance(time.Second)
-		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5)).SweepOnce(ctx))
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5, defaultEventBytes)).SweepOnce(ctx))
 		if st.Expired != 12 || st.Trimmed != 7 || hooked != 7 {
 			t.Fatalf("sweep: %+v, hooks saw %d trimmed; want 12 expired, 7 trimmed", st, hooked)
 		}
@@ -54,7 +54,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 		}
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Millisecond))
 		clk.Advance(time.Second)
-		st = must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5)).SweepOnce(ctx))
+		st = must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5, defaultEventBytes)).SweepOnce(ctx))
 		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].events).Val() != 5 {
 			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].events).Val())
 		}
@@ -78,7 +78,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 				}
 			}
 		}
-		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithEventRetention(time.Hour, 1000)))
+		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithEventRetention(time.Hour, 1000, defaultEventBytes)))
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {
@@ -103,11 +103,11 @@ func TestEventRetentionOptions(t *testing.T) {
 		s   *Set
 		opt SweeperOption
 	}{
-		{events, WithEventRetention(999*time.Millisecond, 10)},
-		{events, WithEventRetention(maxTTL+time.Millisecond, 10)},
-		{events, WithEventRetention(time.Hour, 0)},
-		{events, WithEventRetention(time.Hour, maxEventMaxLen+1)},
-		{index, WithEventRetention(time.Hour, 10)},
+		{events, WithEventRetention(999*time.Millisecond, 10, defaultEventBytes)},
+		{events, WithEventRetention(maxTTL+time.Millisecond, 10, defaultEventBytes)},
+		{events, WithEventRetention(time.Hour, 0, defaultEventBytes)},
+		{events, WithEventRetention(time.Hour, maxEventMaxLen+1, defaultEventBytes)},
+		{index, WithEventRetention(time.Hour, 10, defaultEventBytes)},
 	} {
 		if _, err := NewSweeper(c.s, c.opt); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "WithEventRetention") {
 			t.Errorf("NewSweeper(%s): %v, want ErrInvalidArgument naming WithEventRetention", c.s.Name(), err)
@@ -116,7 +116,7 @@ func TestEventRetentionOptions(t *testing.T) {
 	if after := snapshot(t, rdb, "retention"); !maps.Equal(after, before) {
 		t.Fatalf("rejected NewSweeper wrote: %v, was %v", after, before)
 	}
-	if _, err := NewSweeper(events, WithEventRetention(time.Second, 1)); err != nil {
+	if _, err := NewSweeper(events, WithEventRetention(time.Second, 1, defaultEventBytes)); err != nil {
 		t.Fatalf("smallest bounds: %v", err)
 	}
 }
@@ -154,7 +154,7 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 		for range 4 {
 			<-started
 		}
-		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 1)).SweepOnce(ctx))
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 1, defaultEventBytes)).SweepOnce(ctx))
 		if st.Trimmed != n-1 {
 			t.Fatalf("trimmed %d, want %d", st.Trimmed, n-1)
 		}
@@ -184,5 +184,37 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 				t.Errorf("dead letter of a trimmed event: %+v", l)
 			}
 		}
+	})
+}
+
+// TestEventRetentionMaxBytes: events carrying 100 KiB payloads each, 4 MB
+// in all, swept into a stream bounded to 1 MiB of memory: the stream keeps
+// the latest events that fit (by Redis's estimate, MEMORY USAGE), the
+// oldest are trimmed, and every one trimmed is counted.
+func TestEventRetentionMaxBytes(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		const n = 40
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		payload := []byte(strings.Repeat("x", 100<<10))
+		for i := range n {
+			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Duration(i+1)*time.Millisecond, WithPayload(payload)))
+		}
+		clk.Advance(time.Second)
+		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, n, minEventBytes)).SweepOnce(ctx))
+		stream := s.shards[0].events
+		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, stream, "-", "+").Result())
+		used := must[int64](t)(b.rdb.MemoryUsage(ctx, stream).Result())
+		if st.Expired != n || len(kept) == 0 || len(kept) >= n || st.Trimmed != n-len(kept) || trimmedTotal(t, s) != int64(st.Trimmed) {
+			t.Fatalf("sweep %+v: %d kept, %d trimmed in Stats; want %d expired, some kept, the rest trimmed and counted", st, len(kept), trimmedTotal(t, s), n)
+		}
+		if used > minEventBytes {
+			t.Errorf("the stream takes %d bytes, want at most %d", used, minEventBytes)
+		}
+		if last := kept[len(kept)-1].Values["o"]; last != "o"+strconv.Itoa(n-1) {
+			t.Errorf("the newest event kept is of %v, want o%d", last, n-1)
+		}
+		t.Logf("%s: %d of %d events kept, %d bytes", b.name, len(kept), n, used)
 	})
 }

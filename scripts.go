@@ -40,12 +40,13 @@ var (
 	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 
-	scriptAck     = script("groups.lua", "ack.lua")
-	scriptBegin   = script("groups.lua", "begin.lua")
-	scriptBury    = script("groups.lua", "bury.lua")
-	scriptClaim   = script("groups.lua", "claim.lua")
-	scriptRelease = script("groups.lua", "release.lua")
-	scriptPrune   = script("groups.lua", "prune.lua")
+	scriptAck         = script("groups.lua", "ack.lua")
+	scriptBegin       = script("groups.lua", "begin.lua")
+	scriptBury        = script("groups.lua", "bury.lua")
+	scriptClaim       = script("groups.lua", "claim.lua")
+	scriptRelease     = script("groups.lua", "release.lua")
+	scriptPrune       = script("groups.lua", "prune.lua")
+	scriptRemoveGroup = script("groups.lua", "remove_group.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove

@@ -99,7 +99,7 @@ func NewSweeper(s *Set, opts ...SweeperOption) (*Sweeper, error) {
 		maxIdle:  defaultMaxIdle,
 		owners:   defaultOwnersPerBatch,
 		members:  defaultMembersPerBatch,
-		retain:   retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen},
+		retain:   retention{maxAge: defaultEventMaxAge, maxLen: defaultEventMaxLen, maxBytes: defaultEventBytes},
 	}
 	if err := applyOptions(opts, &cfg, SweeperOption.applySweeper); err != nil {
 		return nil, err
@@ -196,8 +196,8 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 	keys := make([]string, 3, nk)
 	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
 	ret := w.cfg.retain
-	args := make([]any, 6, 6+len(owners))
-	args[0], args[1], args[2], args[3], args[4], args[5] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen
+	args := make([]any, 7, 7+len(owners))
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen, ret.maxBytes
 	for _, o := range owners {
 		keys = append(keys, sk.owner+o)
 		args = append(args, o)

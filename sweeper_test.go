@@ -226,7 +226,7 @@ func TestSweeperInvalidOptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithSweepIndex())
 		for i, o := range []SweeperOption{WithLeaseTTL(time.Millisecond), WithPollInterval(0), WithOwnersPerBatch(0),
-			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithEventRetention(time.Hour, 10)} {
+			WithOwnersPerBatch(1001), WithMembersPerBatch(-1), WithEventRetention(time.Hour, 10, defaultEventBytes)} {
 			if w, err := NewSweeper(s, o); !errors.Is(err, ErrInvalidArgument) || w != nil {
 				t.Errorf("NewSweeper(option %d): %v, %v, want ErrInvalidArgument", i, w, err)
 			}

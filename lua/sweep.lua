@@ -3,7 +3,7 @@
 -- KEYS[1]         shard due index      expset:{name:S}:due
 -- KEYS[2]         shard event stream   expset:{name:S}:ev
 -- KEYS[3]         retention counter    expset:{name:S}:trimmed
--- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[7..]
+-- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[8..]
 -- KEYS[4+n..3+2n] owner payload hashes expset:{name:S}:p:<owner>, same order;
 --                 declared only with flag p
 -- ARGV[1]         now in ms, or "" for the server's TIME
@@ -12,7 +12,9 @@
 -- ARGV[4]         batch: the most due owners to list in the reply (1..1000)
 -- ARGV[5]         retention max age in ms (flag e): older events are trimmed
 -- ARGV[6]         retention max length (flag e): the stream keeps at most this many
--- ARGV[7..6+n]    owners read from the due index by the previous call (n may be 0)
+-- ARGV[7]         retention max bytes (flag e): the stream's memory, as
+--                 Redis estimates it (MEMORY USAGE), stays at most this
+-- ARGV[8..7+n]    owners read from the due index by the previous call (n may be 0)
 --
 -- The owners were read from the index before this call, so each one's actual
 -- state is read again here. For each owner, in order, while the budget
@@ -40,9 +42,10 @@
 -- deadline read is converted to a number once. bench/README.md and
 -- docs/design.md ("Sweeping, per member reclaimed") have the measurements.
 --
--- With flag e, the stream is then trimmed to the retention, exactly: entries
+-- With flag e, the stream is then trimmed to the retention: exactly, entries
 -- whose ID (server time) is older than the max age, then the oldest past the
--- max length. What was trimmed is added to the retention counter, created on
+-- max length; then the oldest while the stream's memory is over the max
+-- bytes, by Redis's estimate. What was trimmed is added to the retention counter, created on
 -- first use and never expiring.
 --
 -- With flag e, a call that removed members publishes one empty message on
@@ -69,7 +72,7 @@ local now = now_ms(ARGV[1])
 local NOW = string.format('%d', now)
 local budget = tonumber(ARGV[3])
 local events, payloads = string.find(flags, 'e', 1, true) ~= nil, string.find(flags, 'p', 1, true) ~= nil
-local n = #ARGV - 6
+local n = #ARGV - 7
 
 -- PEEK (a read) and POP (a pop, see below): the expired members the first
 -- read of an owner takes before a second read is needed.
@@ -101,7 +104,7 @@ for i = 1, n do
   if budget <= 0 or bytes <= 0 then
     break
   end
-  local key, owner = KEYS[3 + i], ARGV[6 + i]
+  local key, owner = KEYS[3 + i], ARGV[7 + i]
   local want = peek
   if want > budget then
     want = budget
@@ -252,6 +255,27 @@ if events then
     trimmed = call('XTRIM', stream, 'MINID', string.format('%d', minid))
   end
   trimmed = trimmed + call('XTRIM', stream, 'MAXLEN', ARGV[6])
+  -- Bytes: MEMORY USAGE samples the stream's oldest nodes (cheap whatever
+  -- its length), so the trim keeps the share of entries that fits, and
+  -- looks again, a few times at most; the newest entry always stays.
+  local maxb = tonumber(ARGV[7])
+  for _ = 1, 4 do
+    local used = call('MEMORY', 'USAGE', stream)
+    if not used or used <= maxb then
+      break
+    end
+    local len = call('XLEN', stream)
+    if len <= 1 then
+      break
+    end
+    local keep = math.floor(len * maxb / used)
+    if keep < 1 then
+      keep = 1
+    elseif keep >= len then
+      keep = len - 1
+    end
+    trimmed = trimmed + call('XTRIM', stream, 'MAXLEN', string.format('%d', keep))
+  end
   if trimmed > 0 then
     call('INCRBY', KEYS[3], trimmed)
   end

@@ -711,3 +711,42 @@ func TestBinaryStatsPartialCount(t *testing.T) {
 		t.Errorf("--json: %+v", rep.Total)
 	}
 }
+
+// TestBinaryGroups: groups lists a set's consumer groups with what each has
+// to do; groups remove removes one with what it held, and a group that is
+// not there is "not found" (exit 3).
+func TestBinaryGroups(t *testing.T) {
+	url, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("keep", "typo"))
+	addExpired(t, set, rdb, "a", "b", "c")
+	if code, _, errs := runBin(t, "sweep", "--redis", url, "--once", set.Name()); code != 0 {
+		t.Fatalf("sweep: exit %d: %s", code, errs)
+	}
+	list := func() []groupRowJSON {
+		t.Helper()
+		code, out, errs := runBin(t, "groups", "--redis", url, "--json", set.Name())
+		if code != 0 {
+			t.Fatalf("groups: exit %d: %s", code, errs)
+		}
+		var rows []groupRowJSON
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("groups --json: %v: %s", err, out)
+		}
+		return rows
+	}
+	if rows := list(); len(rows) != 2 || rows[0].Group != "keep" || rows[1].Group != "typo" || rows[1].Lag != 3 || rows[1].Shards != 2 {
+		t.Fatalf("groups: %+v, want keep and typo, each 3 events behind on 2 shards", rows)
+	}
+	code, out, errs := runBin(t, "groups", "remove", "--redis", url, set.Name(), "typo")
+	if code != 0 || !strings.Contains(out, `removed group "typo" from 2 shards`) {
+		t.Fatalf("groups remove: exit %d, %q, %s", code, out, errs)
+	}
+	if rows := list(); len(rows) != 1 || rows[0].Group != "keep" {
+		t.Fatalf("after remove: %+v, want keep alone", rows)
+	}
+	if code, _, errs := runBin(t, "groups", "remove", "--redis", url, set.Name(), "typo"); code != 3 {
+		t.Errorf("second remove: exit %d, %q; want 3", code, errs)
+	}
+	if code, _, errs := runBin(t, "groups", "remove", "--redis", url, set.Name()); code != 2 {
+		t.Errorf("remove without GROUP: exit %d, %q; want 2", code, errs)
+	}
+}

@@ -96,7 +96,7 @@ func (p *sweepProgress) report(w io.Writer, every time.Duration) (stop func()) {
 func (a *app) sweepCmd() *cobra.Command {
 	var o sweepOpts
 	cmd := &cobra.Command{
-		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--poll-interval 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] NAME",
+		Use:   "sweep [--redis URL] [--json] [--once] [--progress 1s] [--lease-ttl 10s] [--poll-interval 1s] [--owners-per-batch 100] [--members-per-batch 1000] [--retain-age 168h] [--retain-len 100000] [--retain-bytes 67108864] NAME",
 		Short: "run a sweeper in the foreground (until SIGINT, or --once), with progress and a summary",
 		Example: "expset sweep --redis redis://localhost:6380 --once unpaid-orders   # drain what is due now, then exit\n" +
 			"expset sweep unpaid-orders                                         # keep sweeping until Ctrl-C",
@@ -118,6 +118,7 @@ func (a *app) sweepCmd() *cobra.Command {
 	f.IntVar(&o.members, "members-per-batch", 1000, "expired members one sweep script removes at most (WithMembersPerBatch)")
 	f.DurationVar(&o.retainAge, "retain-age", 7*24*time.Hour, "with expiry events: events older than this are trimmed (give what the service gives WithEventRetention)")
 	f.IntVar(&o.retainLen, "retain-len", 100000, "with expiry events: events a shard's stream keeps at most")
+	f.Int64Var(&o.retainBytes, "retain-bytes", 64<<20, "with expiry events: bytes of memory a shard's stream takes at most")
 	return cmd
 }
 
@@ -129,6 +130,7 @@ type sweepOpts struct {
 	owners, members int
 	retainAge       time.Duration
 	retainLen       int
+	retainBytes     int64
 }
 
 func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
@@ -163,7 +165,7 @@ func (a *app) sweep(ctx context.Context, name string, o sweepOpts) error {
 		expset.WithOwnersPerBatch(o.owners), expset.WithMembersPerBatch(o.members),
 	}
 	if cfg.Events {
-		opts = append(opts, expset.WithEventRetention(o.retainAge, o.retainLen))
+		opts = append(opts, expset.WithEventRetention(o.retainAge, o.retainLen, o.retainBytes))
 	}
 	w, err := expset.NewSweeper(set, opts...)
 	if errors.Is(err, expset.ErrInvalidArgument) {
