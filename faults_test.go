@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,9 +100,27 @@ func checkTimeoutErr(t testing.TB, op string, err error, key string) {
 // srv was closed. Redis runs what a connection sent before it frees it, so
 // afterwards every command sent to a paused server has run (or never will):
 // the state can be checked without racing with it.
-func waitDrained(t testing.TB, probe *redis.Client) {
+func waitDrained(t testing.TB, probe *redis.Client, name ...string) {
 	t.Helper()
 	ctx := context.Background()
+	if len(name) > 0 {
+		// Wait for the named clients only: a server on a loopback port may
+		// also be dialled by another test process's loops that once had a
+		// server on the same port.
+		waitHealed(t, "the stalled server still serves connections of closed clients", faultWait, func() error {
+			list, err := probe.ClientList(ctx).Result()
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(list, "\n") {
+				if slices.Contains(name, clientListField(line, "name")) {
+					return fmt.Errorf("still connected: %s", line)
+				}
+			}
+			return nil
+		})
+		return
+	}
 	waitHealed(t, "the stalled server still serves connections of closed clients", faultWait, func() error {
 		info, err := redistest.Info(ctx, probe, "clients")
 		if err != nil {
@@ -112,6 +131,16 @@ func waitDrained(t testing.TB, probe *redis.Client) {
 		}
 		return nil
 	})
+}
+
+// clientListField returns the value of field in one line of CLIENT LIST.
+func clientListField(line, field string) string {
+	for _, kv := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(kv, field+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // waitReplicated makes sure every write the cluster's master of key had
@@ -307,6 +336,7 @@ func TestStalledServer(t *testing.T) {
 	stallOpts := func(retries int) func(*redis.Options) {
 		return func(o *redis.Options) {
 			o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 250*time.Millisecond, 250*time.Millisecond, retries
+			o.ClientName = "stalled-test"
 		}
 	}
 	// once: no retries; retrying: go-redis's default of 3 retries; redial:
@@ -361,7 +391,7 @@ func TestStalledServer(t *testing.T) {
 	_ = once.Close()
 	_ = retrying.Close()
 	_ = redial.Close()
-	waitDrained(t, probe)
+	waitDrained(t, probe, "stalled-test")
 	evalsAfter, _, err := redistest.CommandStats(ctx, probe, "evalsha")
 	if err != nil {
 		t.Fatal(err)
