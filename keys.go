@@ -25,7 +25,7 @@ const (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
-//	expset:{orders:S}:att       hash    "<event ID> <group>" -> handler calls begun
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>

@@ -16,7 +16,6 @@ local ids, fields = {}, {}
 for i = 2, #ARGV do
   ids[#ids + 1] = ARGV[i]
   fields[#fields + 1] = att_field(ARGV[i], group)
-  fields[#fields + 1] = att_token(ARGV[i], group)
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))

@@ -47,10 +47,9 @@ end
 if not holder or (holder ~= consumer and idle < tonumber(ARGV[5])) then
   return 0
 end
-local field, tfield = att_field(id, group), att_token(id, group)
-local a = call('HMGET', att, field, tfield)
-local used = tonumber(a[1] or '0')
-if a[2] == ARGV[8] and holder == consumer then
+local field = att_field(id, group)
+local used, token = att_get(att, field)
+if token == ARGV[8] and holder == consumer then
   return {used, 1}
 end
 if used >= tonumber(ARGV[6]) then
@@ -63,5 +62,5 @@ if holder ~= consumer or idle >= tonumber(ARGV[7]) then
   end
   taken = 1
 end
-call('HSET', att, field, string.format('%d', used + 1), tfield, ARGV[8])
+call('HSET', att, field, string.format('%d', used + 1) .. ' ' .. ARGV[8])
 return {used + 1, taken}

@@ -21,7 +21,7 @@ local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1
 if pending_of(stream, group, id) ~= consumer then
   return 0
 end
-local used = tonumber(call('HGET', att, att_field(id, group)) or '0')
+local used = att_get(att, att_field(id, group))
 if used < tonumber(ARGV[4]) then
   return 0
 end

@@ -37,7 +37,7 @@ local out = {r[1]}
 for _, e in ipairs(r[2]) do
   local field = att_field(e[1], group)
   if e[2] then
-    local used = tonumber(call('HGET', att, field) or '0')
+    local used = att_get(att, field)
     local buried = 0
     if used >= max then
       bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])

@@ -25,12 +25,14 @@ for i = 6, #ARGV do
   local id = ARGV[i]
   if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
-      local field, tfield = att_field(id, group), att_token(id, group)
-      if call('HGET', att, tfield) == ARGV[5] then
-        if call('HINCRBY', att, field, -1) <= 0 then
+      local field = att_field(id, group)
+      local used, token = att_get(att, field)
+      if token == ARGV[5] then
+        if used <= 1 then
           call('HDEL', att, field)
+        else
+          call('HSET', att, field, string.format('%d', used - 1))
         end
-        call('HDEL', att, tfield)
       end
     end
     n = n + 1
