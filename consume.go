@@ -66,7 +66,8 @@ func WithMaxAttempts(n int) ConsumeOption {
 // stream (default 10; 1 to 1000, so 0 is an error). Events read wait their
 // turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
-// is counted).
+// is counted). With WithConcurrency, a read takes no more than the free call
+// slots, so nothing read waits.
 func WithReadBatch(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
@@ -96,7 +97,10 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // events are kept for a group before its first Consume runs. An event leaves
 // its stream once every group has handled or dead-lettered it.
 //
-// handle runs in Consume's goroutine, one event at a time. Each call is one
+// handle runs in Consume's goroutine, one event at a time, unless
+// WithConcurrency allows more: then up to n calls run at once, each on a
+// goroutine of its own. One Consume per process, WithConcurrency(n), is the
+// way to run a worker pool. Each call is one
 // attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
 // while it runs, the event's lease is renewed every third of its TTL
 // (WithLeaseTTL), so no other consumer takes it, and the handler's context
@@ -135,7 +139,9 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // the consumer leaves its group when it holds nothing; Consume then returns
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
-// WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
+// WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval,
+// WithConcurrency. With WithConcurrency, Consume returns once the calls
+// under way have returned.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
@@ -244,7 +250,9 @@ const maxAckDelay = 100 * time.Millisecond
 const finishTimeout = 5 * time.Second
 
 // consumer is the state of one Consume call. It is used by Consume's
-// goroutine only (the lease heartbeat touches none of it).
+// goroutine only (the lease heartbeat touches none of it), but for what a
+// pool's calls and lease keeper use (see pool.go): its configuration, and
+// the acknowledgement buffer under the keeper's lock.
 type consumer struct {
 	set         *Set
 	group, name string
