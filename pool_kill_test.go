@@ -56,7 +56,9 @@ func TestKillConsumerWithConcurrency(t *testing.T) {
 			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
 		}
 		h := startHelper(t, "pool", append(b.env(s), helperVis+"="+vis.String())...)
-		h.waitLine("calls under way", func(string) bool { return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2 })
+		h.waitLine("calls under way", func(string) bool {
+			return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2
+		})
 		h.kill()
 
 		printed := map[string]int{} // event key -> calls the helper printed
