@@ -20,6 +20,7 @@ const (
 // The key layout. For a set named "orders" with the owner in shard S:
 //
 //	expset:{orders}:meta        hash    the configuration recorded by the first Open
+//	expset:{orders}:sweepers    zset    Sweeper.Run's leases: token -> lease end (Unix ms)
 //	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
 //	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
@@ -27,10 +28,11 @@ const (
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
-//	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
+//	expset:{orders:S}:o:\x00job:<b> zset  the jobs of bucket b (Set.Put; jobs.go)
+//	expset:{orders:S}:p:\x00job:<b> hash  their payloads
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
 //	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
@@ -52,7 +54,6 @@ type shardKeys struct {
 	events  string
 	dead    string
 	att     string
-	lease   string
 	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
@@ -72,7 +73,6 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		att:     tag + "att",
-		lease:   tag + "lease",
 		trimmed: tag + "trimmed",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
@@ -88,7 +88,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
+	case k.due, k.events, k.dead, k.att, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||
@@ -100,12 +100,17 @@ func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }
 // shardOf maps an owner to its shard with 32-bit FNV-1a. The mapping is part
 // of the stored layout: it must never change.
 func shardOf(owner string, shards int) int {
+	return int(fnv32(owner) % uint32(shards))
+}
+
+// fnv32 is the 32-bit FNV-1a hash of s.
+func fnv32(s string) uint32 {
 	h := uint32(2166136261)
-	for i := 0; i < len(owner); i++ {
-		h ^= uint32(owner[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
 		h *= 16777619
 	}
-	return int(h % uint32(shards))
+	return h
 }
 
 // validateName accepts 1 to maxNameLen bytes of ASCII letters, digits and
@@ -127,6 +132,9 @@ func validateName(name string) error {
 func validateOwner(owner string) error {
 	if owner == "" || len(owner) > maxOwnerLen {
 		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidArgument, len(owner), maxOwnerLen)
+	}
+	if strings.HasPrefix(owner, jobOwnerPrefix) {
+		return fmt.Errorf("%w: owner %q begins with %q, kept for the jobs of Set.Put: use another owner", ErrInvalidArgument, owner, jobOwnerPrefix)
 	}
 	return nil
 }
