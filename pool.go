@@ -75,9 +75,12 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		return c.beat
 	}
 	var todo []delivery
+	tried := 0
 	if free := p.n - p.running; free > 0 {
-		var read, visit []int
-		todo, read, visit = c.survey(ctx, now, free)
+		todo = c.unpark(now, free)
+		tried = len(todo)
+		claimed, read, visit := c.survey(ctx, now, free-tried)
+		todo = append(todo, claimed...)
 		todo = append(todo, c.read(ctx, read, visit, free-len(todo))...)
 	}
 	if ctx.Err() != nil {
@@ -85,7 +88,7 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		return 0
 	}
 	c.startCalls(ctx, todo)
-	if p.running < p.n && (len(todo) > 0 || c.anyBusy()) {
+	if p.running < p.n && (len(todo) > tried || c.anyBusy()) {
 		return 0
 	}
 	if p.running == 0 {
@@ -157,6 +160,12 @@ func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
 			c.fail(ctx, d.shard, unexpected("begin.lua", b.v))
 			continue
 		}
+		if n == beginFull {
+			if err := c.refused(ctx, d); err != nil {
+				c.fail(ctx, d.shard, err)
+			}
+			continue
+		}
 		if n <= 0 {
 			continue // another consumer holds it, or a claim buries it
 		}
@@ -201,6 +210,7 @@ func (c *consumer) reap(ctx context.Context) {
 		select {
 		case r := <-p.done:
 			p.running--
+			c.slotFreed()
 			if r.err != nil {
 				c.fail(ctx, r.shard, r.err)
 			}
@@ -361,7 +371,7 @@ func (k *leaseKeeper) ack(shard int, id string, leased time.Time) {
 func (k *leaseKeeper) handled(ctx context.Context, shard int, id string, attempt int, leased time.Time) {
 	k.c.event(ctx, shard, attempt, nil, false)
 	k.ack(shard, id, leased)
-	if attempt >= k.c.cfg.maxAttempts {
+	if attempt >= k.c.cfg.maxAttempts || k.c.cfg.ownerCap > 0 {
 		// The last attempt: acknowledged now (see consumer.handled).
 		k.flush()
 	}
@@ -386,8 +396,9 @@ func (k *leaseKeeper) send(all bool) {
 	for lc := range k.calls {
 		if lc.next.Sub(now) <= c.beat/2 {
 			due = append(due, lc)
-			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: scriptBegin,
-				keys: c.leaseKeys(lc.shard), args: []any{c.group, c.name, lc.id, "t"}})
+			sc, keys := c.withSlots(lc.shard, scriptBegin, scriptBeginSlots, c.leaseKeys(lc.shard)...)
+			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: sc,
+				keys: keys, args: []any{c.group, c.name, lc.id, "t", c.visMs}})
 		}
 	}
 	var acks []*scriptCall

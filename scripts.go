@@ -48,6 +48,12 @@ var (
 	scriptRelease     = script("groups.lua", "release.lua")
 	scriptPrune       = script("groups.lua", "prune.lua")
 	scriptRemoveGroup = script("groups.lua", "remove_group.lua")
+
+	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
+	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
+	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
+	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove
