@@ -48,6 +48,8 @@ type consumeConfig struct {
 	batch       int
 	poll        time.Duration
 	maxHandling time.Duration
+	retryFirst  time.Duration // WithRetryBackoff
+	retryLimit  time.Duration
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
@@ -160,6 +162,9 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 			return nil, err
 		}
 	}
+	if name == retryHolder {
+		return nil, fmt.Errorf("%w: consumer name %q is reserved for events waiting to be retried: choose another", ErrInvalidArgument, name)
+	}
 	if handle == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
@@ -169,6 +174,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		batch:       defaultReadBatch,
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
+		retryFirst:  defaultRetryFirst,
+		retryLimit:  defaultRetryLimit,
 	}
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
@@ -250,6 +257,7 @@ type consumer struct {
 	beat        time.Duration // how often a handler call's lease is renewed
 	wk          *wakeups      // the wake-ups of the shards' streams
 	safety      time.Duration // how often each shard is looked at without a wake-up
+	retries     []retryDues   // per shard: the retries this consumer scheduled (retry.go)
 }
 
 // consumerShard is what a consumer knows of one shard.
@@ -472,11 +480,13 @@ func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
 	if !ok {
 		return nil, unexpected("claim.lua", v)
 	}
+	from := sh.cursor
 	sh.cursor = cursor
 	sh.nextClaim = time.Now()
 	if cursor == "0-0" {
 		sh.nextClaim = sh.nextClaim.Add(c.claimEvery)
 	}
+	sh.nextClaim = c.claimScan(i, from, cursor, at, sh.nextClaim)
 	var out []delivery
 	for _, e := range xs[1:] {
 		id, used, buried, values, ok := parseClaimed(e)
@@ -587,6 +597,11 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 			c.flushAcks(ctx)
 		}
 		return nil
+	case handlerBuries(herr):
+		// The handler buried it (Bury): at once, whatever attempts are left.
+		buried, err := c.bury(wctx, d.shard, d.id, 0, herr.Error())
+		c.event(ctx, d.shard, attempt, herr, buried)
+		return err
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
 		// attempt is given back and the event released.
@@ -597,10 +612,9 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		c.event(ctx, d.shard, attempt, herr, buried)
 		return err
 	default:
-		// Delivered again once the lease TTL has passed from now.
+		// Delivered again after its retry delay (retry.go).
 		c.event(ctx, d.shard, attempt, herr, false)
-		_, err := c.set.run(wctx, "renew", d.shard, scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
-		return err
+		return c.retry(wctx, d.shard, d.id, c.retryDelay(herr, attempt))
 	}
 }
 
