@@ -60,6 +60,7 @@ const killWait = 60 * time.Second
 //     then never returns, so the event is never acknowledged.
 //   - waiter: see waiterHelper.
 //   - acker: see helperAcker.
+//   - failer: see helperFailer.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
 //     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
@@ -124,6 +125,8 @@ func helperMain(role string) error {
 		return helperWorker(s)
 	case "acker":
 		return helperAcker(s, say)
+	case "failer":
+		return helperFailer(s, say)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {

@@ -91,7 +91,8 @@ func (v *handlerVerdict) Unwrap() error { return v.err }
 // Error() is its text) marked so that Set.Consume, when a handler returns
 // it, delivers the event again after d instead of after the delay
 // WithRetryBackoff gives it: beanstalkd's release with a delay. d may be
-// shorter or longer than the lease TTL; d <= 0 retries at once. The call
+// shorter or longer than the lease TTL; d <= 0 retries at once, and d
+// over 100 years counts as 100 years. The call
 // still counts as a failed attempt: on the last one (WithMaxAttempts) the
 // event is dead-lettered as usual. RetryAfter(nil, d) is a failure too,
 // whose text is "expset: retry after d"; it is never taken for success.
@@ -155,6 +156,7 @@ func backoffDelay(first, limit time.Duration, attempt int, jitter func(time.Dura
 // retry schedules the next handler call of event id of shard, whose call
 // failed, after delay (retry.lua), and makes this consumer claim it then.
 func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.Duration) error {
+	delay = min(delay, maxTTL)
 	ms := delay.Milliseconds()
 	if delay > time.Duration(ms)*time.Millisecond {
 		ms++ // never early
