@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Retry delays of Set.Consume: when a handler call fails, its event is
@@ -213,4 +215,38 @@ func (c *consumer) claimScan(shard int, cursor, next string, at, regular time.Ti
 		return r.dues[0]
 	}
 	return regular
+}
+
+// retryCount asks for the events of group on stream waiting for their
+// retry delay, to be added to n (countRetrying).
+type retryCount struct {
+	stream, group string
+	n             *int64
+}
+
+// countRetrying adds to each query's counter the entries its group holds
+// pending on its stream under retryHolder: one pipelined XPENDING (summary
+// form) per query, one round trip (one per node on a cluster), none for no
+// query. A stream or group deleted meanwhile counts 0.
+func (s *Set) countRetrying(ctx context.Context, qs []retryCount) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.XPendingCmd, len(qs))
+	for i, q := range qs {
+		cmds[i] = pipe.XPending(ctx, q.stream, q.group)
+	}
+	_, _ = pipe.Exec(ctx) // read per command
+	for i, c := range cmds {
+		p, err := c.Result()
+		switch {
+		case err == nil:
+			*qs[i].n += p.Consumers[retryHolder]
+		case errors.Is(err, redis.Nil) || isNoGroup(err):
+		default:
+			return fmt.Errorf("expset: retries of group %q on %s: %w", qs[i].group, qs[i].stream, err)
+		}
+	}
+	return nil
 }

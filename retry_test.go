@@ -396,3 +396,46 @@ func okText(ok bool, s string) string {
 	}
 	return ""
 }
+
+// TestRetriesCounted: Stats and Groups count the events waiting for their
+// retry delay, shorter and longer than the lease TTL, as pending and
+// retrying; the dead letters of Bury count as dead.
+func TestRetriesCounted(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 3)
+		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error {
+			switch e.Owner {
+			case "o0":
+				return RetryAfter(nil, 30*time.Second) // shorter than the lease TTL
+			case "o1":
+				return RetryAfter(nil, time.Hour) // longer
+			}
+			return Bury(nil)
+		}, WithLeaseTTL(time.Minute), WithPollInterval(10*time.Millisecond))
+		defer stop()
+		var retrying, pending, dead int64
+		waitFor(t, "2 retries waiting and 1 dead letter", func() bool {
+			gs, err := s.Groups(ctx)
+			if err != nil || len(gs) != 1 {
+				return false
+			}
+			retrying, pending, dead = gs[0].Retrying, gs[0].Pending, gs[0].Dead
+			return retrying == 2 && dead == 1
+		})
+		if pending != 2 {
+			t.Errorf("Groups: %d pending, want 2", pending)
+		}
+		var st ShardStats
+		for _, sh := range must[[]ShardStats](t)(s.Stats(ctx)) {
+			st.Retrying += sh.Retrying
+			st.Pending += sh.Pending
+			st.Dead += sh.Dead
+		}
+		if st.Retrying != 2 || st.Pending != 2 || st.Dead != 1 {
+			t.Errorf("Stats: %d retrying, %d pending, %d dead; want 2, 2, 1", st.Retrying, st.Pending, st.Dead)
+		}
+	})
+}
