@@ -54,7 +54,8 @@ type consumeConfig struct {
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
-// 1 to 1000, so 0 is an error). With 1, the first failure buries it. Reading an event, holding
+// 1 to 1000, so 0 is an error). With 1, the first failure buries it; a
+// handler buries its event sooner by returning Bury. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
 func WithMaxAttempts(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
@@ -109,9 +110,12 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // leaves them to be handled again); the acknowledgement of a last attempt
 // (WithMaxAttempts) is sent at once, so a handled event is never
 // dead-lettered. When it fails, the event is delivered
-// again, to any consumer of the group, once the lease TTL has passed; when
-// the call that fails is attempt WithMaxAttempts, the event moves to the
-// shard's dead-letter stream with the error (see DeadLetters, Kick). An
+// again, to any consumer of the group, after a retry delay
+// (WithRetryBackoff: 1s, doubling up to 5m, by default; or the handler's
+// own, returned through RetryAfter), whether shorter or longer than the
+// lease TTL; scheduling it is one round trip. When the call that fails is
+// attempt WithMaxAttempts, or returns Bury, the event moves to the shard's
+// dead-letter stream with the error (see DeadLetters, Kick). An
 // event whose last attempt never returned (the consumer died, or lost Redis
 // for longer than the lease TTL) is dead-lettered by the consumer that
 // finds it. Nothing else is:
@@ -136,7 +140,7 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // the consumer leaves its group when it holds nothing; Consume then returns
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
-// WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
+// WithMaxAttempts, WithRetryBackoff, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
