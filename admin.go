@@ -136,11 +136,14 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, err
 			deleted += int(n)
 		}
 	}
-	n, err := rdb.Unlink(ctx, metaKey(name)).Result()
-	if err != nil {
-		return deleted, fmt.Errorf("expset: drop %s: %w", metaKey(name), err)
+	for _, k := range []string{sweepersKey(name), metaKey(name)} {
+		n, err := rdb.Unlink(ctx, k).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("expset: drop %s: %w", k, err)
+		}
+		deleted += int(n)
 	}
-	return deleted + int(n), nil
+	return deleted, nil
 }
 
 // scanKeys lists the keys matching pattern, on every master of a cluster.
@@ -227,7 +230,7 @@ type ShardStats struct {
 	Dead       int64     // dead letters
 	Retrying   int64     // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
-	Leased     bool      // a sweeper holds the shard's lease
+	Leased     bool      // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
 	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
 	// holds the shard: keys of any kind its maxmemory-policy evicted since it
 	// started. Anything above 0 on a server of this set's keys means lost
@@ -240,9 +243,10 @@ type ShardStats struct {
 
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another: TIME (unless
-// WithClock), two pipelines (each one round trip per node on a cluster), a
-// third for Retrying when a group has events pending (an XPENDING per shard
-// and such group), then INFO stats once per server for EvictedKeys.
+// WithClock), a read of the sweeper registry, two pipelines (each one round
+// trip per node on a cluster), a third for Retrying when a group has events
+// pending (an XPENDING per shard and such group), then INFO stats once per
+// server for EvictedKeys.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
@@ -251,11 +255,15 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err != nil {
 		return nil, err
 	}
+	reg, err := s.sweepers(ctx, "", -1)
+	if err != nil {
+		return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
+	}
 	nowArg := strconv.FormatInt(now, 10)
 	type shardCmds struct {
-		owners, ownersDue, events, dead, leased *redis.IntCmd
-		due                                     *redis.StringSliceCmd
-		trimmed                                 *redis.StringCmd
+		owners, ownersDue, events, dead *redis.IntCmd
+		due                             *redis.StringSliceCmd
+		trimmed                         *redis.StringCmd
 	}
 	cmds := make([]shardCmds, len(s.shards))
 	pipe := s.rdb.Pipeline()
@@ -266,7 +274,6 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			due:       pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: sk.due, Start: "-inf", Stop: nowArg, ByScore: true, Count: statsOwnerScan}),
 			events:    pipe.XLen(ctx, sk.events),
 			dead:      pipe.XLen(ctx, sk.dead),
-			leased:    pipe.Exists(ctx, sk.lease),
 			trimmed:   pipe.Get(ctx, sk.trimmed),
 		}
 	}
@@ -275,7 +282,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	_, _ = pipe.Exec(ctx)
 	for i := range cmds {
 		c := &cmds[i]
-		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.leased, c.trimmed} {
+		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.trimmed} {
 			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
 			}
@@ -317,7 +324,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Events:    cmds[i].events.Val(),
 			Dead:      cmds[i].dead.Val(),
 			Trimmed:   counter(cmds[i].trimmed),
-			Leased:    cmds[i].leased.Val() == 1,
+			Leased:    holder(reg.tokens, i) != "",
 
 			EvictedKeys: evicted[i],
 

@@ -40,11 +40,11 @@ var (
 	// not all come in time: the member is in the set, on the master only.
 	ErrNotDurable = errors.New("expset: not durable")
 
-	// ErrLeaseLost means a lease was lost. For a Sweeper: it could not
-	// refresh a shard's lease (another sweeper took it, or it lapsed) and
-	// stopped sweeping that shard; Run reports it (Hooks.OnError, else
-	// log/slog) and carries on with its other shards, trying the lease again
-	// every poll interval. For a Consume handler: it is the context.Cause of
+	// ErrLeaseLost means a lease was lost. For a Sweeper: Run found its
+	// lease ended (it could not renew it in time) or removed, so other
+	// sweepers may have taken its shards meanwhile; it reports it
+	// (Hooks.OnError, else log/slog) and carries on under the lease taken
+	// anew. For a Consume handler: it is the context.Cause of
 	// the handler's context when the consumer lost its lease on the event
 	// (another consumer took it after this one lost Redis for longer than
 	// the lease TTL, or it was acknowledged elsewhere); stop working on it.

@@ -114,6 +114,17 @@ func TestFailoverDurability(t *testing.T) {
 			})
 			name := "failover"
 			s := must[*Set](t)(Open(context.Background(), rdb, name, opts[durable]...))
+			// The set's record must be on the replica before the load:
+			// under load its replication may otherwise still be on the way
+			// when the replica is promoted.
+			var synced *redis.Cmd
+			if _, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+				p.Set(context.Background(), "expset-test-wait", "1", time.Minute)
+				synced = p.Do(context.Background(), "WAIT", 1, faultWait.Milliseconds())
+				return nil
+			}); err != nil || synced.Val() != int64(1) {
+				t.Fatalf("WAIT 1 after Open: %d replicas acknowledged, err %v", synced.Val(), err)
+			}
 			stop := make(chan struct{})
 			wait := failoverLoad(s, durable, stop)
 			time.Sleep(300 * time.Millisecond)
@@ -139,6 +150,7 @@ func TestFailoverDurability(t *testing.T) {
 			cc := c.Client(t, func(o *redis.ClusterOptions) { o.MaintNotificationsConfig = noMaintNotifications() })
 			name := "failover"
 			s := must[*Set](t)(Open(context.Background(), cc, name, opts[durable]...))
+			waitReplicated(t, cc, metaKey(name))
 			// The master of shard 0, and its replica.
 			var m, r *redistest.Node
 			nodes := c.Nodes()

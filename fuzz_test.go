@@ -59,7 +59,7 @@ func FuzzKeyEncoding(f *testing.F) {
 			}
 			tag := s.Name() + ":" + strconv.Itoa(shard)
 			sk := s.shards[shard]
-			for _, k := range append(s.ownerKeys(o), sk.dead, sk.lease) {
+			for _, k := range append(s.ownerKeys(o), sk.dead) {
 				checkTag(t, k, tag)
 			}
 			if want := keyPrefix + "{" + tag + "}:o:" + o; s.OwnerKey(o) != want {
@@ -75,10 +75,11 @@ func FuzzKeyEncoding(f *testing.F) {
 		if validateName(name) == nil {
 			shard := int(which) % 7
 			sk := newShardKeys(name, shard)
-			for _, k := range []string{sk.owner + "x", sk.payload + "x", sk.due, sk.events, sk.dead, sk.lease} {
+			for _, k := range []string{sk.owner + "x", sk.payload + "x", sk.due, sk.events, sk.dead} {
 				checkTag(t, k, name+":"+strconv.Itoa(shard))
 			}
 			checkTag(t, metaKey(name), name)
+			checkTag(t, sweepersKey(name), name)
 		}
 	})
 }

@@ -20,6 +20,7 @@ const (
 // The key layout. For a set named "orders" with the owner in shard S:
 //
 //	expset:{orders}:meta        hash    the configuration recorded by the first Open
+//	expset:{orders}:sweepers    zset    Sweeper.Run's leases: token -> lease end (Unix ms)
 //	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
 //	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
@@ -27,7 +28,6 @@ const (
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
-//	expset:{orders:S}:lease     string  the sweeper's lease on the shard
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
@@ -52,7 +52,6 @@ type shardKeys struct {
 	events  string
 	dead    string
 	att     string
-	lease   string
 	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
@@ -72,7 +71,6 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		att:     tag + "att",
-		lease:   tag + "lease",
 		trimmed: tag + "trimmed",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
@@ -88,7 +86,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.lease, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
+	case k.due, k.events, k.dead, k.att, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||

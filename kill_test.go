@@ -309,8 +309,8 @@ func streamMs(t *testing.T, id string) int64 {
 // second sweeper (in this process) running all along. It checks that:
 //
 //   - the kill landed mid-drain: expired members were left unswept;
-//   - nothing was swept in the dead sweeper's shard while its lease lived
-//     (the survivor waited for it to lapse);
+//   - nothing was swept in the shards the dead sweeper's lease held while
+//     it lived (the survivor waited for it to lapse);
 //   - afterwards no expired member is left, the index is empty, and every
 //     member produced exactly one event, with its deadline (no loss, no
 //     duplicate);
@@ -333,6 +333,10 @@ func TestKillSweeperMidDrain(t *testing.T) {
 
 		h := startHelper(t, "sweeper", append(b.env(s), helperLease+"="+leaseTTL.String())...)
 		h.waitLine("a first batch", func(l string) bool { return strings.HasPrefix(l, "swept ") })
+		helper := sweeperTokens(t, s)
+		if len(helper) != 1 {
+			t.Fatalf("leases %q, want the helper's alone", helper)
+		}
 
 		// The survivor runs from now on: it may take a shard the helper has
 		// not reached yet, but not one whose lease the helper holds.
@@ -355,17 +359,21 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		})
 		h.kill()
 		killed := time.Now()
-		// The line read last names a shard the helper was sweeping; the
-		// helper printed more after it, but stayed on the same shard unless
-		// it finished it.
 		h.mu.Lock()
 		lastLine := h.lines[len(h.lines)-1]
 		h.mu.Unlock()
-		f := strings.Fields(lastLine)
-		shard, _ := strconv.Atoi(f[1])
-		swept, _ := strconv.Atoi(f[2])
-		leaseLeft := b.rdb.PTTL(ctx, s.shards[shard].lease).Val()
+		swept, _ := strconv.Atoi(strings.Fields(lastLine)[2])
+		// The shards the helper's lease holds, and how long it has left.
+		reg := must[registry](t)(s.sweepers(ctx, "", -1))
+		end := b.rdb.ZScore(ctx, sweepersKey(s.name), helper[0]).Val()
+		leaseLeft := time.Duration(int64(end)-reg.now) * time.Millisecond
 		leaseRead := time.Now()
+		var held []int
+		for i := range s.shards {
+			if holder(reg.tokens, i) == helper[0] {
+				held = append(held, i)
+			}
+		}
 
 		left := 0
 		for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
@@ -374,8 +382,8 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		if left == 0 || swept >= total {
 			t.Fatalf("the kill landed after the drain (helper swept %d of %d, %d left): make the drain slower", swept, total, left)
 		}
-		t.Logf("%s: killed the helper sweeper after it reported %q (last line %q): %d of %d swept, %d members due; its lease on shard %d had %v left",
-			b.name, last, lastLine, swept, total, left, shard, leaseLeft)
+		t.Logf("%s: killed the helper sweeper after it reported %q (last line %q): %d of %d swept, %d members due; its lease, on shards %v, had %v left",
+			b.name, last, lastLine, swept, total, left, held, leaseLeft)
 
 		waitHealed(t, "every member swept after the kill", killWait, func() error {
 			n := int64(0)
@@ -415,9 +423,9 @@ func TestKillSweeperMidDrain(t *testing.T) {
 					lastAfter = max(lastAfter, at)
 				}
 				// The helper's last script may land a moment after the
-				// kill; after that the shard is the lease holder's alone.
-				if i == shard && leaseLeft > 0 && at >= leaseRead.UnixMilli()+20 && at < leaseRead.Add(leaseLeft).UnixMilli()-2 {
-					t.Errorf("event %s written %dms after the kill, while the dead sweeper's lease on shard %d still lived", m.ID, at-killMs, shard)
+				// kill; after that its shards are its lease's alone.
+				if slices.Contains(held, i) && leaseLeft > 0 && at >= leaseRead.UnixMilli()+20 && at < int64(end)-2 {
+					t.Errorf("event %s written %dms after the kill, while the dead sweeper's lease on shard %d still lived", m.ID, at-killMs, i)
 				}
 			}
 		}

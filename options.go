@@ -328,7 +328,7 @@ func WithRefreshOnReacquire() QuotaOption {
 }
 
 // WithLeaseTTL sets how long a lease lasts without a renewal, for NewSweeper
-// (a shard's lease; default 10s; 30ms to 1h) and for Set.Consume (a lease on
+// (the lease of a Sweeper.Run, which holds its shards; default 10s; 30ms to 1h) and for Set.Consume (a lease on
 // one event; default 30s; 1ms to 24h); 0 is an error for both. Each holder renews its leases about
 // every third of it, so whoever holds a lease keeps it as long as it lives;
 // one that dies, or loses Redis, holds what it leased until this has passed.
@@ -362,9 +362,8 @@ func WithLeaseTTL(d time.Duration) LoopOption {
 // wake-up can be lost (a reconnect, a failover); every re-subscription
 // looks at every shard at once, and the safety poll looks at each shard
 // at least every this long, stretched beyond 16 shards to shards/16 times
-// this, so that the idle cost does not grow with the shard count. It is
-// also how often Sweeper.Run tries to take shards whose lease another
-// sweeper holds. A wake-up lost costs at most this much delay; a wake-up
+// this, so that the idle cost does not grow with the shard count. A
+// wake-up lost costs at most this much delay; a wake-up
 // delivered, none.
 func WithPollInterval(d time.Duration) LoopOption {
 	return loopOption{

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/bsm/redislock"
 )
 
 // Sweeper defaults.
@@ -18,8 +16,7 @@ const (
 	defaultMembersPerBatch = 1000             // WithMembersPerBatch
 )
 
-// sweepOnceParallel is how many shards SweepOnce sweeps at once, each under
-// its own lease: sweeping is mostly round trips per shard, so a backlog spread
+// sweepOnceParallel is how many shards SweepOnce sweeps at once: sweeping is mostly round trips per shard, so a backlog spread
 // over many shards drains faster with several in flight.
 const sweepOnceParallel = 4
 
@@ -37,21 +34,20 @@ const indexGrace = time.Hour
 // bounded batch (WithOwnersPerBatch owners, WithMembersPerBatch members), and
 // Go loops until nothing is due, so no script runs long however much expired.
 //
-// Any number of sweepers, in any number of processes, may sweep one set: each
-// shard is swept under a lease (a github.com/bsm/redislock lock on the shard's
-// lease key), so they share the shards instead of racing over them. The
-// scripts re-check every owner's state, so even two sweepers on one shard
-// (a lease lost mid-batch) remove each member, and emit its event, once.
-// Killing a sweeper loses nothing: another takes its shards when the leases
-// lapse.
+// Any number of sweepers, in any number of processes, may sweep one set:
+// each Run holds one lease in the set's sweeper registry, and the live
+// leases deal the shards out among them, so they share the shards instead
+// of racing over them. The scripts re-check every owner's state, so even
+// two sweepers on one shard (while the others have not yet seen one join
+// or leave) remove each member, and emit its event, once. Killing a
+// sweeper loses nothing: the others take its shards when its lease ends.
 //
 // A Sweeper is safe for simultaneous use by multiple goroutines, but one Run
 // per Sweeper is what it is built for. Create one with NewSweeper: a zero
 // or nil *Sweeper's Run and SweepOnce fail with ErrInvalidArgument.
 type Sweeper struct {
-	set   *Set
-	locks *redislock.Client
-	cfg   sweeperConfig
+	set *Set
+	cfg sweeperConfig
 }
 
 type sweeperConfig struct {
@@ -110,7 +106,7 @@ func NewSweeper(s *Set, opts ...SweeperOption) (*Sweeper, error) {
 	if !s.index {
 		return nil, fmt.Errorf("%w: set %q keeps no due index (open it WithExpiryEvents or WithSweepIndex to sweep it; without, owner keys expire by their key TTL and writes drop expired members)", ErrInvalidArgument, s.name)
 	}
-	return &Sweeper{set: s, cfg: cfg, locks: redislock.New(s.rdb)}, nil
+	return &Sweeper{set: s, cfg: cfg}, nil
 }
 
 // SweepStats counts what sweeping did. Sweeping 3 owners with 2 expired
@@ -122,8 +118,8 @@ type SweepStats struct {
 	Stale        int           // index entries corrected without removing anything: early, or of a gone owner
 	Trimmed      int           // events the retention removed unconsumed (WithEventRetention)
 	Batches      int           // sweep scripts that were given owners
-	Shards       int           // shards swept (their lease taken and nothing left due)
-	Skipped      int           // shards left alone: another sweeper holds the lease, or it was lost
+	Shards       int           // shards swept until nothing was left due
+	Skipped      int           // shards SweepOnce left alone: a Sweeper.Run holds them
 	MaxLateness  time.Duration // the largest now - deadline of the members removed
 	MeanLateness time.Duration // the mean now - deadline of the members removed
 	NotDurable   int           // with WithDurability: events written whose acknowledgements did not come in time
@@ -235,7 +231,7 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 }
 
 // sweepShard sweeps shard i until nothing is due, calling keep before every
-// batch: an error from keep (a lost lease) stops the sweep at once. The reply
+// batch: an error from keep (a shard handed over) stops the sweep at once. The reply
 // returned is the last one, whose earliest tells when the shard is next due.
 func (w *Sweeper) sweepShard(ctx context.Context, i int, keep func(context.Context) error) (SweepStats, sweepReply, error) {
 	sk := &w.set.shards[i]
@@ -258,78 +254,43 @@ func (w *Sweeper) sweepShard(ctx context.Context, i int, keep func(context.Conte
 	}
 }
 
-// lease is a held shard lease and when it was last confirmed.
-type lease struct {
-	lock      *redislock.Lock
-	refreshed time.Time
-}
-
-// errRefresh marks a lease refresh that failed on a Redis error: the lease
-// may still be ours (see shardState.token).
+// errRefresh marks a lease renewal that failed on a Redis error: the lease
+// may still be ours.
 var errRefresh = errors.New("expset: lease refresh failed")
 
-// obtain tries once to take shard i's lease: (nil, nil) when another
-// sweeper holds it. A non-empty token re-takes a lease this sweeper held
-// with that token, if it is still held with it.
-func (w *Sweeper) obtain(ctx context.Context, i int, token string) (*lease, error) {
-	// A fresh strategy per Obtain: redislock's strategies keep state.
-	l, err := w.locks.Obtain(ctx, w.set.shards[i].lease, w.cfg.leaseTTL, &redislock.Options{RetryStrategy: redislock.NoRetry(), Token: token})
-	if errors.Is(err, redislock.ErrNotObtained) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("expset: lease %s: %w", w.set.shards[i].lease, err)
-	}
-	return &lease{lock: l, refreshed: time.Now()}, nil
-}
-
-// keep refreshes l when a third of its TTL has passed since it was last
-// confirmed. A lease another sweeper holds now, or that lapsed, is lost
-// (ErrLeaseLost); a refresh that failed on a Redis error matches errRefresh.
-func (w *Sweeper) keep(ctx context.Context, l *lease) error {
-	if time.Since(l.refreshed) < w.cfg.leaseTTL/3 {
-		return nil
-	}
-	err := l.lock.Refresh(ctx, w.cfg.leaseTTL, nil)
-	switch {
-	case errors.Is(err, redislock.ErrNotObtained):
-		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.lock.Key(), err)
-	case err != nil:
-		return fmt.Errorf("%w: %s: %w", errRefresh, l.lock.Key(), err)
-	}
-	l.refreshed = time.Now()
-	return nil
-}
-
-// release gives up l, with a context that outlives the caller's: leases are
-// released even when Run's ctx has ended.
-func release(ctx context.Context, l *lease) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = l.lock.Release(ctx)
-}
+// errHandedOver stops the sweep of a shard the registry now gives another
+// sweeper.
+var errHandedOver = errors.New("expset: shard handed over")
 
 func (w *Sweeper) check() error {
 	if w == nil {
 		return fmt.Errorf("%w: nil *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
-	if w.set == nil || w.locks == nil {
+	if w.set == nil {
 		return fmt.Errorf("%w: zero *Sweeper: create it with NewSweeper", ErrInvalidArgument)
 	}
 	return nil
 }
 
-// SweepOnce sweeps every shard whose lease it can take, each until nothing is
-// due, releasing each lease when done, and returns what it did, with up to
-// 4 shards in flight. Shards leased by another sweeper are
-// counted in Skipped. A Redis error on one shard does not stop the others:
-// every shard is tried, and the errors of the shards that failed come back
-// joined (errors.Join, each naming its key), beside the stats of what was
-// swept. It stops early only when ctx ends. It starts goroutines only for
-// its own duration.
+// SweepOnce sweeps every shard until nothing is due, with up to 4 shards
+// in flight, and returns what it did, unless a Sweeper.Run holds a lease on
+// the set (in any process): then it leaves every shard to the running
+// sweepers and counts them in Skipped. A Redis error on one shard does not
+// stop the others: every shard is tried, and the errors of the shards that
+// failed come back joined (errors.Join, each naming its key), beside the
+// stats of what was swept. It stops early only when ctx ends. It starts
+// goroutines only for its own duration. Cost: one round trip to read the
+// sweeper registry, then the sweep's.
 func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 	if err := w.check(); err != nil {
 		return SweepStats{}, err
+	}
+	reg, err := w.set.sweepers(ctx, "", -1)
+	if err != nil {
+		return SweepStats{}, err
+	}
+	if len(reg.tokens) > 0 {
+		return SweepStats{Skipped: len(w.set.shards)}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -339,13 +300,14 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 		errs  = make([]error, len(w.set.shards)) // by shard, so the join is in shard order
 		wg    sync.WaitGroup
 		next  = make(chan int)
+		sweep = func(context.Context) error { return nil }
 	)
 	for range min(sweepOnceParallel, len(w.set.shards)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				st, err := w.sweepOnceShard(ctx, i)
+				st, _, err := w.sweepShard(ctx, i, sweep)
 				mu.Lock()
 				total.add(st)
 				errs[i] = err
@@ -363,38 +325,17 @@ feed:
 	}
 	close(next)
 	wg.Wait()
-	err := errors.Join(errs...)
+	err = errors.Join(errs...)
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
 	return total, err
 }
 
-// sweepOnceShard sweeps shard i under its lease until nothing is due. A
-// shard another sweeper holds, or whose lease is lost on the way, counts as
-// skipped.
-func (w *Sweeper) sweepOnceShard(ctx context.Context, i int) (SweepStats, error) {
-	l, err := w.obtain(ctx, i, "")
-	if err != nil {
-		return SweepStats{}, err
-	}
-	if l == nil {
-		return SweepStats{Skipped: 1}, nil
-	}
-	st, _, err := w.sweepShard(ctx, i, func(ctx context.Context) error { return w.keep(ctx, l) })
-	release(ctx, l)
-	if errors.Is(err, ErrLeaseLost) {
-		st.Skipped++
-		return st, nil
-	}
-	return st, err
-}
-
 // shardState is what Run knows of one shard.
 type shardState struct {
-	lease *lease    // nil when not held
-	token string    // the token of a lease dropped on a Redis error, to re-take it with
-	next  time.Time // when to sweep it (held) or try its lease (not held)
+	held  bool      // the sweeper's lease gives it this shard
+	next  time.Time // when to sweep it (held)
 	retry backoff   // the delay after consecutive failures
 	skew  int64     // ms: the index's clock minus this process's, at the last sweep
 	swept bool      // swept at least once
@@ -414,7 +355,7 @@ const fullEvery = 6
 // sweep is needed now.
 func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time) bool {
 	safety := safetyEvery(w.cfg.maxIdle, len(w.set.shards))
-	if sh.lease == nil || sh.retry.failing() || !sh.swept || now.Sub(sh.full) >= fullEvery*safety ||
+	if !sh.held || sh.retry.failing() || !sh.swept || now.Sub(sh.full) >= fullEvery*safety ||
 		(!sh.due.IsZero() && !sh.due.After(now)) {
 		return false
 	}
@@ -434,16 +375,18 @@ func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time
 	return true
 }
 
-// Run sweeps until ctx ends, then releases its leases and returns nil. It
-// takes every shard whose lease is free, sweeps each when the earliest
+// Run sweeps until ctx ends, then gives up its lease and returns nil. It
+// holds one lease (WithLeaseTTL) in the set's sweeper registry, renewed
+// about every third of its TTL (one script call whatever the shard count),
+// and sweeps the shards the live leases deal it: all of them when it runs
+// alone, its share when others run. Each shard it sweeps when the earliest
 // deadline in its due index comes, and sleeps until then: a write that
 // brings a shard's earliest deadline closer wakes it (pub/sub, one
 // subscription per shard, one for all on a single server), and a safety
 // poll (WithPollInterval) sweeps each shard now and then in case a wake-up
-// was lost. It refreshes its leases about every third of their TTL, and
-// drops a shard at once when its lease is lost. Every poll interval it
-// tries again to take the shards it does not hold, so the shards of a
-// sweeper that died are taken over once its leases lapse.
+// was lost. It reads the registry again when another sweeper's lease would
+// end, so the shards of a sweeper that died are taken over as its lease
+// ends, and those of one that stopped at once.
 //
 // Errors do not end Run, and none is silent. A Redis error (connection
 // refused, a timeout, LOADING during a restart, a failover, a key of the
@@ -451,9 +394,10 @@ func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time
 // reported and that shard is tried again after a backoff that starts at
 // 100ms and doubles with each consecutive failure up to 5s (with jitter),
 // while the other shards are swept as usual; the shard resumes as soon as a
-// try succeeds. A lease whose refresh failed on a Redis error is re-taken
-// with its token when Redis answers again, so a restarted Redis (with its
-// data) hands each shard back to the sweeper that held it. Each error goes
+// try succeeds. While the lease cannot be renewed, Run sweeps the shards it
+// held (sweeping a shard twice is only work done twice); a lease that ended
+// meanwhile is taken anew with the same token (op "lease", ErrLeaseLost).
+// Each error goes
 // to Hooks.OnError; when it is not set, to
 // log/slog's default logger at warning level, rate-limited (see
 // Hooks.OnError). Run returns an error only for invalid options or a set
@@ -467,18 +411,13 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	for i := range shards {
 		shards[i].grid = pollOrigin(start, safety, i, len(shards))
 	}
+	l := newSweeperLease(w.cfg.leaseTTL)
 	wk := w.set.listen("subscribe", func(k *shardKeys) string { return k.dueWake })
 	defer wk.close()
-	defer func() {
-		for i := range shards {
-			if l := shards[i].lease; l != nil {
-				release(ctx, l)
-			}
-		}
-	}()
+	defer w.leave(ctx, l)
 	return w.set.loop(ctx, "sweep", wk.signal, func() (time.Duration, error) {
 		w.woken(shards, wk.take())
-		return max(time.Until(w.round(ctx, shards)), time.Millisecond), nil
+		return max(time.Until(w.round(ctx, l, shards)), time.Millisecond), nil
 	})
 }
 
@@ -489,7 +428,7 @@ func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
 	now := time.Now()
 	for i, d := range woken {
 		sh := &shards[i]
-		if sh.lease == nil || sh.retry.failing() {
+		if !sh.held || sh.retry.failing() {
 			continue
 		}
 		at := now
@@ -506,71 +445,62 @@ func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
 	}
 }
 
-// round does what is due for each shard and returns when the next thing is.
-func (w *Sweeper) round(ctx context.Context, shards []shardState) time.Time {
+// round renews the lease if it is time, does what is due for each shard
+// it holds, and returns when the next thing is.
+func (w *Sweeper) round(ctx context.Context, l *sweeperLease, shards []shardState) time.Time {
+	w.keepLease(ctx, l, shards)
 	now := time.Now()
 	for i := range shards {
 		if ctx.Err() != nil {
 			break
 		}
-		if !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now) {
-			w.visit(ctx, i, shards)
+		if shards[i].held && !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now) {
+			w.visit(ctx, i, l, shards)
 		}
 	}
-	w.keepAll(ctx, shards, -1)
 	wake := now.Add(safetyEvery(w.cfg.maxIdle, len(shards)))
 	for i := range shards {
-		sh := &shards[i]
-		if sh.next.Before(wake) {
+		if sh := &shards[i]; sh.held && sh.next.Before(wake) {
 			wake = sh.next
 		}
-		if sh.lease != nil {
-			if r := sh.lease.refreshed.Add(w.cfg.leaseTTL / 3); r.Before(wake) {
-				wake = r
-			}
-		}
 	}
-	return wake
+	return minTime(wake, l.next)
 }
 
-// keepAll refreshes the held leases that are due for it, dropping those
-// that fail, except shard skip's (the caller handles that one).
-func (w *Sweeper) keepAll(ctx context.Context, shards []shardState, skip int) {
-	for j := range shards {
-		if sh := &shards[j]; j != skip && sh.lease != nil {
-			if err := w.keep(ctx, sh.lease); err != nil {
-				w.drop(ctx, j, sh, err)
-			}
-		}
+// keepLease renews l when it is due, reporting what fails, and sets which
+// shards are held: a shard gained is swept at once, a shard lost left at
+// once (the sweep of it in progress stops before its next batch).
+func (w *Sweeper) keepLease(ctx context.Context, l *sweeperLease, shards []shardState) {
+	if !l.due(time.Now()) {
+		return
 	}
-}
-
-// visit takes shard i's lease if it needs to, sweeps the shard, and sets when
-// to visit it next. While it sweeps, the other shards' leases are refreshed
-// too: a long sweep of one shard must not let the others lapse.
-func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
-	sh := &shards[i]
-	if sh.lease == nil {
-		l, err := w.obtain(ctx, i, sh.token)
-		if err != nil {
-			w.failed(ctx, i, sh, "lease", err)
-			return
-		}
-		sh.token = ""
-		if l == nil {
+	if err := w.renew(ctx, l); err != nil {
+		w.report(ctx, "lease", -1, err, time.Until(l.next))
+	}
+	now := time.Now()
+	for i := range shards {
+		sh, held := &shards[i], l.holds(i)
+		if held && !sh.held {
+			sh.next, sh.swept, sh.due = now, false, time.Time{}
 			sh.retry.ok()
-			sh.next = time.Now().Add(w.cfg.maxIdle)
-			return
 		}
-		sh.lease = l
+		sh.held = held
 	}
+}
+
+// visit sweeps shard i and sets when to visit it next. While it sweeps, the
+// lease is renewed when due: a long sweep must not let it lapse.
+func (w *Sweeper) visit(ctx context.Context, i int, l *sweeperLease, shards []shardState) {
+	sh := &shards[i]
 	_, r, err := w.sweepShard(ctx, i, func(ctx context.Context) error {
-		w.keepAll(ctx, shards, i)
-		return w.keep(ctx, sh.lease)
+		w.keepLease(ctx, l, shards)
+		if !sh.held {
+			return errHandedOver
+		}
+		return nil
 	})
 	switch {
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, errRefresh):
-		w.drop(ctx, i, sh, err)
+	case errors.Is(err, errHandedOver):
 		return
 	case err != nil:
 		w.failed(ctx, i, sh, "sweep", err)
@@ -595,22 +525,6 @@ func (w *Sweeper) visit(ctx context.Context, i int, shards []shardState) {
 			sh.next = at
 		}
 	}
-}
-
-// drop gives up shard i's lease after a failed refresh. A lease lost to
-// another sweeper (or lapsed) is tried again after the poll interval (WithPollInterval);
-// one whose refresh failed on a Redis error is re-taken with its token
-// after a backoff.
-func (w *Sweeper) drop(ctx context.Context, i int, sh *shardState, err error) {
-	l := sh.lease
-	sh.lease = nil
-	if errors.Is(err, errRefresh) {
-		sh.token = l.lock.Token()
-		w.failed(ctx, i, sh, "lease", err)
-		return
-	}
-	sh.next = time.Now().Add(w.cfg.maxIdle)
-	w.report(ctx, "lease", i, err, w.cfg.maxIdle)
 }
 
 // failed reports err, which shard i's op failed with, and backs the shard

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -350,10 +352,8 @@ func TestRunSweepsAndReleases(t *testing.T) {
 		if n := len(eventsOf(t, s)); n != want {
 			t.Fatalf("%d events, want %d", n, want)
 		}
-		for _, sk := range s.shards {
-			if n := b.rdb.Exists(context.Background(), sk.lease).Val(); n != 0 {
-				t.Fatalf("lease %s still held after Run returned", sk.lease)
-			}
+		if n := b.rdb.Exists(context.Background(), sweepersKey(s.name)).Val(); n != 0 {
+			t.Fatalf("lease %s still held after Run returned", sweepersKey(s.name))
 		}
 	})
 }
@@ -440,9 +440,10 @@ func TestTwoSweepersRace(t *testing.T) {
 	})
 }
 
-// TestLeaseStolen overwrites one shard's lease under a running sweeper: it
-// stops sweeping that shard, keeps sweeping the other, and takes the shard
-// back once the lease is free.
+// TestLeaseStolen replaces a running sweeper's lease by a thief's that
+// lasts: it reports its lease lost, takes it anew, stops sweeping the
+// shard the thief's lease now holds, keeps sweeping the other, and takes
+// the shard back once the thief's lease is gone.
 func TestLeaseStolen(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -459,25 +460,27 @@ func TestLeaseStolen(t *testing.T) {
 		}
 		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
 		stop := runSweeper(t, w)
-		waitFor(t, "both leases", func() bool {
-			// One key per EXISTS: on a cluster the two shards' keys lie in
-			// different slots.
-			return b.rdb.Exists(ctx, s.shards[0].lease).Val() == 1 && b.rdb.Exists(ctx, s.shards[1].lease).Val() == 1
-		})
-		// Steal shard 0's lease for good (no TTL), and wait for the sweeper
-		// to report it lost. (A loaded machine can make a 60ms lease lapse
+		key := sweepersKey(s.name)
+		waitFor(t, "the lease", func() bool { return len(sweeperTokens(t, s)) == 1 })
+		mine := sweeperTokens(t, s)[0]
+		// Steal the lease: the thief's lasts an hour. Wait for the sweeper to
+		// report it lost. (A loaded machine can make a 60ms lease lapse
 		// before: only a report that came after the theft counts.)
 		mu.Lock()
 		before := len(lost)
 		mu.Unlock()
-		if err := b.rdb.Set(ctx, s.shards[0].lease, "thief", 0).Err(); err != nil {
+		if _, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, key, mine)
+			p.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "thief"})
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "the lost lease", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, err := range lost[before:] {
-				if strings.Contains(err.Error(), s.shards[0].lease) {
+				if strings.Contains(err.Error(), key) {
 					return true
 				}
 			}
@@ -490,26 +493,30 @@ func TestLeaseStolen(t *testing.T) {
 			}
 		}
 		mu.Unlock()
+		tokens := sweeperTokens(t, s)
+		if !slices.Equal(tokens, slices.Sorted(slices.Values([]string{mine, "thief"}))) {
+			t.Fatalf("leases %q, want %q and the thief's", tokens, mine)
+		}
+		theirs := slices.Index(tokens, "thief") // the thief's shard: round-robin over the sorted tokens
+		ours := 1 - theirs
 		for _, o := range owner {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
 		clk.Advance(time.Second)
-		waitFor(t, "shard 1's sweep", func() bool { return b.rdb.XLen(ctx, s.shards[1].events).Val() == 1 })
+		waitFor(t, "our shard's sweep", func() bool { return b.rdb.XLen(ctx, s.shards[ours].events).Val() == 1 })
 		time.Sleep(50 * time.Millisecond)
-		if n := b.rdb.XLen(ctx, s.shards[0].events).Val(); n != 0 {
-			t.Fatalf("shard 0 swept under a stolen lease: %d events", n)
+		if n := b.rdb.XLen(ctx, s.shards[theirs].events).Val(); n != 0 {
+			t.Fatalf("shard %d swept under the thief's lease: %d events", theirs, n)
 		}
-		if v := b.rdb.Get(ctx, s.shards[0].lease).Val(); v != "thief" {
-			t.Fatalf("lease overwritten: %q", v)
-		}
-		b.rdb.Del(ctx, s.shards[0].lease)
-		waitFor(t, "shard 0 taken back", func() bool { return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 })
+		b.rdb.ZRem(ctx, key, "thief")
+		waitFor(t, "the thief's shard taken back", func() bool { return b.rdb.XLen(ctx, s.shards[theirs].events).Val() == 1 })
 		stop()
 	})
 }
 
-// TestSweepOnceSkipsLeasedShard: a shard whose lease another holds is left
-// alone, and taken over when the lease lapses (a sweeper killed mid-way).
+// TestSweepOnceSkipsLeasedShard: while a Run's lease lives, SweepOnce leaves
+// the shards to it, and sweeps them once the lease has ended (a sweeper
+// killed mid-way).
 func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -517,23 +524,32 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 		ctx := context.Background()
 		must[time.Time](t)(s.Add(ctx, "o", "m", time.Second))
 		clk.Advance(time.Second)
-		// A "dead" sweeper's lease, 100ms left.
-		b.rdb.Set(ctx, s.shards[0].lease, "dead", 100*time.Millisecond)
+		// A "dead" sweeper's lease, 100ms left on the server's clock.
+		now := must[time.Time](t)(b.rdb.Time(ctx).Result())
+		b.rdb.ZAdd(ctx, sweepersKey(s.name), redis.Z{Score: float64(now.Add(100 * time.Millisecond).UnixMilli()), Member: "dead"})
 		w := newSweeper(t, s)
 		st, err := w.SweepOnce(ctx)
 		if err != nil || st.Skipped != 1 || st.Expired != 0 {
 			t.Fatalf("%+v %v: want the shard skipped", st, err)
 		}
-		if b.mr != nil {
-			b.mr.FastForward(100 * time.Millisecond)
-		} else {
-			time.Sleep(120 * time.Millisecond)
+		if ss := must[[]ShardStats](t)(s.Stats(ctx)); !ss[0].Leased {
+			t.Fatalf("Stats %+v: want the shard leased", ss[0])
 		}
+		time.Sleep(120 * time.Millisecond)
 		st, err = w.SweepOnce(ctx)
 		if err != nil || st.Shards != 1 || st.Expired != 1 {
 			t.Fatalf("%+v %v: want the shard swept once the lease lapsed", st, err)
 		}
+		if ss := must[[]ShardStats](t)(s.Stats(ctx)); ss[0].Leased {
+			t.Fatalf("Stats %+v: want the shard not leased", ss[0])
+		}
 	})
+}
+
+// sweeperTokens returns the tokens of the set's live sweeper leases, sorted.
+func sweeperTokens(t testing.TB, s *Set) []string {
+	t.Helper()
+	return must[registry](t)(s.sweepers(context.Background(), "", -1)).tokens
 }
 
 func TestSweepStatsAdd(t *testing.T) {

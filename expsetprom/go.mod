@@ -10,7 +10,6 @@ require (
 )
 
 require (
-	github.com/bsm/redislock v0.9.4 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 )

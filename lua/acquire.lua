@@ -51,7 +51,8 @@
 --
 -- The common path (allowed, nothing expired, no flags) is TIME, a ZRANGE of
 -- the two earliest members, an EXISTS of the wait line and one ZADD (ZCARD
--- and ZADD NX when the owner holds more than one), plus a PEXPIRE when the
+-- and ZADD NX when the owner holds more than one; from a limit of 10, a
+-- ZSCORE, the earliest member and ZCARD), plus a PEXPIRE when the
 -- new deadline ends in a later TTL_BUCKET than the key reaches (without
 -- events), and with the due index a ZADD when the owner was empty or the new
 -- deadline is its earliest (then a ZRANGE of the index's head: when the

@@ -13,13 +13,15 @@
 -- returns acquire.lua's reply, then the bytes (see BYTES_MAX) and the
 -- members (expired members dropped, members evicted) it moved.
 --
--- What the decision reads, whatever the limit: the two earliest members
+-- What the decision reads: below a limit of 10, the two earliest members
 -- (whether any expired; the earliest live deadline, which a denial's retry
 -- and an eviction need; the whole set when it holds at most one), ZCARD when
 -- there are more, and whether the member is held: r says so when it holds
 -- it, else an admission with a free slot and no wait line adds it with ZADD
 -- NX (which leaves a held member alone and says so), and any other call
--- reads ZSCORE. So its cost follows the work, not the limit
+-- reads ZSCORE. From a limit of 10, the member's ZSCORE first (a held
+-- member is answered with a ZCOUNT of the live members), then the earliest
+-- member and ZCARD. So its cost follows the work, not the limit
 -- (bench/README.md has the figures at limits 1 to 10,000).
 local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, MAX_BATCH, BYTES_MAX)
   local call = redis.call -- a local, not the prelude's: an upvalue costs every run
@@ -49,38 +51,67 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
   local owner = argv[ao + 6]
-  local limit = tonumber(limarg)
+  local ttl, d, ds -- the new deadline (d = now + ttl, ds formatted once with %d), read when needed
 
-  local ttl = tonumber(argv[ao + 1])
-  local d = now + ttl
-  local ds -- d formatted once with %d (exact below 2^53), when needed
+  -- An owner allowed 10 members or more (limarg, sent without leading
+  -- zeros, has two digits or more: no tonumber, which costs a strtod) may
+  -- hold more than the two that the first read below returns, so the call
+  -- reads the member's own score first: a held member (a retry) is then
+  -- answered with one ZCOUNT of the live members, whatever the owner holds,
+  -- and a member not held needs only the earliest member read. Below it,
+  -- reading the two earliest members tells everything at once for an owner
+  -- holding at most one.
+  local probed = #limarg > 1
+  local cur, curn -- the member's deadline, when held and live: as read, as a number
+  if probed then
+    cur = call('ZSCORE', key, member)
+    if cur then
+      curn = tonumber(cur)
+      if curn <= now then
+        cur, curn = nil, nil
+      elseif not evict and not (flagged and string.find(flags, 'r', 1, true)) then
+        local count = call('ZCOUNT', key, '(' .. string.format('%d', now), '+inf')
+        if count < 64 and curn < 35184372088832 then
+          return curn * 256 + count * 4 + 2, 0, 0
+        end
+        return {2, count, curn, 0}, 0, 0
+      end
+    end
+  end
 
-  -- Read the two earliest members, whatever the limit: the earliest tells
-  -- whether anything expired and, live, when a denied call may retry (or
-  -- whom an eviction takes); an owner with at most one member needs no
-  -- other read. '0' and '1' go to Redis as strings: a number argument costs
-  -- a %.17g formatting.
-  local r = call('ZRANGE', key, '0', '1', 'WITHSCORES')
+  -- Read the earliest members (two, or one when probed), whatever the
+  -- limit: the earliest tells whether anything expired and, live, when a
+  -- denied call may retry (or whom an eviction takes); an owner with fewer
+  -- than were asked for needs no other read. '0' and '1' go to Redis as
+  -- strings: a number argument costs a %.17g formatting.
+  local last, want = '1', 2
+  if probed then
+    last, want = '0', 1
+  end
+  local r = call('ZRANGE', key, '0', last, 'WITHSCORES')
   local more = false
   local used = 0 -- bytes moved (see BYTES_MAX)
   local lo -- the ZRANGE BYSCORE bound that excludes expired members: '(now'
-  if r[2] and tonumber(r[2]) <= now then
+  local early = r[2] and tonumber(r[2]) -- the earliest deadline read
+  if early and early <= now then
     local dropped, _
     dropped, more, _, _, used = lib().drop(key, keys[ko + 4], keys[ko + 3], owner, now, events, payloads, MAX_BATCH, false, BYTES_MAX)
     admit_used, admit_moved = used, dropped
     if more then
       lib().drop_member(key, keys[ko + 4], keys[ko + 3], owner, member, now, events, payloads)
       lo = '(' .. string.format('%d', now)
-      r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', '0', '2', 'WITHSCORES')
+      r = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', '0', want, 'WITHSCORES')
     else
-      r = call('ZRANGE', key, '0', '1', 'WITHSCORES')
+      r = call('ZRANGE', key, '0', last, 'WITHSCORES')
     end
+    early = r[2] and tonumber(r[2])
   end
+  local limit = tonumber(limarg)
   -- r now holds live members only, earliest first; whole when it holds them
-  -- all (at most one).
+  -- all (fewer than were asked for).
   local nr = #r
   local n = nr / 2
-  local whole = n <= 1
+  local whole = n < want
   local count = n
   if not whole then
     if more then
@@ -90,23 +121,30 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     end
   end
 
-  local cur
-  for i = 1, nr, 2 do
-    if r[i] == member then
-      cur = r[i + 1]
-      break
+  if not probed then
+    for i = 1, nr, 2 do
+      if r[i] == member then
+        cur = r[i + 1]
+        if i == 1 then
+          curn = early
+        end
+        break
+      end
     end
   end
-  -- Whether member is held, when r does not say: an admission that has a
-  -- free slot and no wait line to respect adds it with NX, which leaves a
-  -- held member alone and says so; any other call reads its score.
+  -- Whether member is held, when neither the probe nor r says: an
+  -- admission that has a free slot and no wait line to respect adds it with
+  -- NX, which leaves a held member alone and says so; any other call reads
+  -- its score.
   local line -- the wait line's EXISTS, when read (1 or 0)
   local added = false
-  if not cur and not whole then
+  if not cur and not whole and not probed then
     if count < limit and not evict and not waiter then
       line = call('EXISTS', keys[ko + nk])
     end
     if line == 0 then
+      ttl = tonumber(argv[ao + 1])
+      d = now + ttl
       ds = string.format('%d', d)
       added = call('ZADD', key, 'NX', ds, member) == 1
     end
@@ -119,7 +157,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
   end
 
   if cur then
-    local d = tonumber(cur)
+    local d = curn or tonumber(cur)
     local receipt
     if evict then
       receipt = call('LRANGE', keys[ko + 5], 0, -1)
@@ -129,12 +167,13 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     end
     if flagged and string.find(flags, 'r', 1, true) then
       local old = d
+      ttl = tonumber(argv[ao + 1])
       d = now + ttl
       call('ZADD', key, d, member)
       -- A refresh may move the deadline earlier than every other: the index
-      -- must stay at or before the earliest deadline. r[2] is the earliest
+      -- must stay at or before the earliest deadline. early is the earliest
       -- live deadline (r holds live members, earliest first).
-      if index and d < tonumber(r[2]) then
+      if index and d < early then
         lib().file_owner(keys[ko + 2], owner, d, ttl, now, events)
       end
       -- The key's TTL reaches the end of old's bucket already.
@@ -184,14 +223,18 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
       if k < 1 then
         k = 1
       end
-      local s = r[2 * k]
-      if not s and count > 0 then
-        lo = lo or '(' .. string.format('%d', now)
-        s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
-      end
       local retry = 1000
-      if s then
-        retry = tonumber(s) - now
+      if k == 1 and early then
+        retry = early - now
+      else
+        local s = r[2 * k]
+        if not s and count > 0 then
+          lo = lo or '(' .. string.format('%d', now)
+          s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
+        end
+        if s then
+          retry = tonumber(s) - now
+        end
       end
       if waiter then
         return {3, count, queued, retry}, admit_used, admit_moved
@@ -225,7 +268,11 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
       admit_used = admit_used + bytes
     end
     admit_moved = admit_moved + b
-    lib().evict(key, keys[ko + 4], keys[ko + 3], owner, ids, eds, b, events, payloads)
+    if events or payloads then
+      lib().evict(key, keys[ko + 4], keys[ko + 3], owner, ids, eds, b, events, payloads)
+    else
+      call('ZREM', key, unpack(ids, 1, b)) -- lib().evict without events or payloads
+    end
     count = count - b
     evicted = {1, 0, 0, 0}
     for i = 1, b do
@@ -239,13 +286,15 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
 
   local fresh = count == 0 and not more
   if not added then
+    ttl = tonumber(argv[ao + 1])
+    d = now + ttl
     ds = string.format('%d', d)
     call('ZADD', key, ds, member)
   end
   if index then
     -- After an eviction r is stale and the earliest remaining deadline
     -- unread: ZADD LT lowers the index only when d is earlier than it.
-    if fresh or evicted or (r[2] and d < tonumber(r[2])) then
+    if fresh or evicted or (early and d < early) then
       if events then
         call('ZADD', keys[ko + 2], 'LT', ds, owner)
         if call('ZRANGE', keys[ko + 2], '0', '0')[1] == owner then

@@ -139,6 +139,7 @@ func workloads(e *env, levers bool) ([]workload, error) {
 	ws = append(ws, setWorkloads()...)
 	ws = append(ws, sweepWorkloads()...)
 	ws = append(ws, consumeWorkloads()...)
+	ws = append(ws, lifeWorkload())
 	ws = append(ws, recipes...)
 	lw, err := limitWorkloads(e)
 	if err != nil {
