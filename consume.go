@@ -32,7 +32,7 @@ const allShards = -1
 // two shards' events can carry the same ID, and a kicked dead letter comes
 // back with a new one.
 type Expiry struct {
-	Owner    string
+	Owner    string // the member's owner; "" for a job of Set.Put, whose ID is Member
 	Member   string
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
 	Evicted  bool      // WithEvictOldest evicted the member before its deadline (false: it reached it)
@@ -226,6 +226,9 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 		return e, fmt.Errorf("%w: malformed expiry event %s: %v", errUnexpectedReply, m.ID, m.Values)
 	}
 	e.Deadline = msTime(ms)
+	if isJobOwner(e.Owner) {
+		e.Owner = "" // a job of Set.Put
+	}
 	if p, ok := m.Values["p"].(string); ok {
 		e.Payload = []byte(p)
 	}

@@ -212,7 +212,13 @@ func (s *Set) ShardOf(owner string) int {
 // the flags that need them. The read scripts (count, deadline, members)
 // take the first alone.
 func (s *Set) ownerKeys(owner string) []string {
-	sk := &s.shards[s.ShardOf(owner)]
+	return s.keysIn(s.ShardOf(owner), owner)
+}
+
+// keysIn returns ownerKeys for owner kept in shard, whichever shard
+// shardOf gives it (the buckets of Set.Put's jobs are spread by job ID).
+func (s *Set) keysIn(shard int, owner string) []string {
+	sk := &s.shards[shard]
 	if s.flags == "" {
 		return []string{sk.owner + owner}
 	}

@@ -167,6 +167,7 @@ func hostileCases() []hostileCase {
 		{"owner of 1 MiB", huge, false},
 		{"owner of 1025 bytes", long(maxOwnerLen + 1), false},
 		{"owner of 1024 bytes (maxOwnerLen)", long(maxOwnerLen), true},
+		{"owner beginning with the jobs' `\"\\x00job:\"`", jobOwnerPrefix + "7", false},
 		val("\x00\xff\x01", true), val("{a}", true), val("}{", true), val("{}", true),
 		val("a:b:", true), val("a\nb", true), val("ü€", true), val("*?[x]", true), val(" ", true),
 	}
@@ -942,6 +943,7 @@ func hostileCases() []hostileCase {
 			}},
 		)
 	}
+	cs = append(cs, hostileJobCases()...)
 	return cs
 }
 

@@ -31,6 +31,8 @@ const (
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
+//	expset:{orders:S}:o:\x00job:<b> zset  the jobs of bucket b (Set.Put; jobs.go)
+//	expset:{orders:S}:p:\x00job:<b> hash  their payloads
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
 //	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
@@ -98,12 +100,17 @@ func metaKey(name string) string { return keyPrefix + "{" + name + "}:meta" }
 // shardOf maps an owner to its shard with 32-bit FNV-1a. The mapping is part
 // of the stored layout: it must never change.
 func shardOf(owner string, shards int) int {
+	return int(fnv32(owner) % uint32(shards))
+}
+
+// fnv32 is the 32-bit FNV-1a hash of s.
+func fnv32(s string) uint32 {
 	h := uint32(2166136261)
-	for i := 0; i < len(owner); i++ {
-		h ^= uint32(owner[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
 		h *= 16777619
 	}
-	return int(h % uint32(shards))
+	return h
 }
 
 // validateName accepts 1 to maxNameLen bytes of ASCII letters, digits and
@@ -125,6 +132,9 @@ func validateName(name string) error {
 func validateOwner(owner string) error {
 	if owner == "" || len(owner) > maxOwnerLen {
 		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidArgument, len(owner), maxOwnerLen)
+	}
+	if strings.HasPrefix(owner, jobOwnerPrefix) {
+		return fmt.Errorf("%w: owner %q begins with %q, kept for the jobs of Set.Put: use another owner", ErrInvalidArgument, owner, jobOwnerPrefix)
 	}
 	return nil
 }

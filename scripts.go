@@ -37,6 +37,7 @@ var (
 	scriptOpen     = script("open.lua")
 	scriptSweep    = script("now.lua", "sweep.lua")
 	scriptKick     = script("kick.lua")
+	scriptJob      = script("groups.lua", "job.lua")
 	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 

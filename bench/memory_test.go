@@ -115,3 +115,94 @@ func memoryUsage(ctx context.Context, b *testing.B, rdb redis.UniversalClient, k
 	}
 	return n
 }
+
+// jobMemoryJobs is how many jobs BenchmarkJobMemory puts.
+const jobMemoryJobs = 100_000
+
+// BenchmarkJobMemory reports the bytes each pending job of Set.Put costs
+// beyond its payload, with 100,000 jobs of 16-byte IDs on a default set
+// (16 shards) WithExpiryEvents and WithPayloadStorage, for payloads of 0,
+// 32 and 200 bytes (and 200 on a server whose hash-max-listpack-value is
+// 256 instead of 64): MEMORY USAGE (SAMPLES 0, exact) over every key of the
+// set (the buckets' sorted sets and payload hashes, the due indexes; no
+// event is written, as no job is due), minus the payloads' bytes, divided
+// by the jobs (B/job). The timed loop is one Set.Job of a waiting job per
+// op. Real Redis only: miniredis has no MEMORY USAGE.
+func BenchmarkJobMemory(b *testing.B) {
+	underServer(b, func(b *testing.B, srv server) {
+		if !srv.real {
+			b.Skip("MEMORY USAGE is real Redis only")
+		}
+		for _, size := range []int{0, 32, 200} {
+			b.Run("payload="+strconv.Itoa(size), func(b *testing.B) { runJobMemory(b, srv, size) })
+		}
+		// A payload over hash-max-listpack-value (64 bytes by default)
+		// makes its bucket's hash a hashtable; a server allowed longer
+		// values keeps it compact.
+		ctx := context.Background()
+		old, err := srv.rdb.ConfigGet(ctx, "hash-max-listpack-value").Result()
+		fatalIf(b, err, "config get")
+		fatalIf(b, srv.rdb.ConfigSet(ctx, "hash-max-listpack-value", "256").Err(), "config set")
+		defer func() {
+			fatalIf(b, srv.rdb.ConfigSet(ctx, "hash-max-listpack-value", old["hash-max-listpack-value"]).Err(), "config set")
+		}()
+		b.Run("payload=200/hash-max-listpack-value=256", func(b *testing.B) { runJobMemory(b, srv, 200) })
+	})
+}
+
+func runJobMemory(b *testing.B, srv server, size int) {
+	ctx := context.Background()
+	name := uniqueTag("jobs")
+	s, err := expset.Open(ctx, srv.rdb, name, expset.WithExpiryEvents(), expset.WithPayloadStorage())
+	fatalIf(b, err, "open")
+	defer func() {
+		_, err := expset.Drop(ctx, srv.rdb, name)
+		fatalIf(b, err, "drop")
+	}()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	ids := make(chan string)
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		go func() {
+			var first error
+			for id := range ids {
+				var opts []expset.AddOption
+				if size > 0 {
+					opts = append(opts, expset.WithPayload(payload))
+				}
+				if _, put, err := s.Put(ctx, id, time.Hour, opts...); (err != nil || !put) && first == nil {
+					first = fmt.Errorf("put %s: %v %w", id, put, err)
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := range jobMemoryJobs {
+		ids <- fmt.Sprintf("job-%012d", i) // 16 bytes
+	}
+	close(ids)
+	for range goroutines {
+		fatalIf(b, <-errs, "put")
+	}
+	var total int64
+	var keys int
+	iter := srv.rdb.Scan(ctx, 0, "expset:{"+name+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		total += memoryUsage(ctx, b, srv.rdb, iter.Val())
+		keys++
+	}
+	fatalIf(b, iter.Err(), "scan")
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Job(ctx, fmt.Sprintf("job-%012d", i%jobMemoryJobs)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total-int64(size)*jobMemoryJobs)/jobMemoryJobs, "B/job")
+	b.ReportMetric(float64(keys), "keys")
+}

@@ -1,0 +1,228 @@
+package expset
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Jobs without owners (Set.Put) are members of owners the set makes for
+// them: a job's ID picks its shard (shardOf, as an owner's would) and, in
+// that shard, one of jobBuckets/shards buckets, whose owner is
+// jobOwnerPrefix and the bucket's number. The due index, the sweeper, the
+// event stream and Consume then treat a job as any member; only the Expiry
+// a handler gets shows it, with an empty Owner. Buckets keep each sorted set
+// small (Redis stores one of up to 128 members as a compact list: about a
+// quarter of the memory of a larger one) while the due index holds a
+// bounded number of them. The mapping is part of the stored layout: it must
+// never change.
+const (
+	jobOwnerPrefix = "\x00job:"
+	jobBuckets     = 4096 // buckets of a set over all its shards (at least one per shard)
+	jobScanCount   = 1000 // stream entries one call of job.lua looks through
+)
+
+// Job is the state of a job put with Set.Put, as Set.Job reads it.
+type Job struct {
+	// State is "waiting" (put and not yet handed to a handler: Due says
+	// when it is or was due), "running" (a handler call has begun in some
+	// consumer group and the job is not finished there: Attempt says
+	// which), "dead" (dead-lettered in a group), or "" when no job of that
+	// ID is known: never put, cancelled, or finished by every group.
+	State   string
+	Due     time.Time // when the job is or was due (zero when State is "")
+	Attempt int       // running: the highest handler call begun over the groups, 1 for the first
+}
+
+// jobKeys returns the shard, the bucket's owner and the owner keys
+// (ownerKeys) of the job with ID id.
+func (s *Set) jobKeys(id string) (int, string, []string) {
+	n := uint32(len(s.shards))
+	h := fnv32(id)
+	shard := int(h % n)
+	bucket := (h / n) % max(jobBuckets/n, 1)
+	owner := jobOwnerPrefix + strconv.FormatUint(uint64(bucket), 10)
+	return shard, owner, s.keysIn(shard, owner)
+}
+
+// isJobOwner reports whether an event's owner is a bucket of jobs.
+func isJobOwner(owner string) bool { return strings.HasPrefix(owner, jobOwnerPrefix) }
+
+// checkJob checks a call on job id and, when hasDelay, its delay, which
+// it returns in ms.
+func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, error) {
+	if err := s.opened(); err != nil {
+		return 0, err
+	}
+	if !s.events {
+		return 0, fmt.Errorf("%w: set %q was opened without WithExpiryEvents: jobs are delivered as expiry events, open it with it", ErrInvalidArgument, s.name)
+	}
+	if id == "" || len(id) > maxMemberLen {
+		return 0, fmt.Errorf("%w: job ID of %d bytes (want 1 to %d)", ErrInvalidArgument, len(id), maxMemberLen)
+	}
+	if hasDelay && (delay < 0 || delay > maxTTL) {
+		return 0, fmt.Errorf("%w: delay %v (want 0 to %v; sub-millisecond parts are dropped)", ErrInvalidArgument, delay, maxTTL)
+	}
+	return delay.Milliseconds(), nil
+}
+
+// Put puts a job with ID id, due after delay, unless a job of that ID is
+// waiting already (put and not yet taken by the sweeper, due or not): then
+// it changes nothing, and returns that job's due time and false. Put never
+// moves a waiting job; Reschedule does. A job's ID spreads it over the
+// set's shards. When due, the sweeper turns the job into an expiry event
+// that Consume delivers to every consumer group with an empty Owner, the ID
+// as Member and the due time as Deadline. delay is 0 (due at once) to 100
+// years, truncated to whole milliseconds. Options: WithPayload (the set
+// needs WithPayloadStorage). The set needs WithExpiryEvents.
+//
+// Put is one round trip: one script that costs O(log n) in the jobs of its
+// bucket (see docs/jobs.md), plus what Add costs for expired members found
+// on the way. It waits for WithDurability's acknowledgements as Add does.
+func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...AddOption) (time.Time, bool, error) {
+	ms, err := s.checkJob(id, delay, true)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	c, err := callOptions(s, opts, AddOption.applyAdd)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	shard, owner, keys := s.jobKeys(id)
+	args := []any{ms, id, s.flags + "n", s.now(), owner}
+	if c.hasPayload {
+		args[2] = s.flags + "nP"
+		args = append(args, c.payload)
+	}
+	v, durable, err := s.runWrite(ctx, "put", shard, scriptAdd, keys, args, func(v any) bool {
+		xs, _ := v.([]any)
+		return len(xs) == 2 && xs[1] == int64(1)
+	})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 2 {
+		return time.Time{}, false, unexpected("add.lua", v)
+	}
+	d, ok1 := asInt64(xs[0])
+	put, ok2 := asInt64(xs[1])
+	if !ok1 || !ok2 {
+		return time.Time{}, false, unexpected("add.lua", v)
+	}
+	if put == 1 && s.durable.on() && !durable {
+		return msTime(d), true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
+	}
+	return msTime(d), put == 1, nil
+}
+
+// Reschedule makes the waiting job id due after delay instead (earlier or
+// later) and returns its new due time; a job moved to now is delivered at
+// once. A job not waiting (never put, cancelled, or already taken by the
+// sweeper) gets an error matching ErrNotFound. delay is 0 to 100 years, as
+// for Put. Reschedule is one round trip: one script, O(log n) in the jobs of
+// its bucket.
+func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (time.Time, error) {
+	ms, err := s.checkJob(id, delay, true)
+	if err != nil {
+		return time.Time{}, err
+	}
+	shard, owner, keys := s.jobKeys(id)
+	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptAdd, keys, []any{ms, id, s.flags + "x", s.now(), owner}, func(v any) bool { return v != nil })
+	if err != nil {
+		return time.Time{}, err
+	}
+	if v == nil {
+		return time.Time{}, fmt.Errorf("%w: job %q is not waiting", ErrNotFound, id)
+	}
+	d, ok := asInt64(v)
+	if !ok {
+		return time.Time{}, unexpected("add.lua", v)
+	}
+	if s.durable.on() && !durable {
+		return msTime(d), fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
+	}
+	return msTime(d), nil
+}
+
+// Cancel deletes the waiting job id, with its payload, and reports whether
+// it was waiting and not yet due: a cancelled job is never delivered. A job
+// already due (its event written, or about to be) is delivered all the
+// same; Cancel then returns false. Cancel is one round trip: one script,
+// O(log n) in the jobs of its bucket.
+func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
+	if _, err := s.checkJob(id, 0, false); err != nil {
+		return false, err
+	}
+	shard, owner, keys := s.jobKeys(id)
+	keys = append(keys, s.shards[shard].line+owner)
+	v, err := s.run(ctx, "cancel", shard, scriptRemove, keys, s.now(), owner, s.flags, id)
+	if err != nil {
+		return false, err
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 2 {
+		return false, unexpected("remove.lua", v)
+	}
+	n, ok := asInt64(xs[0])
+	if !ok {
+		return false, unexpected("remove.lua", v)
+	}
+	return n == 1, nil
+}
+
+// Job returns the state of the job id: waiting with its due time, running
+// with its attempt, dead, or unknown (State ""). A waiting job costs one
+// round trip (one ZSCORE in a script); any other looks through its shard's
+// event stream, then its dead letters, newest first, in one round trip per
+// 1,000 entries it passes (the stream holds the events some group has not
+// finished; dead letters stay until kicked or removed).
+func (s *Set) Job(ctx context.Context, id string) (Job, error) {
+	if _, err := s.checkJob(id, 0, false); err != nil {
+		return Job{}, err
+	}
+	shard, owner, keys := s.jobKeys(id)
+	sk := &s.shards[shard]
+	keys = []string{keys[0], sk.events, sk.dead, sk.att}
+	where := ""
+	for {
+		v, err := s.run(ctx, "job", shard, scriptJob, keys, id, owner, where, jobScanCount)
+		if err != nil {
+			return Job{}, err
+		}
+		xs, ok := v.([]any)
+		if !ok || len(xs) == 0 {
+			return Job{}, unexpected("job.lua", v)
+		}
+		kind, ok := asInt64(xs[0])
+		if !ok {
+			return Job{}, unexpected("job.lua", v)
+		}
+		var due, attempt int64
+		if kind >= 1 && kind <= 3 {
+			if due, ok = asInt64(xs[1]); !ok {
+				return Job{}, unexpected("job.lua", v)
+			}
+		}
+		switch {
+		case kind == 0 && len(xs) == 1:
+			return Job{}, nil
+		case kind == 1 && len(xs) == 2:
+			return Job{State: "waiting", Due: msTime(due)}, nil
+		case kind == 2 && len(xs) == 3:
+			if attempt, ok = asInt64(xs[2]); !ok {
+				return Job{}, unexpected("job.lua", v)
+			}
+			return Job{State: "running", Due: msTime(due), Attempt: int(attempt)}, nil
+		case kind == 3 && len(xs) == 2:
+			return Job{State: "dead", Due: msTime(due)}, nil
+		case kind == 4 && len(xs) == 2:
+			if where, ok = asString(xs[1]); ok {
+				continue
+			}
+		}
+		return Job{}, unexpected("job.lua", v)
+	}
+}
