@@ -48,6 +48,7 @@ type consumeConfig struct {
 	batch       int
 	poll        time.Duration
 	maxHandling time.Duration
+	concurrency int
 	retryFirst  time.Duration // WithRetryBackoff
 	retryLimit  time.Duration
 }
@@ -68,7 +69,8 @@ func WithMaxAttempts(n int) ConsumeOption {
 // stream (default 10; 1 to 1000, so 0 is an error). Events read wait their
 // turn for the handler; one that waited past the lease TTL may be
 // taken by another consumer meanwhile, and is then skipped here (no attempt
-// is counted).
+// is counted). With WithConcurrency, a read takes no more than the free call
+// slots, so nothing read waits.
 func WithReadBatch(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
@@ -98,7 +100,10 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // events are kept for a group before its first Consume runs. An event leaves
 // its stream once every group has handled or dead-lettered it.
 //
-// handle runs in Consume's goroutine, one event at a time. Each call is one
+// handle runs in Consume's goroutine, one event at a time, unless
+// WithConcurrency allows more: then up to n calls run at once, each on a
+// goroutine of its own. One Consume per process, WithConcurrency(n), is the
+// way to run a worker pool. Each call is one
 // attempt (Expiry.Attempt counts them, 1 on the first), made under a lease:
 // while it runs, the event's lease is renewed every third of its TTL
 // (WithLeaseTTL), so no other consumer takes it, and the handler's context
@@ -140,7 +145,9 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // the consumer leaves its group when it holds nothing; Consume then returns
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
-// WithMaxAttempts, WithRetryBackoff, WithMaxHandlingTime, WithReadBatch, WithPollInterval.
+// WithMaxAttempts, WithRetryBackoff, WithMaxHandlingTime, WithReadBatch,
+// WithPollInterval, WithConcurrency. With WithConcurrency, Consume returns
+// once the calls under way have returned.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
@@ -149,7 +156,12 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	c.wk = s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
 	defer c.wk.close()
 	defer c.stop(ctx)
+	if c.pool != nil {
+		c.pool.leases.start(ctx)
+		defer c.drain(ctx)
+	}
 	return s.loop(ctx, "consume", c.wk.signal, func() (time.Duration, error) {
+		c.takeRetries()
 		return c.round(ctx), nil
 	})
 }
@@ -178,6 +190,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		batch:       defaultReadBatch,
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
+		concurrency: 1,
 		retryFirst:  defaultRetryFirst,
 		retryLimit:  defaultRetryLimit,
 	}
@@ -194,6 +207,9 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		safety:     safetyEvery(cfg.poll, len(s.shards)),
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
 		beat:       beat,
+	}
+	if cfg.concurrency > 1 {
+		c.pool = newPool(c)
 	}
 	start := time.Now()
 	for i := range c.shards {
@@ -249,7 +265,9 @@ const maxAckDelay = 100 * time.Millisecond
 const finishTimeout = 5 * time.Second
 
 // consumer is the state of one Consume call. It is used by Consume's
-// goroutine only (the lease heartbeat touches none of it).
+// goroutine only (the lease heartbeat touches none of it), but for what a
+// pool's calls and lease keeper use (see pool.go): its configuration, and
+// the acknowledgement buffer under the keeper's lock.
 type consumer struct {
 	set         *Set
 	group, name string
@@ -264,7 +282,11 @@ type consumer struct {
 	beat        time.Duration // how often a handler call's lease is renewed
 	wk          *wakeups      // the wake-ups of the shards' streams
 	safety      time.Duration // how often each shard is looked at without a wake-up
+	pool        *pool         // the handler calls under way, WithConcurrency over 1 (else nil)
+	nextRead    int           // the shard a read limited by free handler slots starts from
 	retries     []retryDues   // per shard: the retries this consumer scheduled (retry.go)
+	retryMu     sync.Mutex    // guards retryNotes
+	retryNotes  []retryNote   // retries scheduled since the last round (retry.go)
 }
 
 // consumerShard is what a consumer knows of one shard.
@@ -297,12 +319,30 @@ type delivery struct {
 // missing groups, claims what is due, reads new events of the shards that
 // were woken, busy or due a safety poll, and hands them all to the handler.
 // It returns how long to wait before the next round, unless a wake-up comes
-// first.
+// first. A Consume WithConcurrency over 1 runs poolRound instead.
 func (c *consumer) round(ctx context.Context) time.Duration {
-	c.flushAcks(ctx) // left over from a failure: before anything else
-	var todo []delivery
-	var read, visit []int
+	if c.pool != nil {
+		return c.poolRound(ctx)
+	}
+	_ = c.flushAcks(ctx) // left over from a failure: before anything else
 	now := time.Now()
+	todo, read, visit := c.survey(ctx, now, -1)
+	todo = append(todo, c.read(ctx, read, visit, -1)...)
+	c.deliverAll(ctx, todo)
+
+	if len(todo) > 0 {
+		return 0
+	}
+	return c.idleWait(now)
+}
+
+// survey looks at each shard not backing off at now: it takes the wake-ups
+// come since the last round, makes a missing group, claims what is due (at
+// most budget events in all, < 0: a read batch per shard; a shard left
+// unclaimed for want of budget is claimed at a later round) and prunes idle
+// consumers. It returns the events claimed, the shards to read (woken or
+// busy) and those due a safety poll.
+func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo []delivery, read, visit []int) {
 	var woken map[int]int64
 	if c.wk != nil {
 		woken = c.wk.take()
@@ -330,11 +370,14 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 			}
 			sh.grouped = true
 		}
-		if sh.active && !now.Before(sh.nextClaim) {
-			ds, err := c.claim(ctx, i)
+		if sh.active && !now.Before(sh.nextClaim) && budget != 0 {
+			ds, err := c.claim(ctx, i, budget)
 			if err != nil {
 				c.fail(ctx, i, err)
 				continue
+			}
+			if budget > 0 {
+				budget = max(budget-len(ds), 0)
 			}
 			todo = append(todo, ds...)
 		}
@@ -352,14 +395,12 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 			read = append(read, i)
 		}
 	}
-	todo = append(todo, c.read(ctx, read, visit)...)
-	c.deliverAll(ctx, todo)
+	return todo, read, visit
+}
 
-	if len(todo) > 0 {
-		return 0
-	}
-	// Idle: until the next safety poll, claim or prune that is due, unless
-	// a wake-up comes first.
+// idleWait returns how long an idle consumer waits from now: until the next
+// safety poll, claim or prune that is due, unless a wake-up comes first.
+func (c *consumer) idleWait(now time.Time) time.Duration {
 	next := now.Add(c.safety)
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -407,20 +448,25 @@ func isNoGroup(err error) bool {
 
 // read takes up to a batch of new events from each of the shards, and
 // from each of visit (the safety poll) also the count of the group's
-// entries pending there, in one pipeline.
-func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
+// entries pending there, in one pipeline. With budget >= 0 it reads at most
+// budget events in all (readCounts): a shard left unread stays busy, to be
+// read at a later round.
+func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []delivery {
 	if len(shards)+len(visit) == 0 {
 		return nil
 	}
 	shards = append(shards, visit...)
+	counts := c.readCounts(shards, budget)
 	pipe := c.set.rdb.Pipeline()
 	cmds := make([]*redis.XStreamSliceCmd, len(shards))
 	pending := make([]*redis.XPendingCmd, len(visit))
 	for k, i := range shards {
-		cmds[k] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].events, ">"},
-			Count: int64(c.cfg.batch), Block: -1,
-		})
+		if counts[k] > 0 {
+			cmds[k] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].events, ">"},
+				Count: int64(counts[k]), Block: -1,
+			})
+		}
 	}
 	for k, i := range visit {
 		pending[k] = pipe.XPending(ctx, c.set.shards[i].events, c.group)
@@ -430,7 +476,11 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 	var out []delivery
 	for k, i := range shards {
 		sh := &c.shards[i]
-		res, err := cmds[k].Result()
+		var res []redis.XStream
+		var err error
+		if cmds[k] != nil {
+			res, err = cmds[k].Result()
+		}
 		if errors.Is(err, redis.Nil) {
 			err = nil // nothing new
 		}
@@ -455,6 +505,10 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 			continue
 		}
 		sh.bo.ok()
+		if cmds[k] == nil {
+			sh.busy = true // not read for want of budget: read it later
+			continue
+		}
 		sh.busy = false
 		for _, st := range res {
 			for _, m := range st.Messages {
@@ -466,16 +520,16 @@ func (c *consumer) read(ctx context.Context, shards, visit []int) []delivery {
 	return out
 }
 
-// claim takes over one batch of shard i's events left pending longer than
-// the lease TTL; the script buries those with every attempt used,
-// and the rest are returned for delivery.
-func (c *consumer) claim(ctx context.Context, i int) ([]delivery, error) {
+// claim takes over one batch of shard i's events (at most budget, when >=
+// 0) left pending longer than the lease TTL; the script buries those with
+// every attempt used, and the rest are returned for delivery.
+func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error) {
 	sk := &c.set.shards[i]
 	sh := &c.shards[i]
 	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.visibility)
 	at := time.Now()
 	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.events, sk.dead, sk.att},
-		c.group, c.name, c.visMs, sh.cursor, c.cfg.batch, c.cfg.maxAttempts, reason)
+		c.group, c.name, c.visMs, sh.cursor, readCount(c.cfg.batch, budget), c.cfg.maxAttempts, reason)
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +614,7 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 			c.fail(ctx, d.shard, err)
 		}
 	}
-	c.flushAcks(ctx)
+	_ = c.flushAcks(ctx)
 }
 
 // deliver makes one handler call of d (or none, when another consumer holds
@@ -589,21 +643,36 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 	}
 	e.Attempt = attempt
 	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
+	if herr == nil {
+		c.handled(ctx, d.shard, d.id, attempt, leased)
+		return nil
+	}
+	return c.failed(ctx, d, attempt, token, herr)
+}
 
-	// Settle what the handler decided even when ctx has just ended.
+// handled settles a handler call of attempt that returned nil, under a
+// lease last renewed at leased: the event's acknowledgement waits in the
+// buffer (bufferAck).
+func (c *consumer) handled(ctx context.Context, shard int, id string, attempt int, leased time.Time) {
+	c.event(ctx, shard, attempt, nil, false)
+	c.bufferAck(ctx, shard, id, leased)
+	if attempt >= c.cfg.maxAttempts {
+		// The last attempt: a claim of the event after a crash would
+		// take its call for one that never returned and bury it, so its
+		// acknowledgement goes now, with those waiting.
+		_ = c.flushAcks(ctx) // reported there
+	}
+}
+
+// failed settles a handler call of d, attempt, whose call token is token,
+// that returned herr (not nil), even when ctx has just ended. It touches
+// nothing of the consumer but Redis (the calls of a Consume
+// WithConcurrency run it on their own goroutines) and returns only Redis
+// errors.
+func (c *consumer) failed(ctx context.Context, d delivery, attempt int, token string, herr error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	switch {
-	case herr == nil:
-		c.event(ctx, d.shard, attempt, nil, false)
-		c.bufferAck(ctx, d.shard, d.id, leased)
-		if attempt >= c.cfg.maxAttempts {
-			// The last attempt: a claim of the event after a crash would
-			// take its call for one that never returned and bury it, so its
-			// acknowledgement goes now, with those waiting.
-			c.flushAcks(ctx)
-		}
-		return nil
 	case handlerBuries(herr):
 		// The handler buried it (Bury): at once, whatever attempts are left.
 		buried, err := c.bury(wctx, d.shard, d.id, 0, herr.Error())
@@ -647,9 +716,7 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 	if c.acksDue(leased) {
 		acks = c.ackCalls()
 	}
-	token := strconv.FormatUint(rand.Uint64(), 36)
-	b := &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}
+	b, token := c.beginCall(d)
 	c.set.runPipelined(ctx, append(acks, b))
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
@@ -679,6 +746,14 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 	return int(n), leased, token, nil
 }
 
+// beginCall returns the begin.lua call that starts a handler call of d,
+// and the call's token.
+func (c *consumer) beginCall(d delivery) (*scriptCall, string) {
+	token := strconv.FormatUint(rand.Uint64(), 36)
+	return &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
+		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}, token
+}
+
 // parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
 // or 0 or -1.
 func parseBegin(v any) (n int64, taken, ok bool) {
@@ -699,6 +774,14 @@ func parseBegin(v any) (n int64, taken, ok bool) {
 // lease has run for a third of the lease TTL; a shard's full batch
 // is sent at once.
 func (c *consumer) bufferAck(ctx context.Context, shard int, id string, leased time.Time) {
+	if c.addAck(shard, id, leased) {
+		_ = c.flushAcks(ctx)
+	}
+}
+
+// addAck adds id to the acknowledgements waiting (see bufferAck) and
+// reports whether its shard's batch is full.
+func (c *consumer) addAck(shard int, id string, leased time.Time) (full bool) {
 	c.acks[shard] = append(c.acks[shard], id)
 	due := time.Now().Add(maxAckDelay)
 	if l := leased.Add(c.beat); l.Before(due) {
@@ -707,9 +790,7 @@ func (c *consumer) bufferAck(ctx context.Context, shard int, id string, leased t
 	if c.ackDue.IsZero() || due.Before(c.ackDue) {
 		c.ackDue = due
 	}
-	if len(c.acks[shard]) >= maxBatch {
-		c.flushAcks(ctx)
-	}
+	return len(c.acks[shard]) >= maxBatch
 }
 
 // acksDue reports whether acknowledgements wait and must be sent at now.
@@ -760,9 +841,22 @@ func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
 	if len(calls) == 0 {
 		return nil
 	}
+	c.clearAcks()
+	return c.requeueAcks(calls)
+}
+
+// clearAcks empties the acknowledgement buffer.
+func (c *consumer) clearAcks() {
 	for i := range c.acks {
 		c.acks[i] = c.acks[i][:0]
 	}
+	c.ackDue = time.Time{}
+}
+
+// requeueAcks puts the acknowledgements of the calls that failed back in
+// the buffer, due at once (but those of a stream that is gone: nothing to
+// acknowledge there), and returns the calls that failed.
+func (c *consumer) requeueAcks(calls []*scriptCall) []*scriptCall {
 	var failed []*scriptCall
 	for _, a := range calls {
 		if a.err == nil {
@@ -778,8 +872,8 @@ func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
 			c.acks[a.shard] = append(c.acks[a.shard], id.(string))
 		}
 	}
-	if !c.acksWaiting() {
-		c.ackDue = time.Time{}
+	if c.acksWaiting() && c.ackDue.IsZero() {
+		c.ackDue = time.Now()
 	}
 	return failed
 }
@@ -795,16 +889,17 @@ func (c *consumer) acksWaiting() bool {
 }
 
 // flushAcks sends the acknowledgements waiting, even when ctx has just
-// ended.
-func (c *consumer) flushAcks(ctx context.Context) {
+// ended; a failure is reported (its shard backs off), and the first is
+// returned.
+func (c *consumer) flushAcks(ctx context.Context) error {
 	acks := c.ackCalls()
 	if len(acks) == 0 {
-		return
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	c.set.runPipelined(wctx, acks)
-	_ = c.ackDone(ctx, acks) // reported there
+	return c.ackDone(ctx, acks)
 }
 
 // bury dead-letters d if it is still this consumer's with at least need
@@ -871,7 +966,7 @@ func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
 // and its own entry in each shard's group when it holds nothing there (one
 // pipeline for every shard).
 func (c *consumer) stop(ctx context.Context) {
-	c.flushAcks(ctx)
+	_ = c.flushAcks(ctx)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	var calls []*scriptCall

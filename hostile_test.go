@@ -804,6 +804,12 @@ func hostileCases() []hostileCase {
 		{"Set.Consume", "WithMaxHandlingTime(24h+1ns)", WithMaxHandlingTime(24*time.Hour + 1), false},
 		{"Set.Consume", "WithMaxHandlingTime(1ms)", WithMaxHandlingTime(time.Millisecond), true},
 		{"Set.Consume", "WithMaxHandlingTime(24h)", WithMaxHandlingTime(24 * time.Hour), true},
+		{"Set.Consume", "WithConcurrency(0)", WithConcurrency(0), false},
+		{"Set.Consume", "WithConcurrency(-1)", WithConcurrency(-1), false},
+		{"Set.Consume", "WithConcurrency(math.MinInt)", WithConcurrency(math.MinInt), false},
+		{"Set.Consume", "WithConcurrency(1001)", WithConcurrency(maxConcurrency + 1), false},
+		{"Set.Consume", "WithConcurrency(1)", WithConcurrency(1), true},
+		{"Set.Consume", "WithConcurrency(1000)", WithConcurrency(maxConcurrency), true},
 		{"Set.Consume", "WithLeaseTTL(0)", WithLeaseTTL(0), false},
 		{"Set.Consume", "WithLeaseTTL(24h+1ns)", WithLeaseTTL(24*time.Hour + 1), false},
 		{"Set.Consume", "WithLeaseTTL(1ms)", WithLeaseTTL(time.Millisecond), true},
@@ -957,8 +963,11 @@ func TestHostileInput(t *testing.T) {
 		ctx := context.Background()
 		clk := newFakeClock()
 		// An hour ahead of the server: the members the rows add with a
-		// minute's ttl outlive the test however slowly it runs, so a
-		// rejected row's before and after never straddle a key's expiry.
+		// minute's ttl are not due however slowly the test runs. Their keys
+		// expire by the server's clock, though (PEXPIRE is relative), so
+		// every 20 s the loop below takes the TTL off every key of both
+		// sets: a rejected row's before and after never straddle a key's
+		// expiry.
 		clk.Advance(time.Hour)
 		e := &hostileEnv{t: t, ctx: ctx, rdb: b.rdb, clk: clk, keys: map[string]string{}, names: map[string]string{}}
 		e.s = must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithClock(clk.Now), WithPayloadStorage()))
@@ -968,7 +977,16 @@ func TestHostileInput(t *testing.T) {
 		must[time.Time](t)(e.s.Add(ctx, "ttl-extend", "x", time.Hour))
 		must[time.Time](t)(e.plain.Add(ctx, "u", "m", time.Minute))
 
+		kept := time.Now()
 		for i, c := range hostileCases() {
+			if time.Since(kept) > 20*time.Second {
+				for _, name := range []string{e.s.Name(), e.plain.Name()} {
+					for _, k := range setKeys(t, b.rdb, name) {
+						b.rdb.Persist(ctx, k)
+					}
+				}
+				kept = time.Now()
+			}
 			where := fmt.Sprintf("row %d: %s with %s", i, c.call, c.input)
 			var before []map[string]string
 			if c.want != nil {

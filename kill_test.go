@@ -61,6 +61,7 @@ const killWait = 60 * time.Second
 //   - waiter: see waiterHelper.
 //   - acker: see helperAcker.
 //   - failer: see helperFailer.
+//   - pool: see helperPool.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
 //     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
@@ -127,6 +128,8 @@ func helperMain(role string) error {
 		return helperAcker(s, say)
 	case "failer":
 		return helperFailer(s, say)
+	case "pool":
+		return helperPool(s, say)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {

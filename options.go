@@ -39,7 +39,8 @@ type QuotaOption interface{ applyQuota(*Quota) error }
 type SweeperOption interface{ applySweeper(*sweeperConfig) error }
 
 // ConsumeOption configures Set.Consume: WithLeaseTTL, WithPollInterval,
-// WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime.
+// WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime,
+// WithConcurrency.
 type ConsumeOption interface{ applyConsume(*consumeConfig) error }
 
 // CodecOption configures NewCodec: KeepTimeSeq, KeepTimeSeq52.

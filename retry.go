@@ -156,7 +156,9 @@ func backoffDelay(first, limit time.Duration, attempt int, jitter func(time.Dura
 }
 
 // retry schedules the next handler call of event id of shard, whose call
-// failed, after delay (retry.lua), and makes this consumer claim it then.
+// failed, after delay (retry.lua), and notes when it is due, for
+// takeRetries. It touches nothing of the consumer but the notes (the calls
+// of a Consume WithConcurrency run it on their own goroutines).
 func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.Duration) error {
 	delay = min(delay, maxTTL)
 	ms := delay.Milliseconds()
@@ -167,21 +169,40 @@ func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.D
 	if err != nil {
 		return err
 	}
-	due := time.Now().Add(time.Duration(ms) * time.Millisecond)
-	sh := &c.shards[shard]
-	if !sh.active || due.Before(sh.nextClaim) {
-		sh.nextClaim = due
-	}
-	sh.active = true
-	if c.retries == nil {
-		c.retries = make([]retryDues, len(c.shards))
-	}
-	r := &c.retries[shard]
-	if len(r.dues) < maxRetryDues {
-		k, _ := slices.BinarySearchFunc(r.dues, due, time.Time.Compare)
-		r.dues = slices.Insert(r.dues, k, due)
-	}
+	c.retryMu.Lock()
+	c.retryNotes = append(c.retryNotes, retryNote{shard, time.Now().Add(time.Duration(ms) * time.Millisecond)})
+	c.retryMu.Unlock()
 	return nil
+}
+
+// retryNote is a retry scheduled on shard, due at due.
+type retryNote struct {
+	shard int
+	due   time.Time
+}
+
+// takeRetries makes Consume's goroutine claim the retries noted since its
+// last round when they are due. Only Consume's goroutine calls it.
+func (c *consumer) takeRetries() {
+	c.retryMu.Lock()
+	notes := c.retryNotes
+	c.retryNotes = nil
+	c.retryMu.Unlock()
+	for _, n := range notes {
+		sh := &c.shards[n.shard]
+		if !sh.active || n.due.Before(sh.nextClaim) {
+			sh.nextClaim = n.due
+		}
+		sh.active = true
+		if c.retries == nil {
+			c.retries = make([]retryDues, len(c.shards))
+		}
+		r := &c.retries[n.shard]
+		if len(r.dues) < maxRetryDues {
+			k, _ := slices.BinarySearchFunc(r.dues, n.due, time.Time.Compare)
+			r.dues = slices.Insert(r.dues, k, n.due)
+		}
+	}
 }
 
 // retryDues is what a consumer knows of the retries it scheduled on one

@@ -226,14 +226,18 @@ func TestRetryBackoffGrowsAndCaps(t *testing.T) {
 // its event comes back, whether shorter than the lease TTL (claimable after
 // the delay, held meanwhile with idle time lease TTL minus delay) or longer
 // (held past several lease TTLs, not before its delay); attempts stay exact.
+// The same with WithConcurrency, whose calls settle on their own goroutines.
 func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 	noLeaks(t)
 	for _, c := range []struct {
 		name         string
 		lease, delay time.Duration
+		concurrency  int
 	}{
-		{"shorter", time.Minute, 30 * time.Millisecond},
-		{"longer", 150 * time.Millisecond, 1200 * time.Millisecond},
+		{"shorter", time.Minute, 30 * time.Millisecond, 1},
+		{"longer", 150 * time.Millisecond, 1200 * time.Millisecond, 1},
+		{"shorter,concurrency", time.Minute, 30 * time.Millisecond, 3},
+		{"longer,concurrency", 150 * time.Millisecond, 1200 * time.Millisecond, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
@@ -246,7 +250,7 @@ func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 						return RetryAfter(errors.New("not yet"), c.delay)
 					}
 					return nil
-				}, WithLeaseTTL(c.lease), WithPollInterval(10*time.Millisecond))
+				}, WithLeaseTTL(c.lease), WithPollInterval(10*time.Millisecond), WithConcurrency(c.concurrency))
 				waitFor(t, "the event handled", func() bool { return drained(s) })
 				stop()
 				at, evs := ct.get()

@@ -18,16 +18,19 @@ import (
 //
 //   - consume: Set.Consume with its defaults (WithReadBatch 10);
 //   - consume-batch100: Set.Consume WithReadBatch(100);
+//   - consume-concurrency16: one Set.Consume WithConcurrency(16), its
+//     no-op handler called up to 16 at once;
 //   - bare-xreadgroup: the floor for the same delivery contract, written
 //     directly: one pipelined XREADGROUP (COUNT 100) of every shard's
 //     stream, then one pipeline of XACK and XDEL for every entry read.
 //
 // Metrics: events/s, and each case's rate divided by the bare loop's in
 // the same run (the ratio to compare; absolute rates follow the machine's
-// load).
+// load); consume-concurrency16 also divided by the single-call Consume's
+// (x-consume).
 func BenchmarkConsume(b *testing.B) {
 	underServer(b, func(b *testing.B, srv server) {
-		var bare float64
+		var bare, single float64
 		for _, c := range []struct {
 			name string
 			opts []expset.ConsumeOption
@@ -36,6 +39,7 @@ func BenchmarkConsume(b *testing.B) {
 			{"bare-xreadgroup", nil, true},
 			{"consume", nil, false},
 			{"consume-batch100", []expset.ConsumeOption{expset.WithReadBatch(100)}, false},
+			{"consume-concurrency16", []expset.ConsumeOption{expset.WithConcurrency(16)}, false},
 		} {
 			b.Run(c.name, func(b *testing.B) {
 				rate := runConsume(b, srv, c.opts, c.bare)
@@ -44,6 +48,12 @@ func BenchmarkConsume(b *testing.B) {
 					bare = rate
 				} else if bare > 0 {
 					b.ReportMetric(rate/bare, "x-bare")
+				}
+				switch {
+				case c.name == "consume":
+					single = rate
+				case len(c.opts) > 0 && single > 0 && c.name == "consume-concurrency16":
+					b.ReportMetric(rate/single, "x-consume")
 				}
 			})
 		}

@@ -7,6 +7,7 @@
 //	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
+//	expset job [--redis URL] [--json] NAME ID
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
 //	expset version
 //
@@ -120,7 +121,7 @@ func (a *app) rootCmd() *cobra.Command {
 		c.SetOut(a.stderr) // a command's help goes with its diagnostics
 		defaultHelp(c, args)
 	})
-	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.webCmd(), a.versionCmd())
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.webCmd(), a.versionCmd())
 	indentExamples(root)
 	return root
 }

@@ -110,13 +110,14 @@ func seedEvents(ctx context.Context, e *env, groups []string) (*expset.Set, int,
 }
 
 // consumeWorkloads are the bare floor and Consume with its defaults, with
-// WithReadBatch(100), and with a second group declared (fan-out: each event
+// WithReadBatch(100), WithConcurrency(16), and with a second group declared (fan-out: each event
 // stays for it).
 func consumeWorkloads() []workload {
 	return []workload{
 		bareConsumeWorkload(),
 		consumeWorkload("defaults", "Set.Consume, defaults (WithReadBatch 10), no-op handler", nil),
 		consumeWorkload("batch100", "Set.Consume, WithReadBatch(100), no-op handler", nil, expset.WithReadBatch(100)),
+		consumeWorkload("concurrency16", "Set.Consume, WithConcurrency(16), no-op handler", nil, expset.WithConcurrency(16)),
 		consumeWorkload("fan-out", "Set.Consume, defaults, a second group declared and not consuming", []string{"other"}),
 		retryWorkload("retry", "Set.Consume, defaults, each event's first call fails with RetryAfter 1ms: one retry per event", nil, time.Millisecond),
 		retryWorkload("retry-long", "Set.Consume, WithLeaseTTL(1s), each event's first call fails with RetryAfter 1.5s (past the lease TTL: held again once)", nil,

@@ -1,0 +1,146 @@
+package expset
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/expset/expset/internal/redistest"
+)
+
+// poolKillConcurrency is the WithConcurrency of the pool helper.
+const poolKillConcurrency = 8
+
+// helperPool is the pool role of TestHelperProcess: Consume as consumer
+// "pooled" of group "g" WithConcurrency(8), with a handler that prints
+// "call <shard> <ID> <attempt>" as it starts, takes 10-40ms and prints "ok
+// <shard> <ID> <attempt>" as it returns nil, until the process is killed.
+func helperPool(s *Set, say func(string, ...any)) error {
+	vis, err := time.ParseDuration(os.Getenv(helperVis))
+	if err != nil {
+		return err
+	}
+	return s.Consume(context.Background(), "g", "pooled", func(_ context.Context, e Expiry) error {
+		say("call %d %s %d", e.Shard, e.ID, e.Attempt)
+		time.Sleep(time.Duration(10+len(e.Owner)*e.Shard%7*5) * time.Millisecond) // 10-40ms: the calls do not end together
+		say("ok %d %s %d", e.Shard, e.ID, e.Attempt)
+		return nil
+	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency))
+}
+
+// TestKillConsumerWithConcurrency: a consumer process WithConcurrency(8) is
+// SIGKILLed with handler calls under way. Right after the kill, the
+// attempts Redis counts for each event still pending are read (the calls
+// begun: those the helper printed, and maybe one begun just before the
+// kill and not yet printed). A consumer of the group in this process then
+// finishes. Nothing is lost: every event was handled by the helper and
+// acknowledged, or handled by the heir; none is dead-lettered; the heir's
+// call of each event comes with attempt exactly one more than the calls
+// begun before, and every call of the helper was attempt 1.
+func TestKillConsumerWithConcurrency(t *testing.T) {
+	redistest.SystemTest(t)
+	noLeaks(t)
+	eachRealBackend(t, func(t *testing.T, b killBackend) {
+		const n = 200
+		const vis = time.Second
+		ctx := context.Background()
+		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
+		seedExpired(t, s, n, 1)
+		time.Sleep(2 * time.Millisecond)
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
+			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
+		}
+		h := startHelper(t, "pool", append(b.env(s), helperVis+"="+vis.String())...)
+		h.waitLine("calls under way", func(string) bool {
+			return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2
+		})
+		h.kill()
+
+		printed := map[string]int{} // event key -> calls the helper printed
+		handledOK := map[string]bool{}
+		for _, l := range h.calls("call", "ok") {
+			f := strings.Fields(l) // kind shard ID attempt
+			k := f[1] + "/" + f[2]
+			if f[3] != "1" {
+				t.Errorf("the helper's %s of %s at attempt %s, want 1", f[0], k, f[3])
+			}
+			if f[0] == "call" {
+				printed[k]++
+			} else {
+				handledOK[k] = true
+			}
+		}
+		cut := 0
+		for k := range printed {
+			if !handledOK[k] {
+				cut++
+			}
+		}
+		// The calls Redis counted for each event still pending.
+		begun := map[string]int{}
+		for i, sk := range s.shards {
+			for field, v := range b.rdb.HGetAll(ctx, sk.att).Val() {
+				id, group, _ := strings.Cut(field, " ")
+				calls, _, _ := strings.Cut(v, " ")
+				c, err := strconv.Atoi(calls)
+				if group != "g" || err != nil {
+					t.Fatalf("attempts field %q = %q", field, v)
+				}
+				begun[strconv.Itoa(i)+"/"+id] = c
+			}
+		}
+		for k, c := range begun {
+			if p := printed[k]; c != p && c != p+1 {
+				t.Errorf("event %s: %d calls counted, %d printed by the helper (want equal, or one more begun just before the kill)", k, c, p)
+			}
+		}
+
+		var mu sync.Mutex
+		heir := map[string]int{} // event key -> attempt of the heir's call
+		stop := consumeInBackground(t, s, "g", "heir", func(_ context.Context, e Expiry) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, dup := heir[eventKey(e)]; dup {
+				t.Errorf("event %s handled twice by the heir", eventKey(e))
+			}
+			heir[eventKey(e)] = e.Attempt
+			return nil
+		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency))
+		waitFor(t, "every event handled", func() bool { return drained(s) })
+		stop()
+
+		mu.Lock()
+		defer mu.Unlock()
+		if d := deadKeys(t, s); len(d) != 0 {
+			t.Errorf("%d dead letters", len(d))
+		}
+		for k, a := range heir {
+			if want := begun[k] + 1; a != want {
+				t.Errorf("event %s: the heir's call at attempt %d, want %d (calls begun before: %d)", k, a, want, begun[k])
+			}
+		}
+		all := map[string]bool{}
+		for k := range heir {
+			all[k] = true
+		}
+		for k := range handledOK {
+			all[k] = true
+		}
+		if len(all) != n {
+			t.Errorf("%d of %d events handled", len(all), n)
+		}
+		unprinted := 0
+		for k, c := range begun {
+			if c > printed[k] {
+				unprinted++
+			}
+		}
+		t.Logf("%s: the helper printed %d calls (%d ok, %d cut short by the kill; %d begun and not printed); the heir handled %d (%s)",
+			b.name, len(printed), len(handledOK), cut, unprinted, len(heir), fmt.Sprint(len(begun), " with calls begun"))
+	})
+}
