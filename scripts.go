@@ -44,8 +44,9 @@ var (
 	scriptAck         = script("groups.lua", "ack.lua")
 	scriptBegin       = script("groups.lua", "begin.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
-	scriptClaim       = script("groups.lua", "claim.lua")
+	scriptClaim       = script("now.lua", "groups.lua", "claim.lua")
 	scriptRelease     = script("groups.lua", "release.lua")
+	scriptRetry       = script("now.lua", "groups.lua", "retry.lua")
 	scriptPrune       = script("groups.lua", "prune.lua")
 	scriptRemoveGroup = script("groups.lua", "remove_group.lua")
 
@@ -54,6 +55,7 @@ var (
 	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
 	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
 	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove

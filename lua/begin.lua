@@ -8,8 +8,7 @@
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  entry ID
--- ARGV[4]  mode: "b" begins a handler call, "t" extends the lease of one,
---          "f" extends the lease of one whose call failed and frees its slot
+-- ARGV[4]  mode: "b" begins a handler call, "t" extends the lease of one
 -- ARGV[5]  visibility timeout in ms (modes b and t)
 -- ARGV[6]  attempts allowed, WithMaxAttempts (mode b)
 -- ARGV[7]  idle time in ms under which this consumer's own lease is kept as
@@ -35,7 +34,7 @@
 -- after the attempts and before anything changes: an owner at its cap
 -- leaves the event as it was, uncharged.
 -- Mode t: the entry must be pending and held by this consumer; its idle time
--- goes back to 0, and its slot's lease end moves on (mode f: its slot goes).
+-- goes back to 0, and its owner slot's lease end moves on.
 -- Reply: mode b, {the attempt number of the call (1 for the first), 1 when
 -- taken now or 0 when the lease taken ARGV[7] ms ago at most runs on}; mode
 -- t, 1. 0 when the conditions do not hold (another consumer holds the
@@ -44,16 +43,12 @@
 -- owner holds its every slot.
 local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local holder, idle = pending_of(stream, group, id)
-if ARGV[4] ~= 'b' then
+if ARGV[4] == 't' then
   if holder ~= consumer then
     return 0
   end
   if KEYS[3] then
-    if ARGV[4] == 'f' then
-      slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
-    else
-      slot_renew(KEYS[3], att_field(id, group), tonumber(ARGV[5]))
-    end
+    slot_renew(KEYS[3], att_field(id, group), tonumber(ARGV[5]))
   end
   if not hold(stream, att, group, consumer, id) then
     return 0

@@ -1,5 +1,5 @@
 -- slots.lua: the owner slots of WithOwnerConcurrency, shared by begin, ack,
--- release and bury. Shared code, not a script: scripts.go places it after
+-- release, retry and bury. Shared code, not a script: scripts.go places it after
 -- groups.lua.
 --
 -- A running handler call of an owner capped by WithOwnerConcurrency holds a
@@ -9,7 +9,7 @@
 -- field to the owner and "#<group> <owner>" to the owner's slots held. An
 -- owner's events all lie on one shard, so these count every call of the
 -- owner in the group. A slot goes when its call ends (ack, release, bury,
--- a failed call's renewal with mode "f") or once its lease end has passed
+-- retry) or once its lease end has passed
 -- (the consumer died): slot_lapse drops those before a slot is counted.
 
 local function slot_time()
