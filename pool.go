@@ -28,10 +28,12 @@ const gatherWait = time.Millisecond
 // The reader takes from the streams only as many events as there are free
 // call slots (claims included), so no event read waits behind a running
 // call; what cannot be started when Consume stops is released, uncharged.
-// Round trips are shared: the begins of the calls a read starts go in one
-// pipeline, the lease renewals of the running calls in one pipeline per
-// renewal (a renewal due within half a beat of another goes with it), and
-// acknowledgements in one script per shard, as without the option.
+// While fewer than half the slots are free and calls run, the reader waits
+// up to 1ms for more to free before it reads. Round trips are shared: the
+// begins of the calls a read starts go in one script call per shard, all in
+// one pipeline; the lease renewals of the running calls and the
+// acknowledgements (one script per shard, as without the option) go in
+// shared pipelines, a renewal due within half a beat of another with it.
 //
 // One Consume per process, WithConcurrency(n), is the way to run a worker
 // pool: it reads each shard once and holds one set of wake-up
