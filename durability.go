@@ -27,13 +27,19 @@ const (
 // asynchronously, and an admission the master acknowledged but had not yet
 // replicated is lost when a replica takes over (docs/guarantees.md).
 //
-// Cost: each write that needs it takes one more round trip, which waits up
-// to timeout (WAIT, or WAITAOF with aof, sent right after the script on the
-// connection that ran it: on Redis Cluster, to the master of the key's slot),
-// and holds that connection meanwhile; AcquireMany waits once per node. A
-// denial, and an Acquire of a member already held (Existing), write nothing
-// and do not wait (Durable false). A sweep waits only after a batch that
-// wrote events.
+// Cost: the wait (WAIT, or WAITAOF with aof) goes in one pipeline with the
+// script, to the server that holds the key (on Redis Cluster, the master of
+// its slot), so a write takes no more round trips, but its reply comes only
+// when the acknowledgements did, or timeout passed; AcquireMany waits once
+// per node. The wait goes with every call, also a denial and an Acquire of a
+// member already held (Existing), which write nothing: they report Durable
+// false, and wait only until the replicas have the connection's earlier
+// writes (all of timeout while too few replicas answer). When timeout plus
+// one second exceeds the client's
+// ReadTimeout, which bounds a pipeline's replies, the wait goes instead on
+// the connection that ran the script, after it, only when the script wrote:
+// one more round trip. The sweeper waits that way too, after a batch that
+// wrote events only.
 //
 // aof needs Redis 7.2 or later (WAITAOF) with appendonly yes on the master:
 // Open checks both (ErrServerVersion, ErrNotDurable). replicas 0 with aof
@@ -79,15 +85,45 @@ func checkDurableClient(rdb redis.UniversalClient, d durability) error {
 	return fmt.Errorf("%w: WithDurability needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not a %T", ErrInvalidArgument, rdb)
 }
 
-// reached sends WAIT (or WAITAOF) on c, the connection that made the
-// writes, and reports whether every acknowledgement asked for came in time.
-func (d durability) reached(ctx context.Context, c *redis.Conn) bool {
+// waitPipeliner is a pipeline that can queue the wait: go-redis's
+// *redis.Pipeline, which Client.Pipeline returns.
+type waitPipeliner interface {
+	redis.Pipeliner
+	waitSender
+}
+
+// waitSender is what the wait goes through: a pipeline, which queues it
+// behind the scripts, or the connection that ran them, which sends it at
+// once.
+type waitSender interface {
+	Wait(ctx context.Context, numSlaves int, timeout time.Duration) *redis.IntCmd
+	WaitAOF(ctx context.Context, numLocal, numSlaves int, timeout time.Duration) *redis.IntSliceCmd
+}
+
+// wait sends WAIT (or WAITAOF) through w, on the connection that made the
+// writes, and returns what reports, once its reply is in, whether every
+// acknowledgement asked for came in time.
+func (d durability) wait(ctx context.Context, w waitSender) (reached func() bool) {
 	if d.aof {
-		n, err := c.WaitAOF(ctx, 1, d.replicas, d.timeout).Result()
-		return err == nil && len(n) == 2 && n[0] >= 1 && n[1] >= int64(d.replicas)
+		c := w.WaitAOF(ctx, 1, d.replicas, d.timeout)
+		return func() bool {
+			n, err := c.Result()
+			return err == nil && len(n) == 2 && n[0] >= 1 && n[1] >= int64(d.replicas)
+		}
 	}
-	n, err := c.Wait(ctx, d.replicas, d.timeout).Result()
-	return err == nil && n >= int64(d.replicas)
+	c := w.Wait(ctx, d.replicas, d.timeout)
+	return func() bool {
+		n, err := c.Result()
+		return err == nil && n >= int64(d.replicas)
+	}
+}
+
+// pipelined reports whether the wait fits in srv's pipelines: a pipeline's
+// replies are all read within the client's ReadTimeout (0 or less: none),
+// and the wait may take timeout.
+func (d durability) pipelined(srv *redis.Client) bool {
+	rt := srv.Options().ReadTimeout
+	return rt <= 0 || d.timeout+time.Second <= rt
 }
 
 // serverOf returns a client of the one server that holds key (a cluster's
@@ -111,24 +147,26 @@ func (s *Set) serverOf(ctx context.Context, key string) *redis.Client {
 	return c
 }
 
-// runWrite runs one write script as Set.run does; with WithDurability, on a
-// connection to the server that holds keys[0], followed, when wrote(v) says
-// the reply v is of a write to keep, by the wait for acknowledgements on
-// that connection. durable reports whether they came.
-func (s *Set) runWrite(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args []any, wrote func(v any) bool) (v any, durable bool, err error) {
+// runWrite runs one write script as Set.run does; with WithDurability, on
+// the server that holds keys[0], with the wait for acknowledgements as
+// runWrites sends it. durable reports whether they came, when wrote(v) says
+// the reply v is of a write to keep.
+func (s *Set) runWrite(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args []any, ahead bool, wrote func(v any) bool) (v any, durable bool, err error) {
 	c := &scriptCall{op: op, shard: shard, sc: sc, keys: keys, args: args}
-	s.runWrites(ctx, []*scriptCall{c}, func(c *scriptCall) bool { return wrote(c.v) })
+	s.runWrites(ctx, []*scriptCall{c}, ahead, func(c *scriptCall) bool { return wrote(c.v) })
 	return c.v, c.durable, c.err
 }
 
 // runWrites runs calls as runPipelined does; with WithDurability, each
-// server's calls in one pipeline on a connection of their own (servers
-// concurrently), followed by one wait for acknowledgements on that
-// connection when a call succeeded and wrote(call) says it wrote. Each such
-// call's durable field reports whether they came. A call refused because its
-// slot moved (a failover, a resharding), or that lost its connection, is
-// run once more through the set's client, without a wait.
-func (s *Set) runWrites(ctx context.Context, calls []*scriptCall, wrote func(c *scriptCall) bool) {
+// server's calls by runDurable (servers concurrently), with the wait in
+// their pipeline when ahead (calls that mostly write), else after them, only
+// when one wrote (the sweeper's, which mostly find nothing due and must not
+// wait for lagging replicas each time). Each call that
+// succeeded and that wrote(call) says wrote has its durable field report
+// whether the acknowledgements came. A call refused because its slot moved
+// (a failover, a resharding), or that lost its connection, is run once more
+// through the set's client, without a wait.
+func (s *Set) runWrites(ctx context.Context, calls []*scriptCall, ahead bool, wrote func(c *scriptCall) bool) {
 	if !s.durable.on() {
 		s.runPipelined(ctx, calls)
 		return
@@ -151,26 +189,10 @@ func (s *Set) runWrites(ctx context.Context, calls []*scriptCall, wrote func(c *
 		groups[srv] = append(groups[srv], c)
 	}
 	run := func(srv *redis.Client) {
-		conn := srv.Conn()
-		defer conn.Close()
-		cs := groups[srv]
-		s.runPipelinedOn(ctx, conn, cs)
-		var kept []*scriptCall
-		for _, c := range cs {
-			switch {
-			case c.err != nil && (redirected(c.err) || !isRedisError(c.err)) && ctx.Err() == nil:
-				mu.Lock()
-				again = append(again, c)
-				mu.Unlock()
-			case c.err == nil && wrote(c):
-				kept = append(kept, c)
-			}
-		}
-		if len(kept) > 0 {
-			ok := s.durable.reached(ctx, conn)
-			for _, c := range kept {
-				c.durable = ok
-			}
+		if retry := s.runDurable(ctx, srv, groups[srv], ahead, wrote); len(retry) > 0 {
+			mu.Lock()
+			again = append(again, retry...)
+			mu.Unlock()
 		}
 	}
 	if len(servers) == 1 {
@@ -189,6 +211,89 @@ func (s *Set) runWrites(ctx context.Context, calls []*scriptCall, wrote func(c *
 		}
 		s.runPipelined(ctx, again)
 	}
+}
+
+// runDurable runs calls, all on srv, with the wait for acknowledgements,
+// and returns those to run again through the set's client (see runWrites).
+// When ahead and the wait fits in a pipeline (durability.pipelined), the calls go in
+// one pipeline by EVALSHA, the wait last: on one connection, so the wait
+// covers every write the calls made. Calls whose script srv did not know
+// (NOSCRIPT) ran nothing, and the wait counted nothing of theirs: they go
+// again in a second pipeline, by EVAL (which loads the script), with a wait
+// of its own. Otherwise the calls run by runDurableConn.
+func (s *Set) runDurable(ctx context.Context, srv *redis.Client, calls []*scriptCall, ahead bool, wrote func(c *scriptCall) bool) (again []*scriptCall) {
+	for eval := false; len(calls) > 0; eval = true {
+		pipe, ok := srv.Pipeline().(waitPipeliner)
+		if !ok || !ahead || !s.durable.pipelined(srv) {
+			return s.runDurableConn(ctx, srv, calls, wrote)
+		}
+		start := time.Now()
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, c := range calls {
+			if eval {
+				cmds[i] = c.sc.Eval(ctx, pipe, c.keys, c.args...) // which loads it
+			} else {
+				cmds[i] = c.sc.EvalSha(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		reached := s.durable.wait(ctx, pipe)
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		took := time.Since(start)
+		var noscript, kept []*scriptCall
+		for i, c := range calls {
+			if !eval && redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+				noscript = append(noscript, c)
+				continue
+			}
+			s.settle(ctx, c, cmds[i], took)
+			if retry, k := written(ctx, c, wrote); retry {
+				again = append(again, c)
+			} else if k {
+				kept = append(kept, c)
+			}
+		}
+		ok = reached()
+		for _, c := range kept {
+			c.durable = ok
+		}
+		calls = noscript
+	}
+	return again
+}
+
+// runDurableConn is runDurable for a wait not sent in the pipeline:
+// the calls run as runPipelinedOn runs them, on a connection of their own,
+// then, when one wrote, the wait on that connection.
+func (s *Set) runDurableConn(ctx context.Context, srv *redis.Client, calls []*scriptCall, wrote func(c *scriptCall) bool) (again []*scriptCall) {
+	conn := srv.Conn()
+	defer conn.Close()
+	s.runPipelinedOn(ctx, conn, calls)
+	var kept []*scriptCall
+	for _, c := range calls {
+		if retry, k := written(ctx, c, wrote); retry {
+			again = append(again, c)
+		} else if k {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) > 0 {
+		ok := s.durable.wait(ctx, conn)()
+		for _, c := range kept {
+			c.durable = ok
+		}
+	}
+	return again
+}
+
+// written sorts a durable write call c that ran: retry when it should run
+// again through the set's client (its slot moved, or its connection was
+// lost), kept when it succeeded and wrote (wrote), so that the wait counts
+// for it.
+func written(ctx context.Context, c *scriptCall, wrote func(c *scriptCall) bool) (retry, kept bool) {
+	if c.err != nil {
+		return (redirected(c.err) || !isRedisError(c.err)) && ctx.Err() == nil, false
+	}
+	return false, wrote(c)
 }
 
 // redirected reports whether a cluster node refused a command because

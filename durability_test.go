@@ -146,7 +146,14 @@ func TestDurability(t *testing.T) {
 
 		master, replica := startReplicated(t)
 		rdb := master.Client(t)
+		// A minute is past the client's ReadTimeout: the wait follows the
+		// script on its connection. Two seconds fit in the script's pipeline.
 		check(t, "WAIT 1, a replica in sync", writeDurably(t, rdb, WithDurability(1, false, time.Minute)), all)
+		check(t, "WAIT 1 in the script's pipeline, a replica in sync", writeDurably(t, rdb, WithDurability(1, false, 2*time.Second)), all)
+		if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "WAIT 1 in the script's pipeline, after SCRIPT FLUSH (NOSCRIPT)", writeDurably(t, rdb, WithDurability(1, false, 2*time.Second)), all)
 		check(t, "WAIT 2, one replica", writeDurably(t, rdb, WithDurability(2, false, 20*time.Millisecond)), none)
 		if err := replica.Pause(); err != nil {
 			t.Fatal(err)
@@ -181,4 +188,66 @@ func TestDurability(t *testing.T) {
 		cc := redistest.SharedCluster(t).Client(t)
 		check(t, "WAIT 1 without replicas", writeDurably(t, cc, WithDurability(1, false, 20*time.Millisecond)), none)
 	})
+}
+
+// TestDurabilityClusterWaitsOnTheSlotsMaster: on a cluster whose masters
+// each have a replica, with one master's replica stopped (SIGSTOP), a write
+// is Durable exactly when its key's master is another one: the wait goes to
+// the master that ran the script, for Acquire and AcquireMany, also when the
+// masters had lost their scripts (NOSCRIPT).
+func TestDurabilityClusterWaitsOnTheSlotsMaster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
+	cc := c.Client(t)
+	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(16), WithDurability(1, false, 200*time.Millisecond)))
+	q := must[*Quota](t)(NewQuota(s, 10))
+	stopped := c.MasterFor(s.shards[0].due)
+	var replica *redistest.Node
+	for _, n := range c.Nodes() {
+		if n.Role == redistest.RoleReplica && n.MasterID == stopped.ID {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatalf("master %s has no replica", stopped.Addr)
+	}
+	for _, n := range c.Nodes() {
+		if n.Role == redistest.RoleMaster {
+			waitSynced(t, n.Server.Client(t), 1)
+		}
+	}
+	if err := replica.Server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Server.Resume() })
+
+	var reqs []AcquireRequest
+	for i := range 48 {
+		reqs = append(reqs, AcquireRequest{Owner: fmt.Sprint("owner-", i), Member: "m", TTL: time.Minute})
+	}
+	want := func(owner string) bool { return c.MasterFor(s.OwnerKey(owner)).ID != stopped.ID }
+	check := func(what string, owner string, d Decision) {
+		t.Helper()
+		if !d.Allowed || d.Existing {
+			t.Fatalf("%s %s: %+v", what, owner, d)
+		}
+		if d.Durable != want(owner) {
+			t.Errorf("%s %s (master %s; %s's replica stopped): Durable %v, want %v", what, owner,
+				c.MasterFor(s.OwnerKey(owner)).Addr, stopped.Addr, d.Durable, want(owner))
+		}
+	}
+	for i, r := range reqs[:16] {
+		if i == 8 {
+			for _, n := range c.Nodes() {
+				if n.Role == redistest.RoleMaster {
+					must[string](t)(n.Server.Client(t).ScriptFlush(ctx).Result())
+				}
+			}
+		}
+		check("Acquire", r.Owner, must[Decision](t)(q.Acquire(ctx, r.Owner, r.Member, r.TTL)))
+	}
+	for i, d := range must[[]Decision](t)(q.AcquireMany(ctx, reqs[16:])) {
+		check("AcquireMany", reqs[16+i].Owner, d)
+	}
 }

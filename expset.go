@@ -315,7 +315,8 @@ func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard in
 // be 1ms to 100 years. Options: WithPayload.
 //
 // On a set WithDurability, Add then waits for the acknowledgements asked
-// (one more round trip, up to the option's timeout); when they do not all
+// (in the script's round trip, up to the option's timeout: see
+// WithDurability); when they do not all
 // come, it returns the deadline together with an error matching
 // ErrNotDurable: the member is in the set, on the master only.
 func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, opts ...AddOption) (time.Time, error) {
@@ -337,7 +338,7 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	} else if s.flags != "" || s.clock != nil {
 		args = append(args, s.flags, s.now(), owner)
 	}
-	v, durable, err := s.runWrite(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args, func(any) bool { return true })
+	v, durable, err := s.runWrite(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args, true, func(any) bool { return true })
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/expset/expset/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // admission is one Acquire the master acknowledged.
@@ -108,10 +107,7 @@ func TestFailoverDurability(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		for _, durable := range []bool{false, true} {
 			master, replica := startReplicated(t)
-			rdb := master.Client(t, func(o *redis.Options) {
-				o.MaxRetries = -1
-				o.MaintNotificationsConfig = noMaintNotifications()
-			})
+			rdb := master.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 			name := "failover"
 			s := must[*Set](t)(Open(context.Background(), rdb, name, opts[durable]...))
 			// The set's record must be on the replica before the load:
@@ -147,7 +143,7 @@ func TestFailoverDurability(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		for _, durable := range []bool{false, true} {
 			c := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
-			cc := c.Client(t, func(o *redis.ClusterOptions) { o.MaintNotificationsConfig = noMaintNotifications() })
+			cc := c.Client(t)
 			name := "failover"
 			s := must[*Set](t)(Open(context.Background(), cc, name, opts[durable]...))
 			waitReplicated(t, cc, metaKey(name))
@@ -186,15 +182,4 @@ func TestFailoverDurability(t *testing.T) {
 			report(t, durable, acked, lost(t, c.Client(t), name, acked))
 		}
 	})
-}
-
-// noMaintNotifications turns off go-redis's maintenance-notification
-// handshake for the load's clients. With it on (RESP3's default, "auto"), a
-// server that refuses the handshake (Redis before 8.0) makes go-redis
-// v9.22.0 switch the mode off in options that every Conn of one client
-// shares, each under a lock of its own: the race detector reports that
-// write when WithDurability's Conns of one server start at once. The race
-// is go-redis's, and harmless (every writer stores the same value).
-func noMaintNotifications() *maintnotifications.Config {
-	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }

@@ -96,7 +96,7 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 		args[2] = s.flags + "nP"
 		args = append(args, c.payload)
 	}
-	v, durable, err := s.runWrite(ctx, "put", shard, scriptAdd, keys, args, func(v any) bool {
+	v, durable, err := s.runWrite(ctx, "put", shard, scriptAdd, keys, args, true, func(v any) bool {
 		xs, _ := v.([]any)
 		return len(xs) == 2 && xs[1] == int64(1)
 	})
@@ -130,7 +130,7 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 		return time.Time{}, err
 	}
 	shard, owner, keys := s.jobKeys(id)
-	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptAdd, keys, []any{ms, id, s.flags + "x", s.now(), owner}, func(v any) bool { return v != nil })
+	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptAdd, keys, []any{ms, id, s.flags + "x", s.now(), owner}, true, func(v any) bool { return v != nil })
 	if err != nil {
 		return time.Time{}, err
 	}

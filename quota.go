@@ -78,9 +78,9 @@ func (q *Quota) opened() error {
 // whose reply was lost is safe. At the limit it denies with RetryAfter, or evicts the
 // earliest-deadline members with WithEvictOldest. A denial is not an error.
 // Options: WithLimit (this owner's limit for this call), WithPayload. On a
-// set WithDurability, an admission of a new member then waits for the
-// acknowledgements asked (one more round trip, up to the option's timeout)
-// and reports them in Decision.Durable.
+// set WithDurability, the call waits for the acknowledgements asked (in the
+// script's round trip, up to the option's timeout: see WithDurability) and
+// reports them for an admission of a new member in Decision.Durable.
 //
 // With WithEvictOldest, a retry reports what the first run evicted: when
 // the Acquire that admitted member evicted others, a later Acquire of the
@@ -110,7 +110,7 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 
 // acquire runs one prepared Acquire.
 func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
-	v, durable, err := q.set.runWrite(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args, acquireWrote)
+	v, durable, err := q.set.runWrite(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args, true, acquireWrote)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -379,7 +379,7 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 		for j, sh := range shards {
 			batch[j] = q.set.manyCall(sh, calls, pending[sh][:min(len(pending[sh]), manyPerCall)])
 		}
-		q.set.runWrites(ctx, batch, func(*scriptCall) bool { return true })
+		q.set.runWrites(ctx, batch, true, func(*scriptCall) bool { return true })
 		next := shards[:0]
 		for j, sh := range shards {
 			sent := pending[sh][:min(len(pending[sh]), manyPerCall)]

@@ -131,21 +131,28 @@ func (s *Set) runPipelinedOn(ctx context.Context, rdb scriptClient, calls []*scr
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	took := time.Since(start)
 	for i, c := range calls {
-		v, err := cmds[i].Result()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			c.v, c.err = s.runOn(ctx, rdb, c.op, c.shard, c.sc, c.keys, c.args...)
 			continue
 		}
-		if errors.Is(err, redis.Nil) {
-			v, err = nil, nil
-		}
-		if err != nil {
-			err = fmt.Errorf("expset: %s %s: %w", c.op, c.keys[0], err)
-		}
-		c.v, c.err = v, err
-		if s.hooks.OnCall != nil {
-			s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: c.op, Shard: c.shard, Duration: took, Err: err})
-		}
+		s.settle(ctx, c, cmds[i], took)
+	}
+}
+
+// settle sets c's reply and error from cmd, its pipelined run (a nil reply
+// as nil, an error wrapped as Set.run wraps it), and reports the call to
+// Hooks.OnCall with the pipeline's duration, took.
+func (s *Set) settle(ctx context.Context, c *scriptCall, cmd *redis.Cmd, took time.Duration) {
+	v, err := cmd.Result()
+	if errors.Is(err, redis.Nil) {
+		v, err = nil, nil
+	}
+	if err != nil {
+		err = fmt.Errorf("expset: %s %s: %w", c.op, c.keys[0], err)
+	}
+	c.v, c.err = v, err
+	if s.hooks.OnCall != nil {
+		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: c.op, Shard: c.shard, Duration: took, Err: err})
 	}
 }
 

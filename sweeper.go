@@ -208,7 +208,7 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 		r, err := parseSweep(v)
 		return w.set.events && err == nil && r.stats.Expired > 0
 	}
-	v, durable, err := w.set.runWrite(ctx, "sweep", sk.shard, scriptSweep, keys, args, wroteEvents)
+	v, durable, err := w.set.runWrite(ctx, "sweep", sk.shard, scriptSweep, keys, args, false, wroteEvents)
 	if err != nil {
 		return sweepReply{}, err
 	}

@@ -87,7 +87,7 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	backoff := 10 * time.Millisecond
 	uncertain := false // a call may have admitted the member without our knowing
 	for {
-		v, durable, err := s.runWrite(ctx, "acquire", c.shard, scriptAcquire, keys, args, acquireWrote)
+		v, durable, err := s.runWrite(ctx, "acquire", c.shard, scriptAcquire, keys, args, true, acquireWrote)
 		uncertain = err != nil
 		if err == nil {
 			backoff = 10 * time.Millisecond

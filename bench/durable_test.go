@@ -17,8 +17,8 @@ import (
 // BenchmarkAcquireDurable measures what WithDurability costs: Acquire of a
 // new member (1,000 owners, 8 goroutines per core) on a dedicated master
 // with one replica in sync, without the option and with
-// WithDurability(1, false, 1s), whose WAIT is one more round trip per
-// admission. Metric: not-durable/op, the admissions whose WAIT fell short
+// WithDurability(1, false, 1s), whose WAIT goes in one pipeline with the
+// script. Metric: not-durable/op, the admissions whose WAIT fell short
 // (0 while the replica keeps up).
 //
 //	go test -run '^$' -bench BenchmarkAcquireDurable -benchtime 3s ./bench/

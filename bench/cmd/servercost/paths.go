@@ -182,7 +182,7 @@ func acquireManyWorkload() workload {
 
 // sweepWorkload is one Sweeper.SweepOnce over a set whose owners each hold
 // per expired members (deadline 1s ago): instructions per member reclaimed,
-// the lease and index reads included.
+// the sweeper registry's and the index's reads included.
 func sweepWorkload(name, set string, per int, opts ...expset.OpenOption) workload {
 	return workload{name: "sweep/" + name, unit: "member", what: fmt.Sprintf("Sweeper.SweepOnce, %s, %d expired per owner", set, per),
 		prep: func(ctx context.Context, e *env) (job, error) {
@@ -199,10 +199,7 @@ func sweepWorkload(name, set string, per int, opts ...expset.OpenOption) workloa
 				return job{}, err
 			}
 			want := len(owners) * per
-			// A lease of an hour: under callgrind a batch can take longer
-			// than a third of the default 10s, and a lost lease skips the
-			// rest of its shard.
-			w, err := expset.NewSweeper(s, expset.WithLeaseTTL(time.Hour))
+			w, err := expset.NewSweeper(s)
 			if err != nil {
 				return job{}, err
 			}
