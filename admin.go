@@ -228,6 +228,7 @@ type ShardStats struct {
 	Events     int64     // expiry events in the stream: not yet handled, or pending
 	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
 	Dead       int64     // dead letters
+	Retrying   int64     // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
 	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
 	Leased     bool      // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
 	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
@@ -243,8 +244,9 @@ type ShardStats struct {
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another: TIME (unless
 // WithClock), a read of the sweeper registry, two pipelines (each one round
-// trip per node on a cluster), then INFO stats once per server for
-// EvictedKeys.
+// trip per node on a cluster), a third for Retrying when a group has events
+// pending (an XPENDING per shard and such group), then INFO stats once per
+// server for EvictedKeys.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
@@ -312,6 +314,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		return nil, err
 	}
 	out := make([]ShardStats, len(s.shards))
+	var retrying []retryCount
 	for i := range s.shards {
 		st := ShardStats{
 			Shard:     i,
@@ -340,12 +343,18 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 				}
 			}
 		}
+		out[i] = st
 		if g := groups[i]; g.Err() == nil {
 			for _, x := range g.Val() {
-				st.Pending += x.Pending
+				out[i].Pending += x.Pending
+				if x.Pending > 0 {
+					retrying = append(retrying, retryCount{s.shards[i].events, x.Name, &out[i].Retrying})
+				}
 			}
 		}
-		out[i] = st
+	}
+	if err := s.countRetrying(ctx, retrying); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -49,11 +49,14 @@ type consumeConfig struct {
 	poll        time.Duration
 	maxHandling time.Duration
 	concurrency int
+	retryFirst  time.Duration // WithRetryBackoff
+	retryLimit  time.Duration
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
 // before it moves to the dead-letter stream (default 5;
-// 1 to 1000, so 0 is an error). With 1, the first failure buries it. Reading an event, holding
+// 1 to 1000, so 0 is an error). With 1, the first failure buries it; a
+// handler buries its event sooner by returning Bury. Reading an event, holding
 // it in a batch, skipping it and shutting down count no attempt.
 func WithMaxAttempts(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
@@ -112,9 +115,12 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // leaves them to be handled again); the acknowledgement of a last attempt
 // (WithMaxAttempts) is sent at once, so a handled event is never
 // dead-lettered. When it fails, the event is delivered
-// again, to any consumer of the group, once the lease TTL has passed; when
-// the call that fails is attempt WithMaxAttempts, the event moves to the
-// shard's dead-letter stream with the error (see DeadLetters, Kick). An
+// again, to any consumer of the group, after a retry delay
+// (WithRetryBackoff: 1s, doubling up to 5m, by default; or the handler's
+// own, returned through RetryAfter), whether shorter or longer than the
+// lease TTL; scheduling it is one round trip. When the call that fails is
+// attempt WithMaxAttempts, or returns Bury, the event moves to the shard's
+// dead-letter stream with the error (see DeadLetters, Kick). An
 // event whose last attempt never returned (the consumer died, or lost Redis
 // for longer than the lease TTL) is dead-lettered by the consumer that
 // finds it. Nothing else is:
@@ -139,9 +145,9 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // the consumer leaves its group when it holds nothing; Consume then returns
 // nil. It returns an error only for misuse, at once: ErrInvalidArgument
 // (a bad group, consumer or option, or a set without expiry events). Options: WithLeaseTTL,
-// WithMaxAttempts, WithMaxHandlingTime, WithReadBatch, WithPollInterval,
-// WithConcurrency. With WithConcurrency, Consume returns once the calls
-// under way have returned.
+// WithMaxAttempts, WithRetryBackoff, WithMaxHandlingTime, WithReadBatch,
+// WithPollInterval, WithConcurrency. With WithConcurrency, Consume returns
+// once the calls under way have returned.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	c, err := s.newConsumer(group, consumerName, handle, opts)
 	if err != nil {
@@ -155,6 +161,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 		defer c.drain(ctx)
 	}
 	return s.loop(ctx, "consume", c.wk.signal, func() (time.Duration, error) {
+		c.takeRetries()
 		return c.round(ctx), nil
 	})
 }
@@ -171,6 +178,9 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 			return nil, err
 		}
 	}
+	if name == retryHolder {
+		return nil, fmt.Errorf("%w: consumer name %q is reserved for events waiting to be retried: choose another", ErrInvalidArgument, name)
+	}
 	if handle == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
@@ -181,6 +191,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		poll:        defaultPollInterval,
 		maxHandling: defaultMaxHandlingTime,
 		concurrency: 1,
+		retryFirst:  defaultRetryFirst,
+		retryLimit:  defaultRetryLimit,
 	}
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
@@ -272,6 +284,9 @@ type consumer struct {
 	safety      time.Duration // how often each shard is looked at without a wake-up
 	pool        *pool         // the handler calls under way, WithConcurrency over 1 (else nil)
 	nextRead    int           // the shard a read limited by free handler slots starts from
+	retries     []retryDues   // per shard: the retries this consumer scheduled (retry.go)
+	retryMu     sync.Mutex    // guards retryNotes
+	retryNotes  []retryNote   // retries scheduled since the last round (retry.go)
 }
 
 // consumerShard is what a consumer knows of one shard.
@@ -526,11 +541,13 @@ func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error)
 	if !ok {
 		return nil, unexpected("claim.lua", v)
 	}
+	from := sh.cursor
 	sh.cursor = cursor
 	sh.nextClaim = time.Now()
 	if cursor == "0-0" {
 		sh.nextClaim = sh.nextClaim.Add(c.claimEvery)
 	}
+	sh.nextClaim = c.claimScan(i, from, cursor, at, sh.nextClaim)
 	var out []delivery
 	for _, e := range xs[1:] {
 		id, used, buried, values, ok := parseClaimed(e)
@@ -656,6 +673,11 @@ func (c *consumer) failed(ctx context.Context, d delivery, attempt int, token st
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	switch {
+	case handlerBuries(herr):
+		// The handler buried it (Bury): at once, whatever attempts are left.
+		buried, err := c.bury(wctx, d.shard, d.id, 0, herr.Error())
+		c.event(ctx, d.shard, attempt, herr, buried)
+		return err
 	case ctx.Err() != nil:
 		// Consume is stopping: the failure is not the event's, so the
 		// attempt is given back and the event released.
@@ -666,10 +688,9 @@ func (c *consumer) failed(ctx context.Context, d delivery, attempt int, token st
 		c.event(ctx, d.shard, attempt, herr, buried)
 		return err
 	default:
-		// Delivered again once the lease TTL has passed from now.
+		// Delivered again after its retry delay (retry.go).
 		c.event(ctx, d.shard, attempt, herr, false)
-		_, err := c.set.run(wctx, "renew", d.shard, scriptBegin, c.leaseKeys(d.shard), c.group, c.name, d.id, "t")
-		return err
+		return c.retry(wctx, d.shard, d.id, c.retryDelay(herr, attempt))
 	}
 }
 

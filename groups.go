@@ -20,6 +20,9 @@ type GroupInfo struct {
 	Lag     int64 // events not yet read by the group (where Redis cannot tell, counted up to 1000 per shard)
 	Pending int64 // events read by the group and not yet acknowledged
 	Dead    int64 // the group's dead letters
+	// Retrying counts the events whose handler call failed, waiting for
+	// their retry delay (WithRetryBackoff, RetryAfter): part of Pending.
+	Retrying int64
 }
 
 // groupLagCount is how many unread entries Groups counts per shard and
@@ -27,9 +30,10 @@ type GroupInfo struct {
 const groupLagCount = 1000
 
 // Groups returns the consumer groups of the set's expiry events, by name,
-// with their lag, pending events and dead letters. Cost: one pipelined round
-// trip for the groups (one per node on a cluster), one more where Redis
-// cannot tell a lag, and one per 1000 dead letters of the largest
+// with their lag, pending events, retries waiting and dead letters. Cost:
+// one pipelined round trip for the groups (one per node on a cluster), one
+// more where Redis cannot tell a lag, one more where events are pending
+// (to count the retries), and one per 1000 dead letters of the largest
 // dead-letter stream (each is read to learn its group).
 func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
@@ -47,6 +51,7 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 		cmd *redis.XMessageSliceCmd
 	}
 	var lags []unknownLag
+	var retrying []retryCount
 	pipe = s.rdb.Pipeline()
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
@@ -63,6 +68,9 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 			}
 			g.Shards++
 			g.Pending += x.Pending
+			if x.Pending > 0 {
+				retrying = append(retrying, retryCount{s.shards[i].events, x.Name, &g.Retrying})
+			}
 			// Redis leaves lag (and entries-read) unknown once entries
 			// were deleted; some emulators report neither right.
 			if x.Lag >= 0 && x.EntriesRead > 0 {
@@ -79,6 +87,9 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 		for _, l := range lags {
 			l.g.Lag += int64(len(l.cmd.Val()))
 		}
+	}
+	if err := s.countRetrying(ctx, retrying); err != nil {
+		return nil, err
 	}
 	if err := s.countDead(ctx, byName); err != nil {
 		return nil, err

@@ -829,6 +829,7 @@ func hostileCases() []hostileCase {
 			return "accepted", sweeper(e, lo.opt.(SweeperOption))
 		})
 	}
+	retryHostileRows(row, consume)
 	row("Open", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {

@@ -60,6 +60,7 @@ const killWait = 60 * time.Second
 //     then never returns, so the event is never acknowledged.
 //   - waiter: see waiterHelper.
 //   - acker: see helperAcker.
+//   - failer: see helperFailer.
 //   - pool: see helperPool.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
@@ -125,6 +126,8 @@ func helperMain(role string) error {
 		return helperWorker(s)
 	case "acker":
 		return helperAcker(s, say)
+	case "failer":
+		return helperFailer(s, say)
 	case "pool":
 		return helperPool(s, say)
 	case "consumer":

@@ -39,7 +39,8 @@ type QuotaOption interface{ applyQuota(*Quota) error }
 type SweeperOption interface{ applySweeper(*sweeperConfig) error }
 
 // ConsumeOption configures Set.Consume: WithLeaseTTL, WithPollInterval,
-// WithMaxAttempts, WithReadBatch, WithMaxHandlingTime, WithConcurrency.
+// WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime,
+// WithConcurrency.
 type ConsumeOption interface{ applyConsume(*consumeConfig) error }
 
 // CodecOption configures NewCodec: KeepTimeSeq, KeepTimeSeq52.
@@ -336,8 +337,9 @@ func WithRefreshOnReacquire() QuotaOption {
 // A Sweeper that dies leaves its shards unswept that long. A consumer whose
 // handler call is running keeps its event however long the call lasts (see
 // WithMaxHandlingTime); an event whose consumer died, or lost Redis, goes to
-// another consumer once this long has passed since the last renewal; an
-// event whose handler failed comes again this long after the failure.
+// another consumer once this long has passed since the last renewal. An
+// event whose handler failed comes again after its retry delay instead
+// (WithRetryBackoff, RetryAfter), shorter or longer than this.
 func WithLeaseTTL(d time.Duration) LoopOption {
 	return loopOption{
 		sweeper: func(c *sweeperConfig) error {

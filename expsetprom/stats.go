@@ -83,6 +83,8 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(s expset.ShardStats) float64 { return float64(s.Events) }),
 			gauge("pending", "Expiry events delivered to a consumer and not yet acknowledged.",
 				func(s expset.ShardStats) float64 { return float64(s.Pending) }),
+			gauge("retries_scheduled", "Expiry events whose handler call failed, waiting for their retry delay (part of pending).",
+				func(s expset.ShardStats) float64 { return float64(s.Retrying) }),
 			gauge("dead_letters", "Expiry events that failed every attempt and wait in the dead-letter stream.",
 				func(s expset.ShardStats) float64 { return float64(s.Dead) }),
 			gauge("events_trimmed", "Expiry events the stream retention removed before every consumer group had them, since the shard began.",

@@ -74,8 +74,8 @@ func TestStatsCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 		got := gather(t, reg, name)
-		if len(got) != 11*4 {
-			t.Errorf("%d samples, want 11 gauges x 4 shards: %v", len(got), got)
+		if len(got) != 12*4 {
+			t.Errorf("%d samples, want 12 gauges x 4 shards: %v", len(got), got)
 		}
 		due := map[int]float64{}
 		for _, o := range owners {

@@ -19,7 +19,9 @@
 -- counts, which reads and claims raise. An entry with every attempt used is
 -- buried here, in the same step that found it idle: its last handler call
 -- never finished (the consumer died, or lost Redis for longer than the
--- visibility timeout).
+-- visibility timeout). An entry whose retry delay has not ended (its
+-- attempts field keeps a time not reached: see retry.lua) is held again by
+-- RETRY_HOLDER and left out.
 -- Reply: {cursor, {id, attempts used, buried (0/1), {field, value, ...}}...}
 -- where cursor is where the next call starts ("0-0" once the whole list was
 -- scanned). Entries deleted from the stream while pending are acknowledged
@@ -34,16 +36,27 @@ if r.err then
   return redis.error_reply(r.err)
 end
 local out = {r[1]}
+local now
 for _, e in ipairs(r[2]) do
   local field = att_field(e[1], group)
   if e[2] then
-    local used = att_get(att, field)
-    local buried = 0
+    local used, _, not_before = att_get(att, field)
+    local buried, waits = 0, false
     if used >= max then
       bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])
       buried = 1
+    elseif not_before then
+      now = now or now_ms('')
+      if not_before > now then
+        -- Its retry delay runs on (retry.lua): held again, claimable when
+        -- it ends or after another visibility timeout, whichever is first.
+        hold(stream, att, group, RETRY_HOLDER, e[1], math.max(tonumber(ARGV[3]) - (not_before - now), 0))
+        waits = true
+      end
     end
-    out[#out + 1] = {e[1], used, buried, e[2]}
+    if not waits then
+      out[#out + 1] = {e[1], used, buried, e[2]}
+    end
   else
     call('XACK', stream, group, e[1])
     att_clear(att, e[1], group)

@@ -7,7 +7,8 @@
 -- finished for good, the field "<entry ID> <group>" -> "<handler calls
 -- begun> <token of the last call begun>" (the token, so that a begin the
 -- client sent twice counts once; "<calls>" alone once a call was given
--- back). One field per event keeps the hash small: a listpack, whose every
+-- back; "<calls> <token> <not before>" while a retry delay longer than the
+-- lease TTL runs). One field per event keeps the hash small: a listpack, whose every
 -- lookup is a scan, holds twice the events it would with two fields each.
 -- Reading, claiming and releasing an event never touch it.
 
@@ -15,18 +16,29 @@ local function att_field(id, group)
   return id .. ' ' .. group
 end
 
--- att_get returns the handler calls begun of field in att (0 when none)
--- and the token of the last call begun (nil when none).
+-- RETRY_HOLDER is the consumer that holds events waiting for their retry
+-- delay (retryHolder in retry.go; see retry.lua).
+local RETRY_HOLDER = 'expset:retry'
+
+-- att_get returns the handler calls begun of field in att (0 when none),
+-- the token of the last call begun (nil when none) and the time in ms
+-- before which the event must not be delivered again (nil when none: see
+-- retry.lua). The field is "<calls>", "<calls> <token>" or "<calls> <token>
+-- <not before>".
 local function att_get(att, field)
   local v = call('HGET', att, field)
   if not v then
-    return 0, nil
+    return 0, nil, nil
   end
   local sp = string.find(v, ' ', 1, true)
   if not sp then
-    return tonumber(v), nil
+    return tonumber(v), nil, nil
   end
-  return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1)
+  local sp2 = string.find(v, ' ', sp + 1, true)
+  if not sp2 then
+    return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1), nil
+  end
+  return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1, sp2 - 1), tonumber(string.sub(v, sp2 + 1))
 end
 
 -- att_clear deletes the attempts field of id in group.

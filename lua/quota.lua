@@ -106,7 +106,6 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     end
     early = r[2] and tonumber(r[2])
   end
-  local limit = tonumber(limarg)
   -- r now holds live members only, earliest first; whole when it holds them
   -- all (fewer than were asked for).
   local nr = #r
@@ -119,6 +118,13 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     else
       count = call('ZCARD', key)
     end
+  end
+  -- The limit as a number (a tonumber costs a strtod): with no live member
+  -- every limit (>= 1) compares alike, so an empty owner skips it (the wait
+  -- line's gate below parses its own).
+  local limit = 1
+  if count > 0 then
+    limit = tonumber(limarg)
   end
 
   if not probed then
@@ -211,7 +217,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     line = call('EXISTS', keys[ko + nk])
   end
   if not added and not evict and (waiter or (count < limit and line == 1)) then
-    queued = waitlib().gate(keys[ko + nk], keys[ko + nk - 1], waiter and argv[ao + na - 1], argv[ao + na], count, limit, now)
+    queued = waitlib().gate(keys[ko + nk], keys[ko + nk - 1], waiter and argv[ao + na - 1], argv[ao + na], count, tonumber(limarg), now)
   end
 
   local evicted

@@ -18,6 +18,7 @@ type groupRowJSON struct {
 	Lag     int64  `json:"lag"`
 	Pending int64  `json:"pending"`
 	Dead    int64  `json:"dead"`
+	Retry   int64  `json:"retrying"` // events waiting for their retry delay: part of pending
 }
 
 func (a *app) groupsCmd() *cobra.Command {
@@ -80,14 +81,14 @@ func printGroups(w io.Writer, gs []expset.GroupInfo, asJSON bool) error {
 	if asJSON {
 		rows := make([]groupRowJSON, 0, len(gs))
 		for _, g := range gs {
-			rows = append(rows, groupRowJSON{Group: g.Name, Shards: g.Shards, Lag: g.Lag, Pending: g.Pending, Dead: g.Dead})
+			rows = append(rows, groupRowJSON{Group: g.Name, Shards: g.Shards, Lag: g.Lag, Pending: g.Pending, Dead: g.Dead, Retry: g.Retrying})
 		}
 		return json.NewEncoder(w).Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "GROUP\tSHARDS\tLAG\tPENDING\tDEAD\t")
+	fmt.Fprintln(tw, "GROUP\tSHARDS\tLAG\tPENDING\tRETRYING\tDEAD\t")
 	for _, g := range gs {
-		fmt.Fprintf(tw, "%q\t%d\t%d\t%d\t%d\t\n", g.Name, g.Shards, g.Lag, g.Pending, g.Dead)
+		fmt.Fprintf(tw, "%q\t%d\t%d\t%d\t%d\t%d\t\n", g.Name, g.Shards, g.Lag, g.Pending, g.Retrying, g.Dead)
 	}
 	return tw.Flush()
 }

@@ -224,7 +224,7 @@ func (r *running) interrupt() (int, string) {
 func totalLine(t *testing.T, out string) []string {
 	t.Helper()
 	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) == 9 && f[0] == "total" {
+		if f := strings.Fields(l); len(f) == 10 && f[0] == "total" {
 			return f
 		}
 	}
@@ -247,13 +247,13 @@ func TestBinaryStats(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"set " + set.Name() + " at ", "4 shards, expiry events on",
-		"SHARD", "OWNERS", "OWNERS DUE", "MEMBERS DUE", "LAG", "EVENTS", "PENDING", "DEAD", "LEASE"} {
+		"SHARD", "OWNERS", "OWNERS DUE", "MEMBERS DUE", "LAG", "EVENTS", "PENDING", "RETRYING", "DEAD", "LEASE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats lacks %q:\n%s", want, out)
 		}
 	}
-	// total, owners, owners due, members due, lag, events, pending, dead, lease
-	if f := totalLine(t, out); f[1] != "8" || f[2] != "5" || f[3] != "5" || f[4] == "-" || f[5] != "0" || f[7] != "0" || f[8] != "0/4" {
+	// total, owners, owners due, members due, lag, events, pending, retrying, dead, lease
+	if f := totalLine(t, out); f[1] != "8" || f[2] != "5" || f[3] != "5" || f[4] == "-" || f[5] != "0" || f[7] != "0" || f[8] != "0" || f[9] != "0/4" {
 		t.Errorf("before the sweep, total line %q:\n%s", f, out)
 	}
 	rep := totals(t, url, set)
@@ -284,7 +284,7 @@ func TestBinaryStats(t *testing.T) {
 		t.Errorf("with dead letters: %+v", tot)
 	}
 	_, out, _ = runBin(t, "stats", set.Name(), "--redis", url) // flags after the name work too
-	if f := totalLine(t, out); f[7] != "5" {
+	if f := totalLine(t, out); f[8] != "5" {
 		t.Errorf("with dead letters, total line %q", f)
 	}
 

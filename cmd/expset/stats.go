@@ -49,6 +49,7 @@ type statCounts struct {
 	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
 	Events     int64      `json:"events"`
 	Pending    int64      `json:"pending"`
+	Retrying   int64      `json:"retrying"` // events waiting for their retry delay: part of pending
 	Dead       int64      `json:"dead"`
 	Trimmed    int64      `json:"trimmed"`             // events retention removed unconsumed, ever
 	Evicted    int64      `json:"server_evicted_keys"` // keys the shard's server evicted (maxmemory-policy), any set's; the total: the most of any shard
@@ -177,7 +178,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		rep.Now = s.Now.UTC()
 		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
 			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
-			Events: s.Events, Pending: s.Pending, Dead: s.Dead, Trimmed: s.Trimmed, Evicted: s.EvictedKeys,
+			Events: s.Events, Pending: s.Pending, Retrying: s.Retrying, Dead: s.Dead, Trimmed: s.Trimmed, Evicted: s.EvictedKeys,
 		}}
 		if !s.OldestDue.IsZero() {
 			d := s.OldestDue.UTC()
@@ -192,6 +193,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Partial = t.Partial || row.Partial
 		t.Events += row.Events
 		t.Pending += row.Pending
+		t.Retrying += row.Retrying
 		t.Dead += row.Dead
 		t.Trimmed += row.Trimmed
 		t.Evicted = max(t.Evicted, row.Evicted) // shards share servers: a sum would count one twice
@@ -212,14 +214,14 @@ func printStats(w io.Writer, rep statsReport) error {
 	}
 	fmt.Fprintf(w, "set %s at %s: %d shards, expiry events %s\n\n", rep.Set, rep.Now.Format("2006-01-02T15:04:05.000Z"), len(rep.Shards), events)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tLAG\tEVENTS\tPENDING\tDEAD\tLEASE")
+	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tLAG\tEVENTS\tPENDING\tRETRYING\tDEAD\tLEASE")
 	row := func(label string, c statCounts, lease string) {
 		due := strconv.FormatInt(c.MembersDue, 10)
 		if c.Partial {
 			due += "+"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due,
-			lag(c.LagMS, c.OldestDue != nil), c.Events, c.Pending, c.Dead, lease)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due,
+			lag(c.LagMS, c.OldestDue != nil), c.Events, c.Pending, c.Retrying, c.Dead, lease)
 	}
 	for _, s := range rep.Shards {
 		lease := "-"

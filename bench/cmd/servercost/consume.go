@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/expset/expset"
 	"github.com/expset/expset/internal/barestream"
@@ -18,6 +20,14 @@ const consumeGroup = "bench"
 // consumer's shutdown included. groups are declared besides consumeGroup
 // (none consume: each event then stays until they do).
 func consumeWorkload(name, what string, groups []string, opts ...expset.ConsumeOption) workload {
+	return retryWorkload(name, what, groups, 0, opts...)
+}
+
+// retryWorkload is consumeWorkload with a handler whose first call of each
+// event fails with RetryAfter(err, delay) (none with delay 0): the
+// instructions per event then include one retry, its claim and the second
+// call.
+func retryWorkload(name, what string, groups []string, delay time.Duration, opts ...expset.ConsumeOption) workload {
 	return workload{name: "consume/" + name, unit: "event", vs: "consume/bare", what: what,
 		prep: func(ctx context.Context, e *env) (job, error) {
 			s, n, err := seedEvents(ctx, e, groups)
@@ -28,7 +38,10 @@ func consumeWorkload(name, what string, groups []string, opts ...expset.ConsumeO
 				var handled atomic.Int64
 				cctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				err := s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
+				err := s.Consume(cctx, consumeGroup, "c1", func(_ context.Context, e expset.Expiry) error {
+					if delay > 0 && e.Attempt == 1 {
+						return expset.RetryAfter(errFirst, delay)
+					}
 					if handled.Add(1) == int64(n) {
 						cancel()
 					}
@@ -41,6 +54,9 @@ func consumeWorkload(name, what string, groups []string, opts ...expset.ConsumeO
 			}}, nil
 		}}
 }
+
+// errFirst fails the first call of each event of a retry workload.
+var errFirst = errors.New("first call")
 
 // bareConsumeWorkload is the floor for the same work written directly: one
 // pipelined XREADGROUP (COUNT 100) of every shard's stream, then XACK and
@@ -103,5 +119,8 @@ func consumeWorkloads() []workload {
 		consumeWorkload("batch100", "Set.Consume, WithReadBatch(100), no-op handler", nil, expset.WithReadBatch(100)),
 		consumeWorkload("concurrency16", "Set.Consume, WithConcurrency(16), no-op handler", nil, expset.WithConcurrency(16)),
 		consumeWorkload("fan-out", "Set.Consume, defaults, a second group declared and not consuming", []string{"other"}),
+		retryWorkload("retry", "Set.Consume, defaults, each event's first call fails with RetryAfter 1ms: one retry per event", nil, time.Millisecond),
+		retryWorkload("retry-long", "Set.Consume, WithLeaseTTL(1s), each event's first call fails with RetryAfter 1.5s (past the lease TTL: held again once)", nil,
+			1500*time.Millisecond, expset.WithLeaseTTL(time.Second)),
 	}
 }

@@ -1,0 +1,43 @@
+-- retry.lua: schedule the next handler call of an expiry event whose call
+-- failed, after a retry delay (Set.Consume).
+--
+-- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer whose handler call failed
+-- ARGV[3]  entry ID
+-- ARGV[4]  the retry delay in ms (>= 0)
+-- ARGV[5]  visibility timeout in ms (the lease TTL): claim.lua takes entries
+--          idle at least this long
+--
+-- Only an entry still pending and held by ARGV[2] changes (else its lease
+-- was lost and another consumer has it). It moves to RETRY_HOLDER, a
+-- consumer that never reads, without counting a delivery (XCLAIM ... JUSTID):
+-- - a delay shorter than the visibility timeout becomes its idle time:
+--   ARGV[5] - ARGV[4], so that any consumer's claim takes it ARGV[4] ms
+--   from now;
+-- - a longer one is kept in its attempts field as the time it may be
+--   delivered again (not before; the server's TIME plus the delay), and its
+--   idle time is 0: claim.lua finds it after the visibility timeout and
+--   holds it again, with the idle time that makes it claimable then.
+-- A consumer that dies before this runs leaves the entry idle since its
+-- last lease renewal: it comes back after the lease TTL at the latest.
+-- Reply: 1 when scheduled, 0 when the entry is not this consumer's.
+local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+if pending_of(stream, group, id) ~= consumer then
+  return 0
+end
+local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])
+if delay < vis then
+  if not hold(stream, att, group, RETRY_HOLDER, id, vis - delay) then
+    return 0
+  end
+  return 1
+end
+if not hold(stream, att, group, RETRY_HOLDER, id, 0) then
+  return 0
+end
+local field = att_field(id, group)
+local used, token = att_get(att, field)
+call('HSET', att, field, string.format('%d', used) .. ' ' .. (token or '-') .. ' ' .. string.format('%.0f', now_ms('') + delay))
+return 1

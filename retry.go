@@ -1,0 +1,273 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Retry delays of Set.Consume: when a handler call fails, its event is
+// delivered again after a delay (WithRetryBackoff, or the handler's own
+// through RetryAfter), or dead-lettered at once (Bury).
+//
+// While it waits, the event stays pending in the group, held by the
+// consumer named retryHolder (never a real consumer: Consume refuses
+// the name), with an idle time that makes it claimable once the
+// delay has passed: the lease TTL minus the delay. A delay of at least the
+// lease TTL cannot be written as an idle time: the event is held with idle
+// time 0 and its attempts field keeps the time it may be delivered again
+// (not before), which claim.lua respects by holding it again until then.
+// So every consumer's claim finds a retry when it is due, and an operator
+// counts scheduled retries by the holder's pending entries (GroupInfo).
+
+// Retry backoff defaults (WithRetryBackoff).
+const (
+	defaultRetryFirst = time.Second
+	defaultRetryLimit = 5 * time.Minute
+	maxRetryLimit     = 24 * time.Hour
+)
+
+// retryHolder is the consumer that holds events waiting for their retry
+// delay: RETRY_HOLDER in lua/groups.lua.
+const retryHolder = "expset:retry"
+
+// maxRetryDues is the most retry due times a consumer remembers per shard
+// to claim them on time; past that, its regular claims find the others (at
+// most 5s late).
+const maxRetryDues = 1000
+
+// WithRetryBackoff sets how long an event whose handler call failed waits
+// before it is delivered again (to any consumer of the group): first after
+// a failed first attempt, twice that after the second, and so on, at most
+// limit. Each delay is drawn between three quarters and all of that (jitter),
+// so events that failed together do not come back together. A handler sets
+// one call's delay itself with RetryAfter, or dead-letters its event at
+// once with Bury. The default is WithRetryBackoff(time.Second, 5*time.Minute):
+// 1s, 2s, 4s, ... up to 5m. first 0 retries at once, whatever limit; first
+// and limit range over 0 to 24h with limit at least first, so a negative
+// value, or limit below first, is an error. The lease TTL (WithLeaseTTL)
+// no longer sets when a failed event returns: only a consumer that dies
+// mid-call leaves its event to come back after the lease TTL.
+func WithRetryBackoff(first, limit time.Duration) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
+		c.retryFirst, c.retryLimit = first, limit
+		if err := inRange("WithRetryBackoff first", first, 0, maxRetryLimit); err != nil {
+			return err
+		}
+		if err := inRange("WithRetryBackoff limit", limit, 0, maxRetryLimit); err != nil {
+			return err
+		}
+		if limit < first {
+			return fmt.Errorf("%w: WithRetryBackoff: limit %v is below first %v: give a limit of at least first", ErrInvalidArgument, limit, first)
+		}
+		return nil
+	})
+}
+
+// handlerVerdict is the error RetryAfter and Bury return: the handler's
+// error, with what Consume should do with the event.
+type handlerVerdict struct {
+	err   error
+	after time.Duration // RetryAfter: the delay, at least 0
+	bury  bool          // Bury
+}
+
+func (v *handlerVerdict) Error() string {
+	switch {
+	case v.err != nil:
+		return v.err.Error()
+	case v.bury:
+		return "expset: buried by its handler"
+	}
+	return fmt.Sprintf("expset: retry after %v", v.after)
+}
+
+func (v *handlerVerdict) Unwrap() error { return v.err }
+
+// RetryAfter returns err (errors.Is and errors.As still see it, and
+// Error() is its text) marked so that Set.Consume, when a handler returns
+// it, delivers the event again after d instead of after the delay
+// WithRetryBackoff gives it: beanstalkd's release with a delay. d may be
+// shorter or longer than the lease TTL; d <= 0 retries at once, and d
+// over 100 years counts as 100 years. The call
+// still counts as a failed attempt: on the last one (WithMaxAttempts) the
+// event is dead-lettered as usual. RetryAfter(nil, d) is a failure too,
+// whose text is "expset: retry after d"; it is never taken for success.
+// When errors of RetryAfter and Bury wrap each other, the outermost wins.
+func RetryAfter(err error, d time.Duration) error {
+	return &handlerVerdict{err: err, after: max(d, 0)}
+}
+
+// Bury returns err (errors.Is and errors.As still see it, and Error() is
+// its text) marked so that Set.Consume, when a handler returns it, moves
+// the event to the dead-letter stream at once, with err's text and the
+// attempts used, whatever attempts are left: for an event no retry can
+// mend, such as a malformed payload. Bury(nil) buries too, with the text
+// "expset: buried by its handler". Kick returns a buried event to its
+// group.
+func Bury(err error) error {
+	return &handlerVerdict{err: err, bury: true}
+}
+
+// verdictOf returns the outermost RetryAfter or Bury in err's chain, or nil.
+func verdictOf(err error) *handlerVerdict {
+	var v *handlerVerdict
+	if errors.As(err, &v) {
+		return v
+	}
+	return nil
+}
+
+// handlerBuries reports whether err is, or wraps outermost, a Bury.
+func handlerBuries(err error) bool {
+	v := verdictOf(err)
+	return v != nil && v.bury
+}
+
+// retryDelay returns how long the event of a failed handler call waits
+// before it is delivered again: the handler's RetryAfter, else the
+// backoff's delay for attempt (1 for the first call).
+func (c *consumer) retryDelay(herr error, attempt int) time.Duration {
+	if v := verdictOf(herr); v != nil {
+		return v.after
+	}
+	return backoffDelay(c.cfg.retryFirst, c.cfg.retryLimit, attempt, func(n time.Duration) time.Duration {
+		return rand.N(n + 1)
+	})
+}
+
+// backoffDelay returns first*2^(attempt-1), capped at limit, less a jitter
+// in [0, a quarter of it] (jitter(n) returns a duration in [0, n]).
+func backoffDelay(first, limit time.Duration, attempt int, jitter func(time.Duration) time.Duration) time.Duration {
+	if first <= 0 {
+		return 0
+	}
+	d := first
+	for i := 1; i < attempt && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d - min(max(jitter(d/4), 0), d/4)
+}
+
+// retry schedules the next handler call of event id of shard, whose call
+// failed, after delay (retry.lua), and notes when it is due, for
+// takeRetries. It touches nothing of the consumer but the notes (the calls
+// of a Consume WithConcurrency run it on their own goroutines).
+func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.Duration) error {
+	delay = min(delay, maxTTL)
+	ms := delay.Milliseconds()
+	if delay > time.Duration(ms)*time.Millisecond {
+		ms++ // never early
+	}
+	_, err := c.set.run(ctx, "retry", shard, scriptRetry, c.leaseKeys(shard), c.group, c.name, id, ms, c.visMs)
+	if err != nil {
+		return err
+	}
+	c.retryMu.Lock()
+	c.retryNotes = append(c.retryNotes, retryNote{shard, time.Now().Add(time.Duration(ms) * time.Millisecond)})
+	c.retryMu.Unlock()
+	return nil
+}
+
+// retryNote is a retry scheduled on shard, due at due.
+type retryNote struct {
+	shard int
+	due   time.Time
+}
+
+// takeRetries makes Consume's goroutine claim the retries noted since its
+// last round when they are due. Only Consume's goroutine calls it.
+func (c *consumer) takeRetries() {
+	c.retryMu.Lock()
+	notes := c.retryNotes
+	c.retryNotes = nil
+	c.retryMu.Unlock()
+	for _, n := range notes {
+		sh := &c.shards[n.shard]
+		if !sh.active || n.due.Before(sh.nextClaim) {
+			sh.nextClaim = n.due
+		}
+		sh.active = true
+		if c.retries == nil {
+			c.retries = make([]retryDues, len(c.shards))
+		}
+		r := &c.retries[n.shard]
+		if len(r.dues) < maxRetryDues {
+			k, _ := slices.BinarySearchFunc(r.dues, n.due, time.Time.Compare)
+			r.dues = slices.Insert(r.dues, k, n.due)
+		}
+	}
+}
+
+// retryDues is what a consumer knows of the retries it scheduled on one
+// shard.
+type retryDues struct {
+	dues     []time.Time // when each is due, in order
+	scanFrom time.Time   // when the claim scan under way began at the pending list's start
+}
+
+// claimScan notes a claim of shard sent at at from cursor, and, once the
+// scan is over (next is "0-0"), returns when the next claim must run:
+// regular, or earlier when a retry this consumer scheduled is due before
+// (the scan found those due when it began).
+func (c *consumer) claimScan(shard int, cursor, next string, at, regular time.Time) time.Time {
+	if c.retries == nil {
+		return regular
+	}
+	r := &c.retries[shard]
+	if cursor == "0-0" {
+		r.scanFrom = at
+	}
+	if next != "0-0" {
+		return regular
+	}
+	k := 0
+	for k < len(r.dues) && !r.dues[k].After(r.scanFrom) {
+		k++
+	}
+	r.dues = r.dues[k:]
+	if len(r.dues) > 0 && r.dues[0].Before(regular) {
+		return r.dues[0]
+	}
+	return regular
+}
+
+// retryCount asks for the events of group on stream waiting for their
+// retry delay, to be added to n (countRetrying).
+type retryCount struct {
+	stream, group string
+	n             *int64
+}
+
+// countRetrying adds to each query's counter the entries its group holds
+// pending on its stream under retryHolder: one pipelined XPENDING (summary
+// form) per query, one round trip (one per node on a cluster), none for no
+// query. A stream or group deleted meanwhile counts 0.
+func (s *Set) countRetrying(ctx context.Context, qs []retryCount) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.XPendingCmd, len(qs))
+	for i, q := range qs {
+		cmds[i] = pipe.XPending(ctx, q.stream, q.group)
+	}
+	_, _ = pipe.Exec(ctx) // read per command
+	for i, c := range cmds {
+		p, err := c.Result()
+		switch {
+		case err == nil:
+			*qs[i].n += p.Consumers[retryHolder]
+		case errors.Is(err, redis.Nil) || isNoGroup(err):
+		default:
+			return fmt.Errorf("expset: retries of group %q on %s: %w", qs[i].group, qs[i].stream, err)
+		}
+	}
+	return nil
+}
