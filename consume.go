@@ -773,10 +773,13 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 // beginCall returns the begin.lua call that starts a handler call of d,
 // and the call's token.
 func (c *consumer) beginCall(d delivery) (*scriptCall, string) {
-	token := strconv.FormatUint(rand.Uint64(), 36)
+	token := callToken()
 	return &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
 		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}, token
 }
+
+// callToken returns a new handler call's token.
+func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
 // parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
 // or 0 or -1.

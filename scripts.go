@@ -43,6 +43,7 @@ var (
 
 	scriptAck         = script("groups.lua", "ack.lua")
 	scriptBegin       = script("groups.lua", "begin.lua")
+	scriptBegins      = script("groups.lua", "begins.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
 	scriptClaim       = script("now.lua", "groups.lua", "claim.lua")
 	scriptRelease     = script("groups.lua", "release.lua")
