@@ -82,13 +82,15 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 			// to another consumer, each at attempt 1.
 			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
 			expire(t, s, clk, 10)
-			opts := []ConsumeOption{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			// The lease is long enough for its renewals to keep it on a
+			// loaded machine (they run every third of it).
+			opts := []ConsumeOption{WithLeaseTTL(600 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
 				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
 			h := newHandledBy()
 			stuck := make(chan struct{})
 			var once sync.Once
 			stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
-				once.Do(func() { close(stuck); time.Sleep(time.Second) }) // past 3 lease TTLs
+				once.Do(func() { close(stuck); time.Sleep(2 * time.Second) }) // past 3 lease TTLs
 				return h.call("a", e, nil)
 			}, opts...)
 			<-stuck
@@ -145,7 +147,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		const vis = 250 * time.Millisecond
+		const vis = 500 * time.Millisecond // renewed every third: enough on a loaded machine
 		s := oneShardEvents(t, b, 10)
 		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(2)}
 		h := newHandledBy()

@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -99,7 +100,19 @@ func (r *restartRun) load(t *testing.T, loops ...func(context.Context) error) {
 			}
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// Enough acknowledged writes on each side of the outage, however slow
+	// the machine: checkExactlyOnce wants 100 in all.
+	ackedPast := func(n int) func() error {
+		return func() error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if len(r.acked) < n {
+				return fmt.Errorf("%d acknowledged writes, want %d", len(r.acked), n)
+			}
+			return nil
+		}
+	}
+	waitHealed(t, "writes before the kill", faultWait, ackedPast(60))
 	if r.beforeKill != nil {
 		r.beforeKill()
 	}
@@ -109,7 +122,10 @@ func (r *restartRun) load(t *testing.T, loops ...func(context.Context) error) {
 		t.Fatalf("restart: %v", err)
 	}
 	waitHealed(t, "the client reconnects after the restart", faultWait, func() error { return r.rdb.Ping(ctx).Err() })
-	time.Sleep(500 * time.Millisecond)
+	r.mu.Lock()
+	before := len(r.acked)
+	r.mu.Unlock()
+	waitHealed(t, "writes after the restart", faultWait, ackedPast(before+60))
 	stopWriting()
 	<-written
 	waitHealed(t, "every member swept", faultWait, func() error {

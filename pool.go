@@ -11,6 +11,12 @@ import (
 // maxConcurrency is the most handler calls one Consume runs at once.
 const maxConcurrency = 1000
 
+// gatherWait is how long, at most, a pool's reader waits with fewer than
+// half its call slots free and calls under way before it reads anyway: a
+// call that returns at once frees its slot within microseconds, and a read
+// for many slots costs the same round trips as a read for one.
+const gatherWait = time.Millisecond
+
 // WithConcurrency sets how many handler calls one Consume runs at once
 // (default 1: one at a time, on Consume's goroutine; 1 to 1000, so 0 and
 // negative numbers are errors). With n over 1, one reader feeds up to n
@@ -22,10 +28,12 @@ const maxConcurrency = 1000
 // The reader takes from the streams only as many events as there are free
 // call slots (claims included), so no event read waits behind a running
 // call; what cannot be started when Consume stops is released, uncharged.
-// Round trips are shared: the begins of the calls a read starts go in one
-// pipeline, the lease renewals of the running calls in one pipeline per
-// renewal (a renewal due within half a beat of another goes with it), and
-// acknowledgements in one script per shard, as without the option.
+// While fewer than half the slots are free and calls run, the reader waits
+// up to 1ms for more to free before it reads. Round trips are shared: the
+// begins of the calls a read starts go in one script call per shard, all in
+// one pipeline; the lease renewals of the running calls and the
+// acknowledgements (one script per shard, as without the option) go in
+// shared pipelines, a renewal due within half a beat of another with it.
 //
 // One Consume per process, WithConcurrency(n), is the way to run a worker
 // pool: it reads each shard once and holds one set of wake-up
@@ -41,11 +49,12 @@ func WithConcurrency(n int) ConsumeOption {
 // running and nextRead are Consume's goroutine's; the calls send their
 // outcome on done and signal the loop.
 type pool struct {
-	n       int
-	running int           // calls started and not yet reaped
-	done    chan callDone // the outcome of each finished call (buffer n: never blocks)
-	calls   sync.WaitGroup
-	leases  *leaseKeeper
+	n        int
+	running  int           // calls started and not yet reaped
+	lowSince time.Time     // since when fewer than half the slots have been free (zero: not so)
+	done     chan callDone // the outcome of each finished call (buffer n: never blocks)
+	calls    sync.WaitGroup
+	leases   *leaseKeeper
 }
 
 // callDone is the outcome of one handler call of a pool: nil, or a Redis
@@ -74,9 +83,21 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		// handled event's lease run out in the buffer.
 		return c.beat
 	}
+	free := p.n - p.running
+	if free > 0 && free < (p.n+1)/2 && p.running > 0 {
+		// Few slots free and calls under way: wait a moment for more to
+		// free, so that a read and its begins carry many events.
+		if p.lowSince.IsZero() {
+			p.lowSince = now
+		}
+		if left := gatherWait - now.Sub(p.lowSince); left > 0 {
+			return left
+		}
+	}
+	p.lowSince = time.Time{}
 	var todo []delivery
 	tried := 0
-	if free := p.n - p.running; free > 0 {
+	if free > 0 {
 		todo = c.unpark(now, free)
 		tried = len(todo)
 		claimed, read, visit := c.survey(ctx, now, free-tried)
@@ -111,15 +132,17 @@ func (c *consumer) anyBusy() bool {
 
 // startCalls begins a handler call of each of todo (but those not meant
 // for the group and those that cannot be read as events, settled here as
-// deliver does), all begins in one pipeline, and starts each call on a
-// goroutine of its own.
+// deliver does), in one begins.lua call per shard, all in one pipeline, and
+// starts each call on a goroutine of its own.
 func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
-	var (
-		begins []*scriptCall
-		tokens []string
-		ds     []delivery
-		es     []Expiry
-	)
+	type begun struct {
+		d     delivery
+		e     Expiry
+		token string
+	}
+	var calls []*scriptCall
+	var items [][]begun      // per call, what it begins
+	byShard := map[int]int{} // shard -> its call in calls, while it has room
 	for _, d := range todo {
 		if g, ok := d.values["g"].(string); ok && g != c.group {
 			c.pool.leases.ack(d.shard, d.id, d.at) // not for this group
@@ -136,48 +159,68 @@ func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
 			}
 			continue
 		}
-		b, token := c.beginCall(d)
-		begins, tokens, ds, es = append(begins, b), append(tokens, token), append(ds, d), append(es, e)
+		k, ok := byShard[d.shard]
+		if !ok || len(items[k]) >= maxBatch {
+			k = len(calls)
+			byShard[d.shard] = k
+			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
+			calls = append(calls, &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
+				args: []any{c.group, c.name, c.visMs, c.cfg.maxAttempts, c.visMs / 6, c.cfg.ownerCap}})
+			items = append(items, nil)
+		}
+		token := callToken()
+		calls[k].args = append(calls[k].args, d.id, token)
+		if c.cfg.ownerCap > 0 {
+			owner, _ := c.capped(d) // "" for a job: no slot
+			calls[k].args = append(calls[k].args, owner)
+		}
+		items[k] = append(items[k], begun{d, e, token})
 	}
-	if len(begins) == 0 {
+	if len(calls) == 0 {
 		return
 	}
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	leased := time.Now()
-	c.set.runPipelined(wctx, begins)
-	for k, b := range begins {
-		d := ds[k]
+	c.set.runPipelined(wctx, calls)
+	for k, b := range calls {
+		replies, ok := b.v.([]any)
+		if b.err == nil && (!ok || len(replies) != len(items[k])) {
+			b.err = unexpected("begins.lua", b.v)
+		}
 		if b.err != nil {
-			// It may have counted: give that back (once, whatever ran).
-			_ = c.releaseShard(wctx, d.shard, []string{d.id}, d.id, tokens[k]) // b.err is reported
-			c.fail(ctx, d.shard, b.err)
-			continue
-		}
-		n, taken, ok := parseBegin(b.v)
-		if !ok {
-			c.fail(ctx, d.shard, unexpected("begin.lua", b.v))
-			continue
-		}
-		if n == beginFull {
-			if err := c.refused(ctx, d); err != nil {
-				c.fail(ctx, d.shard, err)
+			// Each may have counted: give that back (once, whatever ran).
+			for _, it := range items[k] {
+				_ = c.releaseShard(wctx, it.d.shard, []string{it.d.id}, it.d.id, it.token) // b.err is reported
 			}
+			c.fail(ctx, b.shard, b.err)
 			continue
 		}
-		if n <= 0 {
-			continue // another consumer holds it, or a claim buries it
+		for j, it := range items[k] {
+			n, taken, ok := parseBegin(replies[j])
+			if !ok {
+				c.fail(ctx, b.shard, unexpected("begins.lua", b.v))
+				continue
+			}
+			if n == beginFull {
+				if err := c.refused(ctx, it.d); err != nil {
+					c.fail(ctx, it.d.shard, err)
+				}
+				continue
+			}
+			if n <= 0 {
+				continue // another consumer holds it, or a claim buries it
+			}
+			l := leased
+			if !taken {
+				l = it.d.at // the lease of the read or claim that took it runs on
+			}
+			it.e.Attempt = int(n)
+			c.pool.running++
+			c.pool.calls.Add(1)
+			go c.poolCall(ctx, it.d, it.e, it.token, l)
 		}
-		l := leased
-		if !taken {
-			l = d.at // the lease of the read or claim that took it runs on
-		}
-		e := es[k]
-		e.Attempt = int(n)
-		c.pool.running++
-		c.pool.calls.Add(1)
-		go c.poolCall(ctx, d, e, tokens[k], l)
 	}
 }
 

@@ -43,6 +43,7 @@ var (
 
 	scriptAck         = script("groups.lua", "ack.lua")
 	scriptBegin       = script("groups.lua", "begin.lua")
+	scriptBegins      = script("groups.lua", "begins.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
 	scriptClaim       = script("now.lua", "groups.lua", "claim.lua")
 	scriptRelease     = script("groups.lua", "release.lua")
@@ -53,6 +54,7 @@ var (
 	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
 	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
 	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
+	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
 	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
 	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
 	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")

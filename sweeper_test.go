@@ -524,9 +524,10 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 		ctx := context.Background()
 		must[time.Time](t)(s.Add(ctx, "o", "m", time.Second))
 		clk.Advance(time.Second)
-		// A "dead" sweeper's lease, 100ms left on the server's clock.
+		// A "dead" sweeper's lease, 3s left on the server's clock (long
+		// enough for the first checks on a loaded machine).
 		now := must[time.Time](t)(b.rdb.Time(ctx).Result())
-		b.rdb.ZAdd(ctx, sweepersKey(s.name), redis.Z{Score: float64(now.Add(100 * time.Millisecond).UnixMilli()), Member: "dead"})
+		b.rdb.ZAdd(ctx, sweepersKey(s.name), redis.Z{Score: float64(now.Add(3 * time.Second).UnixMilli()), Member: "dead"})
 		w := newSweeper(t, s)
 		st, err := w.SweepOnce(ctx)
 		if err != nil || st.Skipped != 1 || st.Expired != 0 {
@@ -535,8 +536,14 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 		if ss := must[[]ShardStats](t)(s.Stats(ctx)); !ss[0].Leased {
 			t.Fatalf("Stats %+v: want the shard leased", ss[0])
 		}
-		time.Sleep(120 * time.Millisecond)
-		st, err = w.SweepOnce(ctx)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st, err = w.SweepOnce(ctx)
+			if err != nil || st.Skipped == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err != nil || st.Shards != 1 || st.Expired != 1 {
 			t.Fatalf("%+v %v: want the shard swept once the lease lapsed", st, err)
 		}

@@ -108,24 +108,26 @@ func runWakeLatency(b *testing.B, srv server, ttl func(int) time.Duration, gap t
 // per second (INFO commandstats, every command counted, those scripts run
 // included) over -idle-window, after the loops' first pass. Cases, at 16 and
 // 256 shards: one Sweeper.Run alone (per sweeper), then four Consume calls
-// of one group alone (per consumer). Run once (-benchtime 1x); the window,
-// not b.N, sets its length.
+// of one group alone (per consumer), then one Consume WithConcurrency(50)
+// (a worker pool of 50). Run once (-benchtime 1x); the window, not b.N, sets
+// its length.
 func BenchmarkIdleCommands(b *testing.B) {
 	underServer(b, func(b *testing.B, srv server) {
 		for _, shards := range []int{16, 256} {
 			for _, c := range []struct {
 				name  string
 				loops int
-			}{{"sweeper", 1}, {"consumer", 4}} {
+				opts  []expset.ConsumeOption
+			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}} {
 				b.Run(fmt.Sprintf("%s/shards-%d", c.name, shards), func(b *testing.B) {
-					runIdle(b, srv, shards, c.name == "sweeper", c.loops)
+					runIdle(b, srv, shards, c.name == "sweeper", c.loops, c.opts...)
 				})
 			}
 		}
 	})
 }
 
-func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int) {
+func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int, opts ...expset.ConsumeOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	name := "bench-idle-" + uniqueTag()
@@ -144,7 +146,7 @@ func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int) {
 				}
 				return
 			}
-			_ = s.Consume(ctx, "bench", "c"+strconv.Itoa(i), func(context.Context, expset.Expiry) error { return nil })
+			_ = s.Consume(ctx, "bench", "c"+strconv.Itoa(i), func(context.Context, expset.Expiry) error { return nil }, opts...)
 		}()
 	}
 	time.Sleep(2 * time.Second) // the first pass: groups, leases, first reads

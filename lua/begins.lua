@@ -1,0 +1,70 @@
+-- begins.lua: start handler calls of several expiry events of one shard at
+-- once (Set.Consume WithConcurrency): each as begin.lua mode b starts one,
+-- in one script call instead of one per event.
+--
+-- KEYS[1]  shard event stream   expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners          expset:{name:S}:runo   only; see slots.lua)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer
+-- ARGV[3]  visibility timeout in ms
+-- ARGV[4]  attempts allowed, WithMaxAttempts
+-- ARGV[5]  idle time in ms under which this consumer's own lease is kept as
+--          it is (a sixth of the visibility timeout)
+-- ARGV[6]  the owners' cap, WithOwnerConcurrency (0: none)
+-- ARGV[7..] pairs (at most 1000): an entry ID, and the token of its call
+--          (unique to the handler call, so that a begin run twice counts once);
+--          with a cap, triples: and the event's owner ("" for a job: no slot)
+--
+-- Each pair is begun on its own, exactly as begin.lua mode b begins one (see
+-- there): the consumer makes every call it begins at once, so a count raised
+-- here is a call made.
+-- Reply: one item per pair, in order: {the attempt number of the call, 1 when
+-- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on}, or 0
+-- (another consumer holds the event, it was acknowledged or trimmed), or -1
+-- (every attempt is used), or -2 (the owner holds its every slot: nothing
+-- changed, as in begin.lua).
+local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local vis, max, keep, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local step = 2
+if cap > 0 then
+  step = 3
+end
+local out = {}
+for i = 7, #ARGV - 1, step do
+  local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local r
+  local holder, idle = pending_of(stream, group, id)
+  if not holder or (holder ~= consumer and idle < vis) then
+    r = 0
+  else
+    local field = att_field(id, group)
+    local used, token = att_get(att, field)
+    if token == tok and holder == consumer then
+      r = {used, 1}
+    elseif used >= max then
+      r = -1
+    elseif cap > 0 and owner ~= '' and not slot_take(KEYS[3], KEYS[4], field, group, owner, cap, vis) then
+      r = -2
+    else
+      local taken = 0
+      if holder ~= consumer or idle >= keep then
+        if hold(stream, att, group, consumer, id) then
+          taken = 1
+        else
+          r = 0
+          if cap > 0 then
+            slot_drop(KEYS[3], KEYS[4], field, group)
+          end
+        end
+      end
+      if not r then
+        call('HSET', att, field, string.format('%d', used + 1) .. ' ' .. tok)
+        r = {used + 1, taken}
+      end
+    end
+  end
+  out[#out + 1] = r
+end
+return out
