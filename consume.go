@@ -149,7 +149,7 @@ func WithMaxHandlingTime(d time.Duration) ConsumeOption {
 // WithPollInterval, WithConcurrency. With WithConcurrency, Consume returns
 // once the calls under way have returned.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
-	c, err := s.newConsumer(group, consumerName, handle, opts)
+	c, err := s.newConsumer(group, consumerName, handle, opts, false)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,9 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	})
 }
 
-func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption) (*consumer, error) {
+// newConsumer checks Consume's arguments (Reserve's, when pull: then
+// handle is nil) and returns the consumer.
+func (s *Set) newConsumer(group, name string, handle func(context.Context, Expiry) error, opts []ConsumeOption, pull bool) (*consumer, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
@@ -181,7 +183,7 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 	if name == retryHolder {
 		return nil, fmt.Errorf("%w: consumer name %q is reserved for events waiting to be retried: choose another", ErrInvalidArgument, name)
 	}
-	if handle == nil {
+	if handle == nil && !pull {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidArgument)
 	}
 	cfg := consumeConfig{
@@ -194,8 +196,18 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		retryFirst:  defaultRetryFirst,
 		retryLimit:  defaultRetryLimit,
 	}
+	if pull {
+		// Refused: they shape handler calls, which Reserve's caller runs.
+		cfg.batch, cfg.maxHandling, cfg.concurrency = 0, 0, 0
+	}
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
+	}
+	if pull {
+		if cfg.batch != 0 || cfg.maxHandling != 0 || cfg.concurrency != 0 {
+			return nil, fmt.Errorf("%w: Reserve takes WithLeaseTTL, WithMaxAttempts, WithRetryBackoff and WithPollInterval; WithReadBatch, WithMaxHandlingTime and WithConcurrency shape Consume's handler calls: leave them out", ErrInvalidArgument)
+		}
+		cfg.batch, cfg.maxHandling, cfg.concurrency = 1, defaultMaxHandlingTime, 1
 	}
 	beat := max(cfg.visibility/3, time.Millisecond)
 	c := &consumer{
@@ -631,10 +643,29 @@ func (c *consumer) deliverAll(ctx context.Context, todo []delivery) {
 // it or it is not meant for this group) and settles the outcome. Only Redis
 // errors are returned.
 func (c *consumer) deliver(ctx context.Context, d delivery) error {
+	e, leased, token, err := c.start(ctx, d)
+	if err != nil || e.Attempt <= 0 {
+		return err
+	}
+	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
+	if herr == nil {
+		c.handled(ctx, d.shard, d.id, e.Attempt, leased)
+		return nil
+	}
+	return c.failed(ctx, d, e.Attempt, token, herr)
+}
+
+// start begins the handler call of d (Consume's, or the Reservation
+// Reserve returns): it returns the event with its attempt, when its lease
+// started and the call's token; an event with Attempt 0 when there is no
+// call to make: another consumer holds it, its last attempt never finished
+// (a claim buries it), it is not meant for this group (acknowledged) or is
+// not an event at all (buried). Only Redis errors are returned.
+func (c *consumer) start(ctx context.Context, d delivery) (Expiry, time.Time, string, error) {
 	if g, ok := d.values["g"].(string); ok && g != c.group {
 		// A dead letter of another group, kicked back: not for this one.
 		c.bufferAck(ctx, d.shard, d.id, d.at)
-		return nil
+		return Expiry{}, d.at, "", nil
 	}
 	e, perr := parseExpiry(d.shard, redis.XMessage{ID: d.id, Values: d.values}, 0)
 	if perr != nil {
@@ -643,21 +674,14 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		if buried {
 			c.event(ctx, d.shard, 0, perr, true)
 		}
-		return err
+		return Expiry{}, d.at, "", err
 	}
 	attempt, leased, token, err := c.begin(ctx, d)
 	if err != nil || attempt <= 0 {
-		// Another consumer holds it, or its last attempt never finished
-		// (a claim buries it): no call.
-		return err
+		return Expiry{}, leased, token, err
 	}
 	e.Attempt = attempt
-	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
-	if herr == nil {
-		c.handled(ctx, d.shard, d.id, attempt, leased)
-		return nil
-	}
-	return c.failed(ctx, d, attempt, token, herr)
+	return e, leased, token, nil
 }
 
 // handled settles a handler call of attempt that returned nil, under a
@@ -1113,11 +1137,11 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, lea
 	timer = every(max(c.beat-time.Since(leased), 0), func() time.Duration {
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.beat, time.Second))
-		v, err := c.set.run(rctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
+		held, err := c.renew(rctx, shard, id)
 		cancel()
 		if err != nil {
 			c.set.reportError(ctx, "consume", shard, err, c.beat)
-		} else if n, _ := asInt64(v); n != 1 {
+		} else if !held {
 			lost(ErrLeaseLost)
 		} else {
 			mu.Lock()
@@ -1147,6 +1171,17 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, lea
 	mu.Unlock()
 	running.Wait()
 	return l, err
+}
+
+// renew extends this consumer's lease on event id of shard (begin.lua mode
+// t), one round trip: false when it no longer holds it.
+func (c *consumer) renew(ctx context.Context, shard int, id string) (bool, error) {
+	v, err := c.set.run(ctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
+	if err != nil {
+		return false, err
+	}
+	n, _ := asInt64(v)
+	return n == 1, nil
 }
 
 // flushDuringCall sends the acknowledgements waiting while a handler call

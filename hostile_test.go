@@ -830,6 +830,7 @@ func hostileCases() []hostileCase {
 		})
 	}
 	retryHostileRows(row, consume)
+	reserveHostileRows(row)
 	row("Open", "WithShards(maxShards)", nil, "16384 shards", func(e *hostileEnv) (string, error) {
 		s, err := Open(context.Background(), e.rdb, e.named("shards-max"), WithShards(maxShards))
 		if err != nil {

@@ -121,6 +121,9 @@ func errShard(err error) int {
 	return -1
 }
 
+// errLoopDone is what a loop's round returns when the loop's work is done.
+var errLoopDone = errors.New("expset: loop done")
+
 // loop is the shape of a background loop: it calls round at once, then
 // again each time the wait round returned has passed or a wake-up comes on
 // wake (a nil wake never comes), until ctx ends (it
@@ -128,7 +131,7 @@ func errShard(err error) int {
 // returned; any other is reported (Set.reportError, as op, with the shard
 // shardErr tagged it with) and round is called again after a backoff that
 // grows with consecutive failures and resets on success. It starts no
-// goroutine.
+// goroutine. round returns errLoopDone to end the loop (loop returns nil).
 func (s *Set) loop(ctx context.Context, op string, wake <-chan struct{}, round func() (time.Duration, error)) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -152,6 +155,8 @@ func (s *Set) loop(ctx context.Context, op string, wake <-chan struct{}, round f
 		switch {
 		case err == nil:
 			bo.ok()
+		case err == errLoopDone:
+			return nil
 		case ctx.Err() != nil:
 			return nil
 		case misuse(err):

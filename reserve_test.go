@@ -1,0 +1,319 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// reserve calls s.Reserve, failing t after 30s without an event (a test
+// that hangs otherwise; no timing is asserted).
+func reserve(t *testing.T, s *Set, consumer string, opts ...ConsumeOption) *Reservation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := s.Reserve(ctx, "g", consumer, opts...)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	return r
+}
+
+// TestReserveFinish: Finish(nil) acknowledges, RetryAfter brings the event
+// back with attempt+1, Bury dead-letters it at once; misuse of a
+// Reservation is an error, never a panic.
+func TestReserveFinish(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 3)
+		opts := []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond)}
+		attempts := map[string][]int{}
+		for range 4 {
+			r := reserve(t, s, "c", opts...)
+			e := r.Expiry
+			attempts[e.Owner] = append(attempts[e.Owner], e.Attempt)
+			if string(e.Payload) != "p"+e.Owner[1:] {
+				t.Errorf("%s: payload %q", e.Owner, e.Payload)
+			}
+			var err error
+			switch {
+			case e.Owner == "o1":
+				err = Bury(errors.New("malformed"))
+			case e.Owner == "o2" && e.Attempt == 1:
+				err = RetryAfter(errors.New("busy"), 50*time.Millisecond)
+			}
+			if err := r.Finish(ctx, err); err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+			if err := r.Finish(ctx, nil); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("second Finish: %v, want ErrInvalidArgument", err)
+			}
+			if err := r.Touch(ctx); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("Touch after Finish: %v, want ErrInvalidArgument", err)
+			}
+		}
+		want := map[string][]int{"o0": {1}, "o1": {1}, "o2": {1, 2}}
+		if fmt.Sprint(attempts) != fmt.Sprint(want) {
+			t.Errorf("attempts %v, want %v", attempts, want)
+		}
+		dead := deadKeys(t, s)
+		if len(dead) != 1 {
+			t.Fatalf("%d dead letters, want 1", len(dead))
+		}
+		for _, d := range dead {
+			if d.Event.Owner != "o1" || d.Event.Attempt != 1 || d.Error != "malformed" {
+				t.Errorf("dead letter %+v, want o1 after 1 attempt, malformed", d)
+			}
+		}
+		waitFor(t, "the stream drained", func() bool { return drained(s) })
+		// Nothing left: Reserve waits until its context ends.
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if r, err := s.Reserve(cctx, "g", "c", opts...); r != nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Reserve with nothing to reserve: %v, %v; want nil, DeadlineExceeded", r, err)
+		}
+	})
+}
+
+// TestReserveLeaseLapse: Touch keeps a reservation from everyone else; one
+// left untouched past the lease TTL goes to another consumer with the next
+// attempt, the first one's Touch then says ErrLeaseLost, and a last attempt
+// that lapses is dead-lettered.
+func TestReserveLeaseLapse(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 1)
+		lease := 600 * time.Millisecond
+		opts := []ConsumeOption{WithLeaseTTL(lease), WithMaxAttempts(3), WithPollInterval(10 * time.Millisecond)}
+		r1 := reserve(t, s, "c1", opts...)
+		if r1.Expiry.Attempt != 1 {
+			t.Fatalf("attempt %d, want 1", r1.Expiry.Attempt)
+		}
+		other := make(chan *Reservation, 1)
+		octx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := s.Reserve(octx, "g", "c2", opts...)
+			other <- r
+		}()
+		// Touched for three lease TTLs: c2 gets nothing meanwhile.
+		for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 6) {
+			if err := r1.Touch(ctx); err != nil {
+				t.Fatalf("Touch: %v", err)
+			}
+		}
+		select {
+		case r := <-other:
+			t.Fatalf("c2 reserved %+v while c1 touched it", r)
+		default:
+		}
+		// Left alone, it lapses and goes to c2 with attempt 2.
+		var r2 *Reservation
+		select {
+		case r2 = <-other:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the lapsed reservation never came back")
+		}
+		stop()
+		wg.Wait()
+		if r2 == nil || r2.Expiry.Attempt != 2 || r2.Expiry.ID != r1.Expiry.ID {
+			t.Fatalf("c2 reserved %+v, want %s with attempt 2", r2, r1.Expiry.ID)
+		}
+		if err := r1.Touch(ctx); !errors.Is(err, ErrLeaseLost) {
+			t.Errorf("Touch of the lapsed reservation: %v, want ErrLeaseLost", err)
+		}
+		if err := r1.Finish(ctx, errors.New("late")); err != nil {
+			t.Errorf("late Finish: %v", err)
+		}
+		// Nor did the late failure take it from c2.
+		if err := r2.Touch(ctx); err != nil {
+			t.Errorf("c2's Touch after c1's late Finish: %v", err)
+		}
+		// The third and last attempt goes to Consume, and never returns.
+		r2.mu.Lock()
+		r2.done = true // forget it, as a dying caller would
+		r2.mu.Unlock()
+		got := make(chan Expiry, 3)
+		cctx, cstop := context.WithCancel(ctx)
+		var cwg sync.WaitGroup
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			_ = s.Consume(cctx, "g", "c3", func(hctx context.Context, e Expiry) error {
+				got <- e
+				return errors.New("fails")
+			}, opts...)
+		}()
+		var e3 Expiry
+		select {
+		case e3 = <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Consume never got the lapsed reservation")
+		}
+		waitFor(t, "a dead letter", func() bool { return len(deadKeys(t, s)) == 1 })
+		cstop()
+		cwg.Wait()
+		if e3.Attempt != 3 {
+			t.Errorf("Consume saw attempt %d, want 3", e3.Attempt)
+		}
+		for _, d := range deadKeys(t, s) {
+			if d.Event.Attempt != 3 {
+				t.Errorf("dead letter after %d attempts, want 3", d.Event.Attempt)
+			}
+		}
+	})
+}
+
+// TestReserveWithConsume: Reserve loops and a Consume on one group never
+// hold one event at once, and every event is done once with exact attempts.
+func TestReserveWithConsume(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
+		const n = 40
+		expire(t, s, clk, n)
+		opts := []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond), WithRetryBackoff(time.Millisecond, time.Millisecond)}
+		var (
+			mu         sync.Mutex
+			inFlight   = map[string]bool{}
+			violations int
+			done       = map[string][]int{}
+		)
+		work := func(e Expiry) error {
+			mu.Lock()
+			if inFlight[e.Owner] {
+				violations++
+			}
+			inFlight[e.Owner] = true
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			delete(inFlight, e.Owner)
+			done[e.Owner] = append(done[e.Owner], e.Attempt)
+			if e.Attempt == 1 && strings.HasSuffix(e.Owner, "3") {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		}
+		var wg sync.WaitGroup
+		for _, name := range []string{"r1", "r2"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					r, err := s.Reserve(ctx, "g", name, opts...)
+					if err != nil {
+						return
+					}
+					if err := r.Finish(ctx, work(r.Expiry)); err != nil {
+						t.Errorf("Finish: %v", err)
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.Consume(ctx, "g", "c", func(_ context.Context, e Expiry) error { return work(e) }, opts...)
+		}()
+		waitFor(t, "every event done", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(done) == n
+		})
+		waitFor(t, "the stream drained", func() bool { return drained(s) })
+		stop()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if violations != 0 {
+			t.Errorf("%d times an event was held twice at once", violations)
+		}
+		for o, as := range done {
+			want := "[1]"
+			if strings.HasSuffix(o, "3") {
+				want = "[1 2]"
+			}
+			if fmt.Sprint(as) != want {
+				t.Errorf("%s: attempts %v, want %s", o, as, want)
+			}
+		}
+	})
+}
+
+// reserveHostileRows adds Reserve's and Reservation's rows to the
+// hostile-input table.
+func reserveHostileRows(row func(call, input string, want error, got string, run func(e *hostileEnv) (string, error))) {
+	ended := func(e *hostileEnv, group, consumer string, opts ...ConsumeOption) error {
+		s, err := Open(context.Background(), e.rdb, e.named("reserve"), WithExpiryEvents())
+		if err != nil {
+			return err
+		}
+		done, cancel := context.WithCancel(e.ctx)
+		cancel()
+		_, err = s.Reserve(done, group, consumer, opts...)
+		return err
+	}
+	for _, c := range []struct {
+		desc            string
+		group, consumer string
+		opts            []ConsumeOption
+		want            error
+	}{
+		{`group ""`, "", "c", nil, ErrInvalidArgument},
+		{"consumer of 257 bytes", "g", strings.Repeat("c", maxConsumerLen+1), nil, ErrInvalidArgument},
+		{`consumer "` + retryHolder + `" (reserved)`, "g", retryHolder, nil, ErrInvalidArgument},
+		{"WithReadBatch(1) (refused)", "g", "c", []ConsumeOption{WithReadBatch(1)}, ErrInvalidArgument},
+		{"WithMaxHandlingTime(1m) (refused)", "g", "c", []ConsumeOption{WithMaxHandlingTime(time.Minute)}, ErrInvalidArgument},
+		{"WithConcurrency(1) (refused)", "g", "c", []ConsumeOption{WithConcurrency(1)}, ErrInvalidArgument},
+		{"WithMaxAttempts(0)", "g", "c", []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidArgument},
+		{"WithRetryBackoff(-1ns, 1s)", "g", "c", []ConsumeOption{WithRetryBackoff(-1, time.Second)}, ErrInvalidArgument},
+	} {
+		row("Set.Reserve", c.desc, c.want, "", func(e *hostileEnv) (string, error) {
+			return "", ended(e, c.group, c.consumer, c.opts...)
+		})
+	}
+	row("Set.Reserve", "an ended context, WithLeaseTTL, WithMaxAttempts, WithRetryBackoff, WithPollInterval", nil, "nil, context canceled", func(e *hostileEnv) (string, error) {
+		err := ended(e, "g", "c", WithLeaseTTL(time.Second), WithMaxAttempts(1), WithRetryBackoff(0, 0), WithPollInterval(time.Second))
+		return "nil, " + fmt.Sprint(err), nil
+	})
+	row("Set.Reserve", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Reserve(e.ctx, "g", "c")
+		return "", err
+	})
+	for _, z := range []struct {
+		desc string
+		s    *Set
+	}{{"zero Set", &Set{}}, {"nil *Set", nil}} {
+		s := z.s
+		row("Set.Reserve", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			_, err := s.Reserve(e.ctx, "g", "c")
+			return "", err
+		})
+	}
+	for _, z := range []struct {
+		desc string
+		r    *Reservation
+	}{{"zero Reservation", &Reservation{}}, {"nil *Reservation", nil}, {"Reservation finished", &Reservation{c: &consumer{}, done: true}}} {
+		r := z.r
+		row("Reservation.Finish", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			return "", r.Finish(e.ctx, nil)
+		})
+		row("Reservation.Touch", z.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			return "", r.Touch(e.ctx)
+		})
+	}
+}
