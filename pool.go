@@ -30,9 +30,10 @@ const gatherWait = time.Millisecond
 // call slots (claims included), so no event read waits behind a running
 // call; what cannot be started when Consume stops is released, uncharged.
 // While fewer than half the slots are free and calls run, the reader waits
-// up to 1ms for more to free before it reads. Round trips are shared: the
-// begins of the calls a read starts go in one script call per shard, all in
-// one pipeline; the lease renewals of the running calls and the
+// up to 1ms for more to free before it reads. Round trips are shared: a
+// shard's new events are read and their calls begun in one script call,
+// all shards' in one pipeline (claimed events are begun likewise); the
+// lease renewals of the running calls and the
 // acknowledgements (one script per shard, as without the option) go in
 // shared pipelines, a renewal due within half a beat of another with it.
 //
@@ -71,8 +72,9 @@ func newPool(c *consumer) *pool {
 
 // poolRound is round for a Consume WithConcurrency over 1: it reaps the
 // calls that finished and then, when call slots are free, surveys the
-// shards and reads at most as many events as there are free slots, begins
-// them all in one pipeline and starts a call for each. Finished calls wake
+// shards, reads and begins at most as many events as there are free slots
+// (take; claimed events through startCalls) and starts a call for each.
+// Finished calls wake
 // the loop (c.wk.signal). Acknowledgements and lease renewals are the lease
 // keeper's.
 func (c *consumer) poolRound(ctx context.Context) time.Duration {
