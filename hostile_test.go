@@ -522,40 +522,6 @@ func hostileCases() []hostileCase {
 		return out + "; name:1 and name:1:2 kept", nil
 	})
 
-	// Codec.After: its count is bounded, whatever the caller passes.
-	for _, n := range []struct {
-		desc  string
-		count int64
-	}{{"count math.MaxInt64", math.MaxInt64}, {"count 1<<40", 1 << 40}, {"count maxAfterCount+1", maxAfterCount + 1}} {
-		count := n.count
-		row("Codec.After", n.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-			c, err := NewCodec(Twitter)
-			if err != nil {
-				return "", err
-			}
-			_, err = c.After(e.ctx, e.rdb, e.s.OwnerKey("codec"), -1, count)
-			return "", err
-		})
-	}
-	row("Codec.After", "count maxAfterCount, over 2 IDs", nil, "[1 2]", func(e *hostileEnv) (string, error) {
-		c, err := NewCodec(Twitter)
-		if err != nil {
-			return "", err
-		}
-		key := e.s.OwnerKey("codec")
-		for _, id := range []int64{1, 2} {
-			sc, err := c.Score(id)
-			if err != nil {
-				return "", err
-			}
-			if err := e.rdb.ZAdd(e.ctx, key, redis.Z{Score: sc, Member: c.Member(id)}).Err(); err != nil {
-				return "", err
-			}
-		}
-		ids, err := c.After(e.ctx, e.rdb, key, -1, maxAfterCount)
-		return fmt.Sprint(ids), err
-	})
-
 	// Zero values and nil pointers: every call that can reach Redis fails
 	// with ErrInvalidArgument instead of panicking; the accessors give zeros.
 	setCalls := []struct {

@@ -286,6 +286,7 @@ var snippetImports = map[string]string{
 	"expset":     "github.com/expset/expset",
 	"expsetotel": "github.com/expset/expset/expsetotel",
 	"expsetprom": "github.com/expset/expset/expsetprom",
+	"idcodec":    "github.com/expset/expset/idcodec",
 	"redis":      "github.com/redis/go-redis/v9",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",

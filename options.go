@@ -15,8 +15,9 @@ const maxTTL = 100 * 365 * 24 * time.Hour
 
 // The options of each call have a type of their own, so that the compiler
 // rejects an option given to a call that does not read it
-// (NewCodec(Twitter, WithShards(4)) does not compile). Each type is an
-// interface whose methods are unexported: only this package makes options.
+// (NewQuota(s, 3, WithPollInterval(time.Second)) does not compile). Each
+// type is an interface whose methods are unexported: only this package makes
+// options.
 // An option that serves two calls satisfies both their types (LoopOption,
 // WriteOption). Options apply in order, the later winning where two set one
 // thing. The first invalid one (out of range, or missing the option it
@@ -42,9 +43,6 @@ type SweeperOption interface{ applySweeper(*sweeperConfig) error }
 // WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime,
 // WithConcurrency.
 type ConsumeOption interface{ applyConsume(*consumeConfig) error }
-
-// CodecOption configures NewCodec: KeepTimeSeq, KeepTimeSeq52.
-type CodecOption interface{ applyCodec(*Codec) error }
 
 // AddOption configures one Set.Add: WithPayload.
 type AddOption interface{ applyAdd(*callConfig) error }
@@ -72,7 +70,6 @@ type (
 	quotaOption   func(*Quota) error
 	sweeperOption func(*sweeperConfig) error
 	consumeOption func(*consumeConfig) error
-	codecOption   func(*Codec) error
 	acquireOption func(*callConfig) error
 	writeOption   func(*callConfig) error
 	loopOption    struct {
@@ -85,7 +82,6 @@ func (f openOption) applyOpen(c *setConfig) error           { return f(c) }
 func (f quotaOption) applyQuota(q *Quota) error             { return f(q) }
 func (f sweeperOption) applySweeper(c *sweeperConfig) error { return f(c) }
 func (f consumeOption) applyConsume(c *consumeConfig) error { return f(c) }
-func (f codecOption) applyCodec(c *Codec) error             { return f(c) }
 func (f acquireOption) applyAcquire(c *callConfig) error    { return f(c) }
 func (f writeOption) applyAdd(c *callConfig) error          { return f(c) }
 func (f writeOption) applyAcquire(c *callConfig) error      { return f(c) }

@@ -53,12 +53,6 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 			{"Set.Consume", "WithReadBatch", "WithMaxAttempts", func(n, f, sc bool) error {
 				return s.Consume(ended, "g", "c", handle, pick[ConsumeOption](n, f, sc, WithReadBatch(0), WithMaxAttempts(0))...)
 			}},
-			{"NewCodec", "first", "second", func(n, f, sc bool) error {
-				_, err := NewCodec(Twitter, pick[CodecOption](n, f, sc,
-					codecOption(func(*Codec) error { return errors.New("first") }),
-					codecOption(func(*Codec) error { return errors.New("second") }))...)
-				return err
-			}},
 			{"Set.Add", "WithPayload", "", func(n, f, sc bool) error {
 				_, err := s.Add(ctx, "u", "m", time.Minute, pick[AddOption](n, f, false, WithPayload([]byte("x")), nil)...)
 				return err
@@ -77,7 +71,7 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 				t.Errorf("%s(nil option): %v", c.call, err)
 			}
 			both, alone := c.run(false, true, true), c.run(false, true, false)
-			if both == nil || !errors.Is(both, ErrInvalidArgument) && c.call != "NewCodec" || alone == nil || both.Error() != alone.Error() || !strings.Contains(both.Error(), c.first) {
+			if both == nil || !errors.Is(both, ErrInvalidArgument) || alone == nil || both.Error() != alone.Error() || !strings.Contains(both.Error(), c.first) {
 				t.Errorf("%s(%s, %s): %v, want the first one's error %v, naming it", c.call, c.first, c.second, both, alone)
 			}
 			if c.second == "" {
@@ -140,8 +134,8 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 	}
 	exports := exportData(t)
 	check := func(body string) error {
-		src := "package p\n\nimport (\n\t\"context\"\n\t\"time\"\n\n\t\"github.com/expset/expset\"\n)\n\n" +
-			"var _ = time.Second\n\nfunc f(ctx context.Context, s *expset.Set, q *expset.Quota) {\n" + body + "\n}\n"
+		src := "package p\n\nimport (\n\t\"context\"\n\t\"time\"\n\n\t\"github.com/expset/expset\"\n\t\"github.com/expset/expset/idcodec\"\n)\n\n" +
+			"var _, _ = time.Second, idcodec.New\n\nfunc f(ctx context.Context, s *expset.Set, q *expset.Quota) {\n" + body + "\n}\n"
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, "p.go", src, 0)
 		if err != nil {
@@ -160,8 +154,8 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 	for _, c := range []struct {
 		wrong, right string
 	}{
-		{"_, _ = expset.NewCodec(expset.Twitter, expset.WithShards(4))",
-			"_, _ = expset.NewCodec(expset.Twitter, expset.KeepTimeSeq())"},
+		{"_, _ = idcodec.New(idcodec.Twitter, expset.WithShards(4))",
+			"_, _ = idcodec.New(idcodec.Twitter, idcodec.KeepTimeSeq())"},
 		{"_, _ = expset.NewQuota(s, 3, expset.WithPollInterval(time.Second))",
 			"_, _ = expset.NewQuota(s, 3, expset.WithEvictOldest())"},
 		{"_, _ = expset.Open(ctx, nil, \"n\", expset.WithEventRetention(time.Hour, 10, 64<<20))",
@@ -187,7 +181,7 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 // dependencies by import path, as go list builds them.
 func exportData(t *testing.T) map[string]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}", ".")
+	cmd := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}", ".", "./idcodec")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

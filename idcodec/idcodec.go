@@ -1,4 +1,9 @@
-package expset
+// Package idcodec maps snowflake IDs (Twitter, Sonyflake, Discord,
+// Instagram and layouts of your own) to sorted-set scores that a double
+// holds exactly, and to fixed-width members, so that a Redis sorted set
+// scored by ID lists its IDs in ID order. Its errors match
+// expset.ErrInvalidArgument.
+package idcodec
 
 import (
 	"context"
@@ -7,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/expset/expset"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -130,8 +136,8 @@ func (s strategy) String() string {
 // sequence, not by ID, and After follows that order. Where it sits below
 // (Sonyflake), the dropped bits are the lowest and the order is exact, as
 // with the default (KeepTopBits).
-func KeepTimeSeq() CodecOption {
-	return codecOption(func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
+func KeepTimeSeq() Option {
+	return option(func(c *Codec) error { c.strategy = keepTimeSeq; return nil })
 }
 
 // KeepTimeSeq52 is the published 52-bit scheme: the time field and as many
@@ -141,9 +147,18 @@ func KeepTimeSeq() CodecOption {
 // than 2^11 IDs in one millisecond wraps, so its later IDs reuse the scores
 // of its first ones and sort among them. Use it only for scores already
 // stored that way.
-func KeepTimeSeq52() CodecOption {
-	return codecOption(func(c *Codec) error { c.strategy = keepTimeSeq52; return nil })
+func KeepTimeSeq52() Option {
+	return option(func(c *Codec) error { c.strategy = keepTimeSeq52; return nil })
 }
+
+// Option configures New: KeepTimeSeq, KeepTimeSeq52. Options apply in
+// order, the later winning; a nil option does nothing. Its method is
+// unexported: only this package makes options.
+type Option interface{ apply(*Codec) error }
+
+type option func(*Codec) error
+
+func (f option) apply(c *Codec) error { return f(c) }
 
 // Codec maps snowflake IDs to sorted-set scores that a double holds exactly,
 // and to fixed-width members, so that a sorted set scored by ID lists its IDs
@@ -189,7 +204,7 @@ func KeepTimeSeq52() CodecOption {
 //	KeepTimeSeq, KeepTimeSeq52      [-------------]             [---------] 50 bits
 //
 // The budget per layout and strategy: the bits kept, the year the time field
-// outgrows them (the horizon: past it Score fails with ErrInvalidArgument; for
+// outgrows them (the horizon: past it Score fails with expset.ErrInvalidArgument; for
 // these layouts it is the generator's own), how many IDs can share one
 // score, and what order ZRANGE keeps:
 //
@@ -226,7 +241,7 @@ func KeepTimeSeq52() CodecOption {
 // layouts such as Sonyflake) or has no bits.
 //
 // A Codec is immutable and safe for simultaneous use by multiple goroutines.
-// The zero Codec is not usable: build one with NewCodec.
+// The zero Codec is not usable: build one with New.
 type Codec struct {
 	layout   Layout
 	strategy strategy
@@ -240,7 +255,7 @@ type Codec struct {
 	timeLimit uint64 // the first time field past the horizon
 }
 
-// NewCodec returns a Codec for IDs of layout l. By default (KeepTopBits in
+// New returns a Codec for IDs of layout l. By default (KeepTopBits in
 // the tables of Codec) it keeps the 53 most significant bits of the ID: the
 // whole time field and then node and sequence bits, top down, until 53 bits
 // are used. Scores never decrease as IDs grow, so with Member as the member a
@@ -249,26 +264,31 @@ type Codec struct {
 // millisecond. (In a custom layout whose node and sequence fields have fewer
 // than 10 bits together, it drops time bits too, and neighbouring ticks share
 // scores.) It is what new data should use; KeepTimeSeq and KeepTimeSeq52
-// choose other bits. It fails with ErrInvalidArgument when TimeBits is
+// choose other bits. It fails with expset.ErrInvalidArgument when TimeBits is
 // under 1, NodeBits or SeqBits is negative, the three do not add up to 63,
 // TimeUnit is not positive, 2^TimeBits time units overflow a time.Duration,
 // Epoch is the zero time, or KeepTimeSeq leaves the time field no room.
-func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
+func New(l Layout, opts ...Option) (*Codec, error) {
 	c := &Codec{layout: l}
-	if err := applyOptions(opts, c, CodecOption.applyCodec); err != nil {
-		return nil, err
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(c); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case l.TimeBits < 1 || l.NodeBits < 0 || l.SeqBits < 0:
-		return nil, fmt.Errorf("%w: snowflake layout %s: field widths time %d, node %d, seq %d (time needs 1 bit, the others 0 or more)", ErrInvalidArgument, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
+		return nil, fmt.Errorf("%w: snowflake layout %s: field widths time %d, node %d, seq %d (time needs 1 bit, the others 0 or more)", expset.ErrInvalidArgument, l.name(), l.TimeBits, l.NodeBits, l.SeqBits)
 	case l.TimeBits+l.NodeBits+l.SeqBits != 63:
-		return nil, fmt.Errorf("%w: snowflake layout %s: field widths add up to %d bits, want 63", ErrInvalidArgument, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
+		return nil, fmt.Errorf("%w: snowflake layout %s: field widths add up to %d bits, want 63", expset.ErrInvalidArgument, l.name(), l.TimeBits+l.NodeBits+l.SeqBits)
 	case l.TimeUnit <= 0:
-		return nil, fmt.Errorf("%w: snowflake layout %s: time unit %v is not positive", ErrInvalidArgument, l.name(), l.TimeUnit)
+		return nil, fmt.Errorf("%w: snowflake layout %s: time unit %v is not positive", expset.ErrInvalidArgument, l.name(), l.TimeUnit)
 	case uint64(1)<<l.TimeBits > uint64(math.MaxInt64/l.TimeUnit):
-		return nil, fmt.Errorf("%w: snowflake layout %s: 2^%d time units of %v overflow a time.Duration", ErrInvalidArgument, l.name(), l.TimeBits, l.TimeUnit)
+		return nil, fmt.Errorf("%w: snowflake layout %s: 2^%d time units of %v overflow a time.Duration", expset.ErrInvalidArgument, l.name(), l.TimeBits, l.TimeUnit)
 	case l.Epoch.IsZero():
-		return nil, fmt.Errorf("%w: snowflake layout %s: zero epoch", ErrInvalidArgument, l.name())
+		return nil, fmt.Errorf("%w: snowflake layout %s: zero epoch", expset.ErrInvalidArgument, l.name())
 	}
 
 	c.timeShift = uint(l.NodeBits + l.SeqBits)
@@ -283,10 +303,10 @@ func NewCodec(l Layout, opts ...CodecOption) (*Codec, error) {
 		budget = scoreBits - 1
 		lo = max(0, min(l.SeqBits, budget-l.TimeBits))
 	default:
-		return nil, fmt.Errorf("%w: snowflake layout %s: unknown strategy %d", ErrInvalidArgument, l.name(), c.strategy)
+		return nil, fmt.Errorf("%w: snowflake layout %s: unknown strategy %d", expset.ErrInvalidArgument, l.name(), c.strategy)
 	}
 	if lo >= budget {
-		return nil, fmt.Errorf("%w: snowflake layout %s: %v keeps %d sequence bits, leaving no room for the time in %d", ErrInvalidArgument, l.name(), c.strategy, lo, budget)
+		return nil, fmt.Errorf("%w: snowflake layout %s: %v keeps %d sequence bits, leaving no room for the time in %d", expset.ErrInvalidArgument, l.name(), c.strategy, lo, budget)
 	}
 	if lo < 0 || (l.NodeBits == 0 || l.SeqHigh) && lo == l.SeqBits {
 		// The dropped bits are the lowest: one shift keeps the rest, in order.
@@ -334,7 +354,7 @@ func (c *Codec) score(u uint64) uint64 {
 // Score returns the score of id: an integer below 2^53, which a double holds
 // exactly, so Redis stores, returns and compares it without rounding. With an
 // Ordered Codec (the default) a < b implies Score(a) <= Score(b); otherwise
-// scores still grow with the time field. It fails with ErrInvalidArgument when id is
+// scores still grow with the time field. It fails with expset.ErrInvalidArgument when id is
 // negative or its time lies past the Horizon.
 func (c *Codec) Score(id int64) (float64, error) {
 	u := uint64(id)
@@ -346,24 +366,24 @@ func (c *Codec) Score(id int64) (float64, error) {
 }
 
 // idError is the error of Score for an ID past the horizon, a negative ID or
-// the zero Codec: ErrInvalidArgument, with the ID at fault.
+// the zero Codec: expset.ErrInvalidArgument, with the ID at fault.
 type idError struct {
 	c  *Codec
 	id int64
 }
 
-func (e *idError) Unwrap() error { return ErrInvalidArgument }
+func (e *idError) Unwrap() error { return expset.ErrInvalidArgument }
 
 func (e *idError) Error() string {
 	c, id := e.c, e.id
 	switch {
 	case c.hiLimit == 0:
-		return ErrInvalidArgument.Error() + ": zero Codec: build it with NewCodec"
+		return expset.ErrInvalidArgument.Error() + ": zero Codec: build it with New"
 	case id < 0:
-		return fmt.Sprintf("%v: snowflake id %d is negative", ErrInvalidArgument, id)
+		return fmt.Sprintf("%v: snowflake id %d is negative", expset.ErrInvalidArgument, id)
 	}
 	return fmt.Sprintf("%v: snowflake id %d: its time %s is past the codec's horizon %s",
-		ErrInvalidArgument, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
+		expset.ErrInvalidArgument, id, c.Time(id).Format(time.RFC3339Nano), c.Horizon().Format(time.RFC3339Nano))
 }
 
 // ScoreAt returns the lowest score of any ID generated at t or later: the
@@ -418,7 +438,7 @@ func (c *Codec) Member(id int64) string {
 }
 
 // ParseMember returns the ID of a member written by Member. It fails with
-// ErrInvalidArgument unless s is exactly 19 decimal digits of a value up to
+// expset.ErrInvalidArgument unless s is exactly 19 decimal digits of a value up to
 // math.MaxInt64.
 func (c *Codec) ParseMember(s string) (int64, error) {
 	if len(s) != memberLen {
@@ -448,7 +468,7 @@ func memberError(s string) error {
 	if len(s) > 2*memberLen {
 		s = s[:2*memberLen] + "..."
 	}
-	return fmt.Errorf("%w: snowflake member %q (want %d decimal digits, at most %d, as Codec.Member writes)", ErrInvalidArgument, s, memberLen, int64(math.MaxInt64))
+	return fmt.Errorf("%w: snowflake member %q (want %d decimal digits, at most %d, as Codec.Member writes)", expset.ErrInvalidArgument, s, memberLen, int64(math.MaxInt64))
 }
 
 // formatScore writes a score as the exact decimal Redis parses back to the
@@ -468,7 +488,7 @@ const maxAfterCount = 1 << 20
 // Member. After reads with ZRANGE key <Score(id)> +inf BYSCORE LIMIT, skipping
 // the IDs up to id that share its score; it takes one round trip unless more
 // than count of those precede the first ID after id, and then doubles its
-// reads. A count under 1 returns nil. It fails with ErrInvalidArgument when
+// reads. A count under 1 returns nil. It fails with expset.ErrInvalidArgument when
 // count is above 2^20, when id is past the Horizon, or when a member was
 // not written by Member,
 // and with the error of Redis. What it allocates grows with the IDs Redis
@@ -478,7 +498,7 @@ func (c *Codec) After(ctx context.Context, rdb redis.SortedSetCmdable, key strin
 		return nil, nil
 	}
 	if count > maxAfterCount {
-		return nil, fmt.Errorf("%w: After(%d, count %d): want at most maxAfterCount (%d); read further pages with the last ID returned", ErrInvalidArgument, id, count, maxAfterCount)
+		return nil, fmt.Errorf("%w: After(%d, count %d): want at most maxAfterCount (%d); read further pages with the last ID returned", expset.ErrInvalidArgument, id, count, maxAfterCount)
 	}
 	from, skipScore := "-inf", -1.0
 	if id >= 0 {

@@ -1,4 +1,4 @@
-package expset
+package idcodec
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/expset/expset"
 	"github.com/expset/expset/internal/redistest"
 )
 
@@ -18,7 +19,7 @@ var codecLayouts = []Layout{Twitter, Sonyflake, SonyflakeV2, Discord, Instagram}
 
 var codecStrategies = []struct {
 	name string
-	opt  CodecOption
+	opt  Option
 }{
 	{"KeepTopBits", nil},
 	{"KeepTimeSeq", KeepTimeSeq()},
@@ -36,11 +37,11 @@ func compose(l Layout, tick, node, seq uint64) int64 {
 
 func fieldMax(bits int) uint64 { return 1<<bits - 1 }
 
-func mustCodec(tb testing.TB, l Layout, opts ...CodecOption) *Codec {
+func mustCodec(tb testing.TB, l Layout, opts ...Option) *Codec {
 	tb.Helper()
-	c, err := NewCodec(l, opts...)
+	c, err := New(l, opts...)
 	if err != nil {
-		tb.Fatalf("NewCodec(%s): %v", l.name(), err)
+		tb.Fatalf("New(%s): %v", l.name(), err)
 	}
 	return c
 }
@@ -66,7 +67,7 @@ func TestCodecExtremes(t *testing.T) {
 	const max41, max39, max40 = 1<<41 - 1, 1<<39 - 1, 1<<40 - 1
 	tests := []struct {
 		layout Layout
-		opt    CodecOption
+		opt    Option
 		rows   []row
 	}{
 		{Twitter, nil, []row{
@@ -176,7 +177,7 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 	tests := []struct {
 		name    string
 		edit    func(*Layout)
-		opt     CodecOption
+		opt     Option
 		wantMsg string
 	}{
 		{"62 bits", func(l *Layout) { l.SeqBits = 11 }, nil, "62 bits, want 63"},
@@ -188,15 +189,15 @@ func TestNewCodecInvalidLayout(t *testing.T) {
 		{"span beyond a Duration", func(l *Layout) { l.TimeBits, l.NodeBits = 45, 6 }, nil, "2^45 time units of 1ms"},
 		{"zero epoch", func(l *Layout) { l.Epoch = time.Time{} }, nil, "zero epoch"},
 		{"sequence leaves no time", func(l *Layout) { l.TimeBits, l.NodeBits, l.SeqBits, l.TimeUnit = 2, 0, 61, time.Nanosecond }, KeepTimeSeq(), "keeps 61 sequence bits"},
-		{"unknown strategy", func(*Layout) {}, codecOption(func(c *Codec) error { c.strategy = 9; return nil }), "unknown strategy 9"},
+		{"unknown strategy", func(*Layout) {}, option(func(c *Codec) error { c.strategy = 9; return nil }), "unknown strategy 9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := base
 			tt.edit(&l)
-			c, err := NewCodec(l, tt.opt)
-			if !errors.Is(err, ErrInvalidArgument) || c != nil {
-				t.Fatalf("NewCodec = %v, %v; want ErrInvalidArgument", c, err)
+			c, err := New(l, tt.opt)
+			if !errors.Is(err, expset.ErrInvalidArgument) || c != nil {
+				t.Fatalf("New = %v, %v; want expset.ErrInvalidArgument", c, err)
 			}
 			if msg := err.Error(); !strings.HasPrefix(msg, "expset: invalid argument: snowflake layout Twitter: ") || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("error %q does not name Twitter and %q", msg, tt.wantMsg)
@@ -223,7 +224,7 @@ func TestCodecHorizon(t *testing.T) {
 	}
 	past := compose(l, 1<<41, 0, 0)
 	_, err := c.Score(past)
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
+	if !errors.Is(err, expset.ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprint(past)) || !strings.Contains(err.Error(), "horizon") {
 		t.Errorf("Score(past horizon) error = %v", err)
 	}
 	if got := c.ScoreAt(c.Horizon().Add(time.Hour)); got != 1<<53 {
@@ -244,8 +245,8 @@ func TestCodecInvalidID(t *testing.T) {
 	forEachCodec(t, func(t *testing.T, c *Codec) {
 		for _, id := range []int64{-1, math.MinInt64} {
 			s, err := c.Score(id)
-			if !errors.Is(err, ErrInvalidArgument) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
-				t.Errorf("Score(%d) = %v, %v; want ErrInvalidArgument naming it", id, s, err)
+			if !errors.Is(err, expset.ErrInvalidArgument) || s != 0 || !strings.Contains(err.Error(), fmt.Sprint(id)) {
+				t.Errorf("Score(%d) = %v, %v; want expset.ErrInvalidArgument naming it", id, s, err)
 			}
 			if m := c.Member(id); m != "" {
 				t.Errorf("Member(%d) = %q, want \"\"", id, m)
@@ -256,8 +257,8 @@ func TestCodecInvalidID(t *testing.T) {
 		}
 	})
 	var zero Codec
-	if _, err := zero.Score(0); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("zero Codec Score = %v, want ErrInvalidArgument", err)
+	if _, err := zero.Score(0); !errors.Is(err, expset.ErrInvalidArgument) {
+		t.Errorf("zero Codec Score = %v, want expset.ErrInvalidArgument", err)
 	}
 	if got := zero.ScoreAt(time.Now()); got != 0 {
 		t.Errorf("zero Codec ScoreAt = %v", got)
@@ -274,8 +275,8 @@ func TestCodecParseMemberMalformed(t *testing.T) {
 		"０215857550229364736", strings.Repeat("9", 100),
 	} {
 		id, err := c.ParseMember(s)
-		if !errors.Is(err, ErrInvalidArgument) || id != 0 {
-			t.Errorf("ParseMember(%q) = %d, %v; want ErrInvalidArgument", s, id, err)
+		if !errors.Is(err, expset.ErrInvalidArgument) || id != 0 {
+			t.Errorf("ParseMember(%q) = %d, %v; want expset.ErrInvalidArgument", s, id, err)
 		}
 	}
 	for _, id := range []int64{0, 1, 215857550229364736, math.MaxInt64} {
@@ -609,9 +610,9 @@ func FuzzCodec(f *testing.F) {
 			l.NodeBits = int(nodeBits) % (64 - l.TimeBits)
 			l.SeqBits = 63 - l.TimeBits - l.NodeBits
 			var err error
-			if c, err = NewCodec(l, codecStrategies[strategy].opt); err != nil {
-				if !errors.Is(err, ErrInvalidArgument) {
-					t.Fatalf("NewCodec(%+v): %v", l, err)
+			if c, err = New(l, codecStrategies[strategy].opt); err != nil {
+				if !errors.Is(err, expset.ErrInvalidArgument) {
+					t.Fatalf("New(%+v): %v", l, err)
 				}
 				return
 			}
@@ -620,12 +621,12 @@ func FuzzCodec(f *testing.F) {
 			if c.Member(id) != member {
 				t.Fatalf("ParseMember(%q) = %d, which Member writes as %q", member, id, c.Member(id))
 			}
-		} else if !errors.Is(err, ErrInvalidArgument) {
+		} else if !errors.Is(err, expset.ErrInvalidArgument) {
 			t.Fatalf("ParseMember(%q): %v", member, err)
 		}
 		for _, id := range []int64{a, b} {
 			valid := id >= 0 && c.Time(id).Before(c.Horizon())
-			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, ErrInvalidArgument) {
+			if _, err := c.Score(id); (err == nil) != valid || err != nil && !errors.Is(err, expset.ErrInvalidArgument) {
 				t.Fatalf("Score(%d) with horizon %v: %v", id, c.Horizon(), err)
 			}
 			if !valid {
@@ -749,5 +750,21 @@ func TestCodecSonyflakeV2(t *testing.T) {
 			}
 			prev = id
 		}
+	}
+}
+
+// TestOptionFirstErrorWins: options apply in order, the later winning; the
+// first failing one fails New; a nil option does nothing.
+func TestOptionFirstErrorWins(t *testing.T) {
+	first := option(func(*Codec) error { return errors.New("first") })
+	second := option(func(*Codec) error { return errors.New("second") })
+	if c, err := New(Twitter, nil); err != nil || c.strategy != keepTop {
+		t.Errorf("New(nil option) = %v, %v; want the default codec", c, err)
+	}
+	if c, err := New(Twitter, first, second); c != nil || err == nil || err.Error() != "first" {
+		t.Errorf("New(first, second) = %v, %v; want the first one's error", c, err)
+	}
+	if c, err := New(Twitter, KeepTimeSeq(), nil, KeepTimeSeq52()); err != nil || c.strategy != keepTimeSeq52 {
+		t.Errorf("New(KeepTimeSeq, nil, KeepTimeSeq52) = %v, %v; want KeepTimeSeq52", c, err)
 	}
 }

@@ -1,4 +1,4 @@
-package expset
+package idcodec
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/expset/expset"
 	"github.com/expset/expset/internal/redistest"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -360,8 +361,8 @@ func TestCodecRedisAfter(t *testing.T) {
 		if err := rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "not-an-id"}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.After(ctx, rdb, key, -1, 10); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("After over a foreign member: %v, want ErrInvalidArgument", err)
+		if _, err := c.After(ctx, rdb, key, -1, 10); !errors.Is(err, expset.ErrInvalidArgument) {
+			t.Errorf("After over a foreign member: %v, want expset.ErrInvalidArgument", err)
 		}
 		if err := rdb.Set(ctx, key, "x", 0).Err(); err != nil {
 			t.Fatal(err)
@@ -424,26 +425,29 @@ func TestCodecRedisPrune(t *testing.T) {
 }
 
 // TestCodecAfterCount checks that After rejects a count above maxAfterCount
-// with ErrInvalidArgument, without a round trip, and that a count up to it
+// with expset.ErrInvalidArgument, without a round trip, and that a count up to it
 // allocates by what Redis returns: a count of maxAfterCount over three IDs.
 func TestCodecAfterCount(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		rdb := b.rdb
 		c := mustCodec(t, Twitter)
 		key := "expset-test:idcodec:{" + uuid.NewString() + "}"
 		t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
 		for _, id := range []int64{1, 2, 3} {
-			if err := rdb.ZAdd(ctx, key, redis.Z{Score: must[float64](t)(c.Score(id)), Member: c.Member(id)}).Err(); err != nil {
+			s, err := c.Score(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ZAdd(ctx, key, redis.Z{Score: s, Member: c.Member(id)}).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, n := range []int64{math.MaxInt64, 1 << 40, maxAfterCount + 1} {
 			cz := &countingZSet{SortedSetCmdable: rdb}
 			ids, err := c.After(ctx, cz, key, -1, n)
-			if !errors.Is(err, ErrInvalidArgument) || ids != nil || cz.calls != 0 {
-				t.Errorf("After(count %d) = %v, %v after %d reads; want ErrInvalidArgument and no read", n, ids, err, cz.calls)
+			if !errors.Is(err, expset.ErrInvalidArgument) || ids != nil || cz.calls != 0 {
+				t.Errorf("After(count %d) = %v, %v after %d reads; want expset.ErrInvalidArgument and no read", n, ids, err, cz.calls)
 			}
 		}
 		for _, n := range []int64{maxAfterCount, 3, 2} {
@@ -462,8 +466,8 @@ func TestCodecAfterCount(t *testing.T) {
 
 // FuzzCodecAfter calls After with any cursor and any count, extreme ones
 // included, on a small set in miniredis: it never panics, rejects a count
-// above maxAfterCount with ErrInvalidArgument, returns at most count IDs, each
-// after the cursor, and otherwise fails only with ErrInvalidArgument (a cursor
+// above maxAfterCount with expset.ErrInvalidArgument, returns at most count IDs, each
+// after the cursor, and otherwise fails only with expset.ErrInvalidArgument (a cursor
 // past the horizon).
 func FuzzCodecAfter(f *testing.F) {
 	for _, s := range [][2]int64{
@@ -492,11 +496,11 @@ func FuzzCodecAfter(f *testing.F) {
 		got, err := c.After(context.Background(), rdb, "k", id, count)
 		switch {
 		case count > maxAfterCount:
-			if !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("After(%d, count %d): %v, want ErrInvalidArgument", id, count, err)
+			if !errors.Is(err, expset.ErrInvalidArgument) {
+				t.Fatalf("After(%d, count %d): %v, want expset.ErrInvalidArgument", id, count, err)
 			}
 		case err != nil:
-			if !errors.Is(err, ErrInvalidArgument) {
+			if !errors.Is(err, expset.ErrInvalidArgument) {
 				t.Fatalf("After(%d, count %d): %v", id, count, err)
 			}
 		case int64(len(got)) > max(count, 0):

@@ -1,4 +1,4 @@
-package expset_test
+package idcodec_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/expset/expset"
+	"github.com/expset/expset/idcodec"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,7 +26,7 @@ func exampleRedis() (*redis.Client, func()) {
 // Raw snowflake IDs collide as scores; the codec's scores are exact, and its
 // members order the IDs that share a score.
 func ExampleCodec_Score() {
-	codec, err := expset.NewCodec(expset.Twitter)
+	codec, err := idcodec.New(idcodec.Twitter)
 	if err != nil {
 		panic(err)
 	}
@@ -55,7 +55,7 @@ func ExampleCodec_ScoreAt() {
 	rdb, done := exampleRedis() // your *redis.Client; here, one of miniredis
 	defer done()
 
-	codec, err := expset.NewCodec(expset.Twitter)
+	codec, err := idcodec.New(idcodec.Twitter)
 	if err != nil {
 		panic(err)
 	}
@@ -63,7 +63,7 @@ func ExampleCodec_ScoreAt() {
 	key := "inbox:alice"
 	for daysAgo := 20; daysAgo >= 1; daysAgo-- {
 		// A message ID as bwmarrin/snowflake makes it: node 7, sequence 0.
-		ms := now.AddDate(0, 0, -daysAgo).Sub(expset.Twitter.Epoch).Milliseconds()
+		ms := now.AddDate(0, 0, -daysAgo).Sub(idcodec.Twitter.Epoch).Milliseconds()
 		id := ms<<22 | 7<<12
 		score, err := codec.Score(id)
 		if err != nil {
@@ -105,7 +105,7 @@ func ExampleCodec_After() {
 	rdb, done := exampleRedis() // your *redis.Client; here, one of miniredis
 	defer done()
 
-	codec, err := expset.NewCodec(expset.Twitter)
+	codec, err := idcodec.New(idcodec.Twitter)
 	if err != nil {
 		panic(err)
 	}
