@@ -1016,6 +1016,8 @@ are offsets from the test's fixed clock). Owners and members are any 1 to 1024
 bytes. A nil ` + "`context.Context`" + ` is the caller's bug, as in the standard library.
 A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` fails every call that reaches Redis with
 ` + "`ErrInvalidArgument`" + `; ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` touch no Redis.
+The package ` + "`idcodec`" + ` touches no set and has tests of its own for bad input
+(` + "`TestNewCodecInvalidLayout`" + `, ` + "`TestCodecAfterCount`" + `, ` + "`FuzzCodecAfter`" + `).
 
 | input | calls | outcome |
 |---|---|---|
