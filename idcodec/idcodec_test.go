@@ -546,7 +546,7 @@ func TestCodecDocTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := os.ReadFile("docs/idcodec.md")
+	md, err := os.ReadFile("../docs/idcodec.md")
 	if err != nil {
 		t.Fatal(err)
 	}
