@@ -317,3 +317,31 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 		})
 	}
 }
+
+// TestReserveReadsEveryShard: Reserve reads one event at a time, yet finds
+// one on the last shard it reads without waiting for a safety poll.
+func TestReserveReadsEveryShard(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(16), WithExpiryEvents())
+		owner := ""
+		for i := 0; owner == ""; i++ {
+			if o := fmt.Sprint("o", i); s.ShardOf(o) == 15 {
+				owner = o
+			}
+		}
+		must[time.Time](t)(s.Add(ctx, owner, "m", time.Second))
+		clk.Advance(time.Second)
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 1 {
+			t.Fatalf("sweep: %+v %v", st, err)
+		}
+		r := reserve(t, s, "c", WithPollInterval(time.Minute))
+		if r.Expiry.Owner != owner {
+			t.Errorf("reserved %+v, want %s's", r.Expiry, owner)
+		}
+		if err := r.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
