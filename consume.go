@@ -586,18 +586,28 @@ func parseClaimed(v any) (id string, used int, buried bool, values map[string]an
 	n, ok2 := asInt64(e[1])
 	b, ok3 := asInt64(e[2])
 	fs, ok4 := e[3].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 || len(fs)%2 != 0 {
+	values, ok5 := fieldMap(fs)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return "", 0, false, nil, false
 	}
-	values = make(map[string]any, len(fs)/2)
+	return id, int(n), b == 1, values, true
+}
+
+// fieldMap reads a stream entry's {field, value, ...} from a script's
+// reply.
+func fieldMap(fs []any) (map[string]any, bool) {
+	if len(fs)%2 != 0 {
+		return nil, false
+	}
+	values := make(map[string]any, len(fs)/2)
 	for j := 0; j < len(fs); j += 2 {
 		k, ok := asString(fs[j])
 		if !ok {
-			return "", 0, false, nil, false
+			return nil, false
 		}
 		values[k] = fs[j+1]
 	}
-	return id, int(n), b == 1, values, true
+	return values, true
 }
 
 // deliverAll hands the events to the handler one by one. A shard that

@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -96,17 +97,32 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	}
 	p.lowSince = time.Time{}
 	var todo []delivery
+	came := false // take started calls
 	if free > 0 {
 		var read, visit []int
 		todo, read, visit = c.survey(ctx, now, free)
-		todo = append(todo, c.read(ctx, read, visit, free-len(todo))...)
+		if len(visit) > 0 {
+			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
+		}
+		var taken []takenCall
+		var rest []delivery
+		taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
+		todo = append(todo, rest...)
+		if ctx.Err() != nil {
+			c.giveBack(ctx, taken)
+			taken = nil
+		}
+		for _, tc := range taken {
+			c.startCall(ctx, tc.d, tc.e, tc.token, tc.d.at)
+		}
+		came = len(taken) > 0
 	}
 	if ctx.Err() != nil {
 		c.release(ctx, todo, nil)
 		return 0
 	}
 	c.startCalls(ctx, todo)
-	if p.running < p.n && (len(todo) > 0 || c.anyBusy()) {
+	if p.running < p.n && (len(todo) > 0 || came || c.anyBusy()) {
 		return 0
 	}
 	if p.running == 0 {
@@ -203,10 +219,123 @@ func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
 				l = it.d.at // the lease of the read or claim that took it runs on
 			}
 			it.e.Attempt = int(n)
-			c.pool.running++
-			c.pool.calls.Add(1)
-			go c.poolCall(ctx, it.d, it.e, it.token, l)
+			c.startCall(ctx, it.d, it.e, it.token, l)
 		}
+	}
+}
+
+// startCall starts the handler call of e (from d, begun with token) on a
+// goroutine of its own, under a lease taken at leased.
+func (c *consumer) startCall(ctx context.Context, d delivery, e Expiry, token string, leased time.Time) {
+	c.pool.running++
+	c.pool.calls.Add(1)
+	go c.poolCall(ctx, d, e, token, leased)
+}
+
+// takenCall is an event take.lua read and began.
+type takenCall struct {
+	d     delivery
+	e     Expiry
+	token string
+}
+
+// take reads new events of shards, at most budget in all (readCounts), and
+// begins each in the same step: one take.lua call per shard, all in one
+// pipeline. It returns the events begun, and those read and not begun (not
+// meant for the group, or not events at all) for startCalls to settle.
+// Each shard's state follows as read leaves it.
+func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenCall, []delivery) {
+	if len(shards) == 0 || budget <= 0 {
+		for _, i := range shards {
+			c.shards[i].busy = true
+		}
+		return nil, nil
+	}
+	counts := c.readCounts(shards, budget)
+	var calls []*scriptCall
+	var of []int // the shard of each call
+	for k, i := range shards {
+		if counts[k] == 0 {
+			c.shards[i].busy = true // not read for want of budget: read it later
+			continue
+		}
+		args := make([]any, 0, 3+counts[k])
+		args = append(args, c.group, c.name, counts[k])
+		for j := 0; j < counts[k]; j++ {
+			args = append(args, callToken())
+		}
+		calls = append(calls, &scriptCall{op: "take", shard: i, sc: scriptTake, keys: c.leaseKeys(i), args: args})
+		of = append(of, i)
+	}
+	// Not cut short by ctx: an attempt counted is an attempt handed out.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	at := time.Now()
+	c.set.runPipelined(wctx, calls)
+	var taken []takenCall
+	var rest []delivery
+	for k, call := range calls {
+		i := of[k]
+		sh := &c.shards[i]
+		entries, ok := call.v.([]any)
+		if call.err == nil && !ok {
+			call.err = unexpected("take.lua", call.v)
+		}
+		if call.err != nil {
+			// Begun or not, the entries (if read) stay pending, uncounted
+			// or counted: a claim takes them after the lease TTL.
+			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, call.err))
+			continue
+		}
+		sh.bo.ok()
+		sh.busy = len(entries) > 0
+		for j, v := range entries {
+			id, values, n, ok := parseTaken(v)
+			if ok && j >= len(call.args)-3 {
+				ok = false
+			}
+			if !ok {
+				c.fail(ctx, i, unexpected("take.lua", call.v))
+				break
+			}
+			d := delivery{shard: i, id: id, values: values, at: at}
+			if n <= 0 {
+				rest = append(rest, d)
+				continue
+			}
+			e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
+			if perr != nil {
+				rest = append(rest, d) // buried by startCalls
+				continue
+			}
+			e.Attempt = int(n)
+			// The j-th entry read was begun with the j-th token.
+			taken = append(taken, takenCall{d: d, e: e, token: call.args[3+j].(string)})
+		}
+	}
+	return taken, rest
+}
+
+// parseTaken reads one {id, {field, value, ...}, attempt} of take.lua.
+func parseTaken(v any) (id string, values map[string]any, n int64, ok bool) {
+	e, ok := v.([]any)
+	if !ok || len(e) != 3 {
+		return "", nil, 0, false
+	}
+	id, ok1 := asString(e[0])
+	fs, ok2 := e[1].([]any)
+	n, ok3 := asInt64(e[2])
+	values, ok4 := fieldMap(fs)
+	return id, values, n, ok1 && ok2 && ok3 && ok4
+}
+
+// giveBack releases events take.lua began and no call was started for
+// (Consume is stopping), giving their attempts back.
+func (c *consumer) giveBack(ctx context.Context, taken []takenCall) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	for _, tc := range taken {
+		_ = c.releaseShard(wctx, tc.d.shard, []string{tc.d.id}, tc.d.id, tc.token) // ctx has ended: nothing to report to
 	}
 }
 

@@ -263,7 +263,7 @@ func TestConsumeConcurrencyContention(t *testing.T) {
 			}
 			return nil
 		}
-		opts := []ConsumeOption{WithConcurrency(8), WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+		opts := []ConsumeOption{WithConcurrency(8), WithLeaseTTL(time.Second), WithRetryBackoff(20*time.Millisecond, 100*time.Millisecond), WithPollInterval(5 * time.Millisecond)}
 		var stops []func()
 		for _, name := range []string{"c1", "c2"} {
 			stops = append(stops, consumeInBackground(t, s, "g", name, handle, opts...))

@@ -44,6 +44,7 @@ var (
 	scriptAck         = script("groups.lua", "ack.lua")
 	scriptBegin       = script("groups.lua", "begin.lua")
 	scriptBegins      = script("groups.lua", "begins.lua")
+	scriptTake        = script("groups.lua", "take.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
 	scriptClaim       = script("now.lua", "groups.lua", "claim.lua")
 	scriptRelease     = script("groups.lua", "release.lua")
