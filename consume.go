@@ -49,6 +49,7 @@ type consumeConfig struct {
 	poll        time.Duration
 	maxHandling time.Duration
 	concurrency int
+	ownerCap    int           // WithOwnerConcurrency (0: none)
 	retryFirst  time.Duration // WithRetryBackoff
 	retryLimit  time.Duration
 }
@@ -296,6 +297,7 @@ type consumer struct {
 	safety      time.Duration // how often each shard is looked at without a wake-up
 	pool        *pool         // the handler calls under way, WithConcurrency over 1 (else nil)
 	nextRead    int           // the shard a read limited by free handler slots starts from
+	parked      parking       // events whose owners were at their cap (WithOwnerConcurrency)
 	retries     []retryDues   // per shard: the retries this consumer scheduled (retry.go)
 	retryMu     sync.Mutex    // guards retryNotes
 	retryNotes  []retryNote   // retries scheduled since the last round (retry.go)
@@ -325,6 +327,7 @@ type delivery struct {
 	id     string
 	values map[string]any
 	at     time.Time // when the read or claim that took it was sent: its lease started after
+	parked bool      // it comes from the events set aside (owners.go)
 }
 
 // round does one pass over the shards that are not backing off: it makes
@@ -338,11 +341,13 @@ func (c *consumer) round(ctx context.Context) time.Duration {
 	}
 	_ = c.flushAcks(ctx) // left over from a failure: before anything else
 	now := time.Now()
-	todo, read, visit := c.survey(ctx, now, -1)
-	todo = append(todo, c.read(ctx, read, visit, -1)...)
+	todo := c.unpark(now, -1)
+	tried := len(todo)
+	claimed, read, visit := c.survey(ctx, now, -1)
+	todo = append(append(todo, claimed...), c.read(ctx, read, visit, -1)...)
 	c.deliverAll(ctx, todo)
 
-	if len(todo) > 0 {
+	if len(todo) > tried {
 		return 0
 	}
 	return c.idleWait(now)
@@ -425,6 +430,9 @@ func (c *consumer) idleWait(now time.Time) time.Duration {
 			at = sh.retryAt
 		}
 		next = minTime(next, at)
+	}
+	if len(c.parked.ring) > 0 {
+		next = minTime(next, c.parked.at)
 	}
 	return max(time.Until(next), time.Millisecond)
 }
@@ -648,6 +656,7 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		return err
 	}
 	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
+	defer c.slotFreed()
 	if herr == nil {
 		c.handled(ctx, d.shard, d.id, e.Attempt, leased)
 		return nil
@@ -677,6 +686,9 @@ func (c *consumer) start(ctx context.Context, d delivery) (Expiry, time.Time, st
 		return Expiry{}, d.at, "", err
 	}
 	attempt, leased, token, err := c.begin(ctx, d)
+	if err == nil && attempt == beginFull {
+		return Expiry{}, leased, token, c.refused(ctx, d)
+	}
 	if err != nil || attempt <= 0 {
 		return Expiry{}, leased, token, err
 	}
@@ -690,7 +702,7 @@ func (c *consumer) start(ctx context.Context, d delivery) (Expiry, time.Time, st
 func (c *consumer) handled(ctx context.Context, shard int, id string, attempt int, leased time.Time) {
 	c.event(ctx, shard, attempt, nil, false)
 	c.bufferAck(ctx, shard, id, leased)
-	if attempt >= c.cfg.maxAttempts {
+	if attempt >= c.cfg.maxAttempts || c.cfg.ownerCap > 0 {
 		// The last attempt: a claim of the event after a crash would
 		// take its call for one that never returned and bury it, so its
 		// acknowledgement goes now, with those waiting.
@@ -752,6 +764,10 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 	}
 	b, token := c.beginCall(d)
 	c.set.runPipelined(ctx, append(acks, b))
+	if n, _ := asInt64(b.v); b.err == nil && n == beginFull {
+		// The owner is at its cap: nothing changed, nothing to give back.
+		return beginFull, leased, token, c.ackDone(ctx, acks)
+	}
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
 		// It may have counted: give that back (once, whatever ran).
@@ -784,15 +800,24 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 // and the call's token.
 func (c *consumer) beginCall(d delivery) (*scriptCall, string) {
 	token := callToken()
-	return &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard),
-		args: []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}}, token
+	args := []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}
+	sc, keys := scriptBegin, c.leaseKeys(d.shard)
+	if owner, ok := c.capped(d); ok {
+		sc, keys = c.withSlots(d.shard, scriptBegin, scriptBeginSlots, keys...)
+		args = append(args, c.cfg.ownerCap, owner)
+	}
+	return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys, args: args}, token
 }
 
 // callToken returns a new handler call's token.
 func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
+// beginFull is begin.lua's reply when the event's owner holds its every
+// slot (WithOwnerConcurrency).
+const beginFull = -2
+
 // parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
-// or 0 or -1.
+// or 0, -1 or -2.
 func parseBegin(v any) (n int64, taken, ok bool) {
 	if xs, isList := v.([]any); isList {
 		if len(xs) != 2 {
@@ -852,7 +877,8 @@ func (c *consumer) ackCalls() []*scriptCall {
 				args = append(args, id)
 			}
 			sk := &c.set.shards[i]
-			calls = append(calls, &scriptCall{op: "ack", shard: i, sc: scriptAck, keys: []string{sk.events, sk.att}, args: args})
+			sc, keys := c.withSlots(i, scriptAck, scriptAckSlots, sk.events, sk.att)
+			calls = append(calls, &scriptCall{op: "ack", shard: i, sc: sc, keys: keys, args: args})
 		}
 	}
 	return calls
@@ -943,8 +969,8 @@ func (c *consumer) flushAcks(ctx context.Context) error {
 // attempts used.
 func (c *consumer) bury(ctx context.Context, shard int, id string, need int, reason string) (bool, error) {
 	sk := &c.set.shards[shard]
-	v, err := c.set.run(ctx, "bury", shard, scriptBury, []string{sk.events, sk.dead, sk.att},
-		c.group, c.name, id, need, reason)
+	sc, keys := c.withSlots(shard, scriptBury, scriptBurySlots, sk.events, sk.dead, sk.att)
+	v, err := c.set.run(ctx, "bury", shard, sc, keys, c.group, c.name, id, need, reason)
 	n, _ := asInt64(v)
 	return n == 1, err
 }
@@ -975,7 +1001,8 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 		for _, id := range batch {
 			args = append(args, id)
 		}
-		if _, err := c.set.run(ctx, "release", shard, scriptRelease, c.leaseKeys(shard), args...); err != nil {
+		sc, keys := c.withSlots(shard, scriptRelease, scriptReleaseSlots, c.leaseKeys(shard)...)
+		if _, err := c.set.run(ctx, "release", shard, sc, keys, args...); err != nil {
 			return err
 		}
 	}
@@ -1004,6 +1031,7 @@ func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
 // pipeline for every shard).
 func (c *consumer) stop(ctx context.Context) {
 	_ = c.flushAcks(ctx)
+	c.releaseParked(ctx)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	var calls []*scriptCall
@@ -1176,7 +1204,8 @@ func (c *consumer) call(ctx context.Context, shard int, id string, e Expiry, lea
 // renew extends this consumer's lease on event id of shard (begin.lua mode
 // t), one round trip: false when it no longer holds it.
 func (c *consumer) renew(ctx context.Context, shard int, id string) (bool, error) {
-	v, err := c.set.run(ctx, "renew", shard, scriptBegin, c.leaseKeys(shard), c.group, c.name, id, "t")
+	sc, keys := c.withSlots(shard, scriptBegin, scriptBeginSlots, c.leaseKeys(shard)...)
+	v, err := c.set.run(ctx, "renew", shard, sc, keys, c.group, c.name, id, "t", c.visMs)
 	if err != nil {
 		return false, err
 	}

@@ -165,7 +165,7 @@ func TestConsumeShutdownFlushesAcks(t *testing.T) {
 func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
-		const vis = 300 * time.Millisecond
+		const vis = 600 * time.Millisecond // renewed every third: enough on a loaded machine
 		s := oneShardEvents(t, b, 2)
 		opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(5 * time.Millisecond), WithMaxAttempts(1), WithReadBatch(2)}
 		h := newHandledBy()

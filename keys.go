@@ -27,6 +27,8 @@ const (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
+//	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
+//	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -54,6 +56,8 @@ type shardKeys struct {
 	events  string
 	dead    string
 	att     string
+	run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
+	runo    string // their owners and counts: hash
 	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
@@ -73,6 +77,8 @@ func newShardKeys(name string, shard int) shardKeys {
 		events:  tag + "ev",
 		dead:    tag + "dead",
 		att:     tag + "att",
+		run:     tag + "run",
+		runo:    tag + "runo",
 		trimmed: tag + "trimmed",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
@@ -88,7 +94,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
+	case k.due, k.events, k.dead, k.att, k.run, k.runo, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||

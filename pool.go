@@ -30,9 +30,10 @@ const gatherWait = time.Millisecond
 // call slots (claims included), so no event read waits behind a running
 // call; what cannot be started when Consume stops is released, uncharged.
 // While fewer than half the slots are free and calls run, the reader waits
-// up to 1ms for more to free before it reads. Round trips are shared: the
-// begins of the calls a read starts go in one script call per shard, all in
-// one pipeline; the lease renewals of the running calls and the
+// up to 1ms for more to free before it reads. Round trips are shared: a
+// shard's new events are read and their calls begun in one script call,
+// all shards' in one pipeline (claimed events are begun likewise); the
+// lease renewals of the running calls and the
 // acknowledgements (one script per shard, as without the option) go in
 // shared pipelines, a renewal due within half a beat of another with it.
 //
@@ -71,8 +72,9 @@ func newPool(c *consumer) *pool {
 
 // poolRound is round for a Consume WithConcurrency over 1: it reaps the
 // calls that finished and then, when call slots are free, surveys the
-// shards and reads at most as many events as there are free slots, begins
-// them all in one pipeline and starts a call for each. Finished calls wake
+// shards, reads and begins at most as many events as there are free slots
+// (take; claimed events through startCalls) and starts a call for each.
+// Finished calls wake
 // the loop (c.wk.signal). Acknowledgements and lease renewals are the lease
 // keeper's.
 func (c *consumer) poolRound(ctx context.Context) time.Duration {
@@ -97,32 +99,42 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	}
 	p.lowSince = time.Time{}
 	var todo []delivery
+	tried := 0
 	came := false // take started calls
 	if free > 0 {
+		todo = c.unpark(now, free)
+		tried = len(todo)
+		var claimed []delivery
 		var read, visit []int
-		todo, read, visit = c.survey(ctx, now, free)
-		if len(visit) > 0 {
-			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
+		claimed, read, visit = c.survey(ctx, now, free-tried)
+		todo = append(todo, claimed...)
+		if c.cfg.ownerCap > 0 {
+			// take.lua begins without owner slots: read, then begin with them.
+			todo = append(todo, c.read(ctx, read, visit, free-len(todo))...)
+		} else {
+			if len(visit) > 0 {
+				c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
+			}
+			var taken []takenCall
+			var rest []delivery
+			taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
+			todo = append(todo, rest...)
+			if ctx.Err() != nil {
+				c.giveBack(ctx, taken)
+				taken = nil
+			}
+			for _, tc := range taken {
+				c.startCall(ctx, tc.d, tc.e, tc.token, tc.d.at)
+			}
+			came = len(taken) > 0
 		}
-		var taken []takenCall
-		var rest []delivery
-		taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
-		todo = append(todo, rest...)
-		if ctx.Err() != nil {
-			c.giveBack(ctx, taken)
-			taken = nil
-		}
-		for _, tc := range taken {
-			c.startCall(ctx, tc.d, tc.e, tc.token, tc.d.at)
-		}
-		came = len(taken) > 0
 	}
 	if ctx.Err() != nil {
 		c.release(ctx, todo, nil)
 		return 0
 	}
 	c.startCalls(ctx, todo)
-	if p.running < p.n && (len(todo) > 0 || came || c.anyBusy()) {
+	if p.running < p.n && (len(todo) > tried || came || c.anyBusy()) {
 		return 0
 	}
 	if p.running == 0 {
@@ -176,12 +188,17 @@ func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
 		if !ok || len(items[k]) >= maxBatch {
 			k = len(calls)
 			byShard[d.shard] = k
-			calls = append(calls, &scriptCall{op: "begin", shard: d.shard, sc: scriptBegins, keys: c.leaseKeys(d.shard),
-				args: []any{c.group, c.name, c.visMs, c.cfg.maxAttempts, c.visMs / 6}})
+			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
+			calls = append(calls, &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
+				args: []any{c.group, c.name, c.visMs, c.cfg.maxAttempts, c.visMs / 6, c.cfg.ownerCap}})
 			items = append(items, nil)
 		}
 		token := callToken()
 		calls[k].args = append(calls[k].args, d.id, token)
+		if c.cfg.ownerCap > 0 {
+			owner, _ := c.capped(d) // "" for a job: no slot
+			calls[k].args = append(calls[k].args, owner)
+		}
 		items[k] = append(items[k], begun{d, e, token})
 	}
 	if len(calls) == 0 {
@@ -209,6 +226,12 @@ func (c *consumer) startCalls(ctx context.Context, todo []delivery) {
 			n, taken, ok := parseBegin(replies[j])
 			if !ok {
 				c.fail(ctx, b.shard, unexpected("begins.lua", b.v))
+				continue
+			}
+			if n == beginFull {
+				if err := c.refused(ctx, it.d); err != nil {
+					c.fail(ctx, it.d.shard, err)
+				}
 				continue
 			}
 			if n <= 0 {
@@ -368,6 +391,7 @@ func (c *consumer) reap(ctx context.Context) {
 		select {
 		case r := <-p.done:
 			p.running--
+			c.slotFreed()
 			if r.err != nil {
 				c.fail(ctx, r.shard, r.err)
 			}
@@ -528,7 +552,7 @@ func (k *leaseKeeper) ack(shard int, id string, leased time.Time) {
 func (k *leaseKeeper) handled(ctx context.Context, shard int, id string, attempt int, leased time.Time) {
 	k.c.event(ctx, shard, attempt, nil, false)
 	k.ack(shard, id, leased)
-	if attempt >= k.c.cfg.maxAttempts {
+	if attempt >= k.c.cfg.maxAttempts || k.c.cfg.ownerCap > 0 {
 		// The last attempt: acknowledged now (see consumer.handled).
 		k.flush()
 	}
@@ -553,8 +577,9 @@ func (k *leaseKeeper) send(all bool) {
 	for lc := range k.calls {
 		if lc.next.Sub(now) <= c.beat/2 {
 			due = append(due, lc)
-			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: scriptBegin,
-				keys: c.leaseKeys(lc.shard), args: []any{c.group, c.name, lc.id, "t"}})
+			sc, keys := c.withSlots(lc.shard, scriptBegin, scriptBeginSlots, c.leaseKeys(lc.shard)...)
+			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: sc,
+				keys: keys, args: []any{c.group, c.name, lc.id, "t", c.visMs}})
 		}
 	}
 	var acks []*scriptCall

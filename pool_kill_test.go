@@ -16,6 +16,9 @@ import (
 // poolKillConcurrency is the WithConcurrency of the pool helper.
 const poolKillConcurrency = 8
 
+// helperOwnerCap is the pool helper's WithOwnerConcurrency (unset: none).
+const helperOwnerCap = "EXPSET_HELPER_OWNERCAP"
+
 // helperPool is the pool role of TestHelperProcess: Consume as consumer
 // "pooled" of group "g" WithConcurrency(8), with a handler that prints
 // "call <shard> <ID> <attempt>" as it starts, takes 10-40ms and prints "ok
@@ -25,12 +28,20 @@ func helperPool(s *Set, say func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
+	opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(10 * time.Millisecond), WithConcurrency(poolKillConcurrency)}
+	if v := os.Getenv(helperOwnerCap); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, WithOwnerConcurrency(n))
+	}
 	return s.Consume(context.Background(), "g", "pooled", func(_ context.Context, e Expiry) error {
 		say("call %d %s %d", e.Shard, e.ID, e.Attempt)
 		time.Sleep(time.Duration(10+len(e.Owner)*e.Shard%7*5) * time.Millisecond) // 10-40ms: the calls do not end together
 		say("ok %d %s %d", e.Shard, e.ID, e.Attempt)
 		return nil
-	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency))
+	}, opts...)
 }
 
 // TestKillConsumerWithConcurrency: a consumer process WithConcurrency(8) is

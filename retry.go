@@ -165,7 +165,8 @@ func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.D
 	if delay > time.Duration(ms)*time.Millisecond {
 		ms++ // never early
 	}
-	_, err := c.set.run(ctx, "retry", shard, scriptRetry, c.leaseKeys(shard), c.group, c.name, id, ms, c.visMs)
+	sc, keys := c.withSlots(shard, scriptRetry, scriptRetrySlots, c.leaseKeys(shard)...)
+	_, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.visMs)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,14 @@ var (
 	scriptRetry       = script("now.lua", "groups.lua", "retry.lua")
 	scriptPrune       = script("groups.lua", "prune.lua")
 	scriptRemoveGroup = script("groups.lua", "remove_group.lua")
+
+	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
+	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
+	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
+	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
+	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove

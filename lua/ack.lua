@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
 -- ARGV[1]  consumer group
 -- ARGV[2..] entry IDs (at most 1000)
 --
@@ -19,6 +21,11 @@ for i = 2, #ARGV do
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
+if KEYS[3] then
+  for _, f in ipairs(fields) do
+    slot_drop(KEYS[3], KEYS[4], f, group)
+  end
+end
 if n > 0 then
   -- (None pending: acknowledged before, and forgotten then, or the stream
   -- is gone, deleted with its events.)

@@ -4,14 +4,18 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners          expset:{name:S}:runo   only; see slots.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  visibility timeout in ms
 -- ARGV[4]  attempts allowed, WithMaxAttempts
 -- ARGV[5]  idle time in ms under which this consumer's own lease is kept as
 --          it is (a sixth of the visibility timeout)
--- ARGV[6..] pairs (at most 1000): an entry ID, and the token of its call
---          (unique to the handler call, so that a begin run twice counts once)
+-- ARGV[6]  the owners' cap, WithOwnerConcurrency (0: none)
+-- ARGV[7..] pairs (at most 1000): an entry ID, and the token of its call
+--          (unique to the handler call, so that a begin run twice counts once);
+--          with a cap, triples: and the event's owner ("" for a job: no slot)
 --
 -- Each pair is begun on its own, exactly as begin.lua mode b begins one (see
 -- there): the consumer makes every call it begins at once, so a count raised
@@ -19,12 +23,17 @@
 -- Reply: one item per pair, in order: {the attempt number of the call, 1 when
 -- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on}, or 0
 -- (another consumer holds the event, it was acknowledged or trimmed), or -1
--- (every attempt is used).
+-- (every attempt is used), or -2 (the owner holds its every slot: nothing
+-- changed, as in begin.lua).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local vis, max, keep = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local vis, max, keep, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local step = 2
+if cap > 0 then
+  step = 3
+end
 local out = {}
-for i = 6, #ARGV - 1, 2 do
-  local id, tok = ARGV[i], ARGV[i + 1]
+for i = 7, #ARGV - 1, step do
+  local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local r
   local holder, idle = pending_of(stream, group, id)
   if not holder or (holder ~= consumer and idle < vis) then
@@ -36,6 +45,8 @@ for i = 6, #ARGV - 1, 2 do
       r = {used, 1}
     elseif used >= max then
       r = -1
+    elseif cap > 0 and owner ~= '' and not slot_take(KEYS[3], KEYS[4], field, group, owner, cap, vis) then
+      r = -2
     else
       local taken = 0
       if holder ~= consumer or idle >= keep then
@@ -43,6 +54,9 @@ for i = 6, #ARGV - 1, 2 do
           taken = 1
         else
           r = 0
+          if cap > 0 then
+            slot_drop(KEYS[3], KEYS[4], field, group)
+          end
         end
       end
       if not r then

@@ -4,6 +4,8 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
+-- KEYS[4]  shard owner slots          expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[5]  their owners               expset:{name:S}:runo   only: its slot goes)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that holds the entry
 -- ARGV[3]  entry ID
@@ -20,6 +22,9 @@
 local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]
 if pending_of(stream, group, id) ~= consumer then
   return 0
+end
+if KEYS[4] then
+  slot_drop(KEYS[4], KEYS[5], att_field(id, group), group)
 end
 local used = att_get(att, att_field(id, group))
 if used < tonumber(ARGV[4]) then

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  idle time to give them in ms: the visibility timeout, so that any
@@ -23,6 +25,9 @@ local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local n = 0
 for i = 6, #ARGV do
   local id = ARGV[i]
+  if KEYS[3] then
+    slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
+  end
   if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
       local field = att_field(id, group)

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners          expset:{name:S}:runo   only: its slot goes)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer whose handler call failed
 -- ARGV[3]  entry ID
@@ -26,6 +28,9 @@
 local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 if pending_of(stream, group, id) ~= consumer then
   return 0
+end
+if KEYS[3] then
+  slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
 end
 local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])
 if delay < vis then

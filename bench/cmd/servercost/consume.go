@@ -118,6 +118,7 @@ func consumeWorkloads() []workload {
 		consumeWorkload("defaults", "Set.Consume, defaults (WithReadBatch 10), no-op handler", nil),
 		consumeWorkload("batch100", "Set.Consume, WithReadBatch(100), no-op handler", nil, expset.WithReadBatch(100)),
 		consumeWorkload("concurrency16", "Set.Consume, WithConcurrency(16), no-op handler", nil, expset.WithConcurrency(16)),
+		consumeWorkload("owner-cap", "Set.Consume, WithOwnerConcurrency(1), one event per owner (none refused): the owner slots' cost", nil, expset.WithOwnerConcurrency(1)),
 		consumeWorkload("fan-out", "Set.Consume, defaults, a second group declared and not consuming", []string{"other"}),
 		retryWorkload("retry", "Set.Consume, defaults, each event's first call fails with RetryAfter 1ms: one retry per event", nil, time.Millisecond),
 		retryWorkload("retry-long", "Set.Consume, WithLeaseTTL(1s), each event's first call fails with RetryAfter 1.5s (past the lease TTL: held again once)", nil,

@@ -1,0 +1,65 @@
+-- slots.lua: the owner slots of WithOwnerConcurrency, shared by begin, ack,
+-- release, retry and bury. Shared code, not a script: scripts.go places it after
+-- groups.lua.
+--
+-- A running handler call of an owner capped by WithOwnerConcurrency holds a
+-- slot: the shard's run zset (expset:{name:S}:run) scores its field
+-- "<entry ID> <group>" (att_field) with the call's lease end (server time,
+-- Unix ms), and the shard's runo hash (expset:{name:S}:runo) maps that
+-- field to the owner and "#<group> <owner>" to the owner's slots held. An
+-- owner's events all lie on one shard, so these count every call of the
+-- owner in the group. A slot goes when its call ends (ack, release, bury,
+-- retry) or once its lease end has passed
+-- (the consumer died): slot_lapse drops those before a slot is counted.
+
+local function slot_time()
+  local t = call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- slot_drop frees the slot of field (att_field) if it holds one.
+local function slot_drop(run, runo, field, group)
+  local owner = call('HGET', runo, field)
+  if not owner then
+    return
+  end
+  call('ZREM', run, field)
+  call('HDEL', runo, field)
+  local n = '#' .. group .. ' ' .. owner
+  if call('HINCRBY', runo, n, -1) <= 0 then
+    call('HDEL', runo, n)
+  end
+end
+
+-- slot_lapse frees the slots whose lease ended before now (at most 100 a
+-- run: each is freed once, so the work is paid once per slot).
+local function slot_lapse(run, runo, now)
+  for _, field in ipairs(call('ZRANGE', run, '-inf', now - 1, 'BYSCORE', 'LIMIT', 0, 100)) do
+    local sp = string.find(field, ' ', 1, true)
+    slot_drop(run, runo, field, string.sub(field, sp + 1))
+  end
+end
+
+-- slot_take gives field, a call of owner in group, a slot until now + ttl
+-- ms, unless owner holds cap slots already: then it returns false. A field
+-- holding a slot already (the same begin sent again) keeps it.
+local function slot_take(run, runo, field, group, owner, cap, ttl)
+  local now = slot_time()
+  slot_lapse(run, runo, now)
+  if not call('ZSCORE', run, field) then
+    local n = '#' .. group .. ' ' .. owner
+    if tonumber(call('HGET', runo, n) or '0') >= cap then
+      return false
+    end
+    call('HINCRBY', runo, n, 1)
+    call('HSET', runo, field, owner)
+  end
+  call('ZADD', run, now + ttl, field)
+  return true
+end
+
+-- slot_renew moves the lease end of field's slot, if it holds one, to now +
+-- ttl ms.
+local function slot_renew(run, field, ttl)
+  call('ZADD', run, 'XX', slot_time() + ttl, field)
+end

@@ -1,0 +1,181 @@
+package expset
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxOwnerConcurrency is the highest cap WithOwnerConcurrency takes.
+const maxOwnerConcurrency = 1 << 20
+
+// maxParked is the most events one Consume keeps set aside for owners at
+// their cap; those beyond are released, uncharged, to come back by claim.
+const maxParked = 100_000
+
+// parkPoll is how often a Consume with events set aside asks again whether
+// their owners have a free slot (at once when one of its own calls ends).
+const parkPoll = 20 * time.Millisecond
+
+// WithOwnerConcurrency caps the handler calls of one owner under way at
+// once at n across every consumer of the group, in every process (default
+// 0: no cap; 0 to 1<<20). The cap is kept in Redis: each running call holds
+// a slot of its owner, taken by the call's begin and freed when the call
+// ends (acknowledged, failed, buried or released) or, for a consumer that
+// died, once its lease TTL has passed unrenewed. Every consumer of a group
+// should use the same n: one without the option takes no slot.
+//
+// An event whose owner holds every slot is not begun and not charged an
+// attempt: the consumer sets it aside, stays pending with it, and goes on
+// reading, so an owner at its cap holds up no other owner's events. The
+// events set aside are tried again in turn, one per owner each time
+// (round-robin): every 20 ms, and at once when one of the consumer's own
+// calls ends. Jobs of Set.Put have no owner and no cap.
+//
+// Cost: the begin, a lease renewal and the acknowledgement of a capped
+// call touch two more keys per shard (expset:{name:S}:run and :runo), and
+// a handled event is acknowledged at once instead of with others; each
+// try of an event set aside is one round trip.
+func WithOwnerConcurrency(n int) ConsumeOption {
+	return consumeOption(func(c *consumeConfig) error {
+		c.ownerCap = n
+		return inRange("WithOwnerConcurrency", n, 0, maxOwnerConcurrency)
+	})
+}
+
+// capped reports whether d's calls take owner slots.
+func (c *consumer) capped(d delivery) (owner string, ok bool) {
+	if c.cfg.ownerCap == 0 {
+		return "", false
+	}
+	o, _ := d.values["o"].(string)
+	return o, !isJobOwner(o)
+}
+
+// parking holds the events a Consume WithOwnerConcurrency set aside because
+// their owners were at their cap, per owner in arrival order, with the
+// owners in turn order. It is Consume's goroutine's.
+type parking struct {
+	byOwner map[string][]delivery
+	ring    []string        // owners with events set aside, next turn first
+	ids     map[string]bool // "<shard> <ID>" of each event set aside
+	at      time.Time       // when to try them again
+}
+
+func parkKey(d delivery) string { return strconv.Itoa(d.shard) + " " + d.id }
+
+// park sets d, of owner, aside (front: at the head of owner's events, as
+// the one tried first). It reports false when d cannot be kept (too many
+// set aside) and must be released.
+func (c *consumer) park(d delivery, owner string, front bool) bool {
+	p := &c.parked
+	k := parkKey(d)
+	if p.ids[k] {
+		return true // set aside already (claimed again): one is enough
+	}
+	if len(p.ids) >= maxParked {
+		return false
+	}
+	if p.byOwner == nil {
+		p.byOwner, p.ids = map[string][]delivery{}, map[string]bool{}
+	}
+	q, had := p.byOwner[owner]
+	if !had {
+		p.ring = append(p.ring, owner)
+	}
+	if front {
+		q = append([]delivery{d}, q...)
+	} else {
+		q = append(q, d)
+	}
+	p.byOwner[owner], p.ids[k] = q, true
+	if p.at.IsZero() {
+		p.at = time.Now().Add(parkPoll)
+	}
+	return true
+}
+
+// unpark takes, when their time has come, the first event of each owner
+// with events set aside (at most budget in all, < 0: no limit), in turn
+// order, the owners served going to the back of the turn.
+func (c *consumer) unpark(now time.Time, budget int) []delivery {
+	p := &c.parked
+	if len(p.ring) == 0 || now.Before(p.at) || budget == 0 {
+		return nil
+	}
+	n := len(p.ring)
+	if budget > 0 {
+		n = min(n, budget)
+	}
+	var out []delivery
+	for _, o := range p.ring[:n] {
+		q := p.byOwner[o]
+		d := q[0]
+		d.parked = true
+		out = append(out, d)
+		delete(p.ids, parkKey(q[0]))
+		if len(q) == 1 {
+			delete(p.byOwner, o)
+		} else {
+			p.byOwner[o] = q[1:]
+		}
+	}
+	served := p.ring[:n:n]
+	rest := p.ring[n:]
+	ring := make([]string, 0, len(p.ring))
+	ring = append(ring, rest...)
+	for _, o := range served {
+		if _, left := p.byOwner[o]; left {
+			ring = append(ring, o)
+		}
+	}
+	p.ring = ring
+	p.at = now.Add(parkPoll)
+	return out
+}
+
+// refused settles a begin that found d's owner at its cap: d is set aside
+// (it stays first of its owner's, as it was the oldest) or, when too many
+// are, released.
+func (c *consumer) refused(ctx context.Context, d delivery) error {
+	owner, _ := c.capped(d)
+	if c.park(d, owner, d.parked) {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	return c.releaseShard(wctx, d.shard, []string{d.id}, "", "")
+}
+
+// slotFreed makes the events set aside due now: one of this consumer's
+// calls ended.
+func (c *consumer) slotFreed() {
+	if c.cfg.ownerCap > 0 && len(c.parked.ring) > 0 {
+		c.parked.at = time.Time{}
+	}
+}
+
+// releaseParked releases every event set aside, uncharged (Consume stops).
+func (c *consumer) releaseParked(ctx context.Context) {
+	var ds []delivery
+	for _, q := range c.parked.byOwner {
+		ds = append(ds, q...)
+	}
+	c.parked = parking{}
+	if len(ds) > 0 {
+		c.release(ctx, ds, nil)
+	}
+}
+
+// withSlots returns keys with shard's owner-slot keys added, and the
+// variant of plain that keeps owner slots, for a Consume
+// WithOwnerConcurrency; else keys and plain.
+func (c *consumer) withSlots(shard int, plain, slots *redis.Script, keys ...string) (*redis.Script, []string) {
+	if c.cfg.ownerCap == 0 {
+		return plain, keys
+	}
+	sk := &c.set.shards[shard]
+	return slots, append(keys, sk.run, sk.runo)
+}

@@ -1,0 +1,235 @@
+package expset
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ownerLoad counts a handler's calls under way per owner: the peak and the
+// calls over the cap (violations).
+type ownerLoad struct {
+	mu         sync.Mutex
+	cap        int
+	now, peak  map[string]int
+	handled    map[string]int // event key -> calls
+	violations int
+}
+
+func newOwnerLoad(cap int) *ownerLoad {
+	return &ownerLoad{cap: cap, now: map[string]int{}, peak: map[string]int{}, handled: map[string]int{}}
+}
+
+func (l *ownerLoad) enter(e Expiry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.now[e.Owner]++
+	l.peak[e.Owner] = max(l.peak[e.Owner], l.now[e.Owner])
+	if l.now[e.Owner] > l.cap {
+		l.violations++
+	}
+	l.handled[eventKey(e)]++
+}
+
+func (l *ownerLoad) leave(e Expiry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.now[e.Owner]--
+}
+
+// expireOwned makes perOwner events of each of owners expire.
+func expireOwned(t *testing.T, s *Set, clk *fakeClock, owners []string, perOwner int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range owners {
+		for i := 0; i < perOwner; i++ {
+			must[time.Time](t)(s.Add(ctx, o, "m"+strconv.Itoa(i), time.Second))
+		}
+	}
+	clk.Advance(time.Second)
+	if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != len(owners)*perOwner {
+		t.Fatalf("sweep: %+v %v", st, err)
+	}
+}
+
+// slotsLeft counts the owner-slot entries left in Redis.
+func slotsLeft(t *testing.T, s *Set) int {
+	t.Helper()
+	n := 0
+	for i := range s.shards {
+		n += int(must[int64](t)(s.rdb.ZCard(context.Background(), s.shards[i].run).Result()))
+		n += int(must[int64](t)(s.rdb.HLen(context.Background(), s.shards[i].runo).Result()))
+	}
+	return n
+}
+
+// TestOwnerConcurrencyCap: three Consumes of a group (two WithConcurrency(6),
+// one serial) under WithOwnerConcurrency(2) never run more than two calls
+// of one owner at once, reach two, and leave no slot behind; every event
+// is handled once at attempt 1 (an event refused at the cap is not
+// charged), but every fifth, whose first call fails (its slot freed by the
+// retry), at attempts 1 and 2.
+func TestOwnerConcurrencyCap(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		const perOwner = 20
+		owners := []string{"a", "b", "c"}
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		expireOwned(t, s, clk, owners, perOwner)
+		l := newOwnerLoad(2)
+		var wrong sync.Map
+		handle := func(_ context.Context, e Expiry) error {
+			l.enter(e)
+			defer l.leave(e)
+			time.Sleep(3 * time.Millisecond)
+			failing := strings.HasSuffix(e.Member, "0") || strings.HasSuffix(e.Member, "5")
+			if e.Attempt != 1 && (!failing || e.Attempt != 2) {
+				wrong.Store(eventKey(e), e.Attempt)
+			}
+			if failing && e.Attempt == 1 {
+				return RetryAfter(errors.New("once"), 0)
+			}
+			return nil
+		}
+		opts := []ConsumeOption{WithOwnerConcurrency(2), WithPollInterval(5 * time.Millisecond)}
+		var stops []func()
+		for i, name := range []string{"c1", "c2", "c3"} {
+			o := opts
+			if i < 2 {
+				o = append(o[:len(o):len(o)], WithConcurrency(6))
+			}
+			stops = append(stops, consumeInBackground(t, s, "g", name, handle, o...))
+		}
+		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
+		for _, stop := range stops {
+			stop()
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.violations != 0 {
+			t.Errorf("%d calls over the cap; peaks %v", l.violations, l.peak)
+		}
+		if len(l.handled) != len(owners)*perOwner {
+			t.Errorf("%d events handled, want %d", len(l.handled), len(owners)*perOwner)
+		}
+		calls := 0
+		for _, n := range l.handled {
+			calls += n
+		}
+		if want := len(owners) * (perOwner + perOwner/5); calls != want {
+			t.Errorf("%d calls, want %d", calls, want)
+		}
+		for o, p := range l.peak {
+			if p != 2 {
+				t.Errorf("owner %s: peak %d calls at once, want 2", o, p)
+			}
+		}
+		wrong.Range(func(k, v any) bool { t.Errorf("event %v: attempt %v", k, v); return true })
+		if n := slotsLeft(t, s); n != 0 {
+			t.Errorf("%d slot entries left", n)
+		}
+	})
+}
+
+// TestOwnerConcurrencyQuietOwner: while a busy owner at its cap of one has
+// many events waiting, a quiet owner's event is handled: the busy owner's
+// only call waits for it, so a quiet event held up behind the busy ones
+// would never be handled.
+func TestOwnerConcurrencyQuietOwner(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		expireOwned(t, s, clk, []string{"busy"}, 200)
+		expireOwned(t, s, clk, []string{"quiet"}, 1)
+		quiet := make(chan struct{})
+		l := newOwnerLoad(1)
+		stop := consumeInBackground(t, s, "g", "c1", func(ctx context.Context, e Expiry) error {
+			l.enter(e)
+			defer l.leave(e)
+			if e.Owner == "quiet" {
+				close(quiet)
+				return nil
+			}
+			select {
+			case <-quiet:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, WithOwnerConcurrency(1), WithConcurrency(4), WithPollInterval(5*time.Millisecond))
+		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
+		stop()
+		if l.violations != 0 {
+			t.Errorf("%d calls over the cap", l.violations)
+		}
+		if n := slotsLeft(t, s); n != 0 {
+			t.Errorf("%d slot entries left", n)
+		}
+	})
+}
+
+// TestOwnerConcurrencyCrashFreesSlots: a consumer that dies in a call holds
+// its owner's only slot; once the lease TTL has passed, another consumer
+// handles the owner's events: the dead call's event at attempt 2 (its first
+// call counted), the others at attempt 1.
+func TestOwnerConcurrencyCrashFreesSlots(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
+		expireOwned(t, s, clk, []string{"o"}, 3)
+		opts := []ConsumeOption{WithOwnerConcurrency(1), WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+		dead := crashInHandler(t, b.client(t), s, "g", "doomed", opts...)
+		l := newOwnerLoad(1)
+		var mu sync.Mutex
+		attempts := map[string]int{}
+		stop := consumeInBackground(t, s, "g", "c1", func(_ context.Context, e Expiry) error {
+			l.enter(e)
+			defer l.leave(e)
+			mu.Lock()
+			attempts[e.Member] = e.Attempt
+			mu.Unlock()
+			return nil
+		}, opts...)
+		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(attempts) != 3 {
+			t.Fatalf("handled %v, want 3 events", attempts)
+		}
+		for m, a := range attempts {
+			want := 1
+			if m == dead.Member {
+				want = 2
+			}
+			if a != want {
+				t.Errorf("%s: attempt %d, want %d", m, a, want)
+			}
+		}
+		if l.violations != 0 {
+			t.Errorf("%d calls over the cap", l.violations)
+		}
+	})
+}
+
+// TestOwnerConcurrencyOption: WithOwnerConcurrency refuses negatives and
+// more than 1<<20, naming the option; 0 is no cap.
+func TestOwnerConcurrencyOption(t *testing.T) {
+	for _, n := range []int{-1, maxOwnerConcurrency + 1} {
+		var c consumeConfig
+		err := WithOwnerConcurrency(n).applyConsume(&c)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "WithOwnerConcurrency("+strconv.Itoa(n)+")") {
+			t.Errorf("WithOwnerConcurrency(%d): %v", n, err)
+		}
+	}
+	for _, n := range []int{0, 1, maxOwnerConcurrency} {
+		var c consumeConfig
+		if err := WithOwnerConcurrency(n).applyConsume(&c); err != nil || c.ownerCap != n {
+			t.Errorf("WithOwnerConcurrency(%d): %v, %d", n, err, c.ownerCap)
+		}
+	}
+}
