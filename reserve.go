@@ -42,7 +42,7 @@ type Reservation struct {
 //
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff (they apply to
 // the reservation's Finish) and WithPollInterval; WithReadBatch,
-// WithMaxHandlingTime and WithConcurrency are refused with
+// WithMaxHandlingTime, WithConcurrency and WithOwnerConcurrency are refused with
 // ErrInvalidArgument, as are a bad group, consumer or option, or a set
 // without expiry events.
 //

@@ -279,6 +279,7 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 		{"WithReadBatch(1) (refused)", "g", "c", []ConsumeOption{WithReadBatch(1)}, ErrInvalidArgument},
 		{"WithMaxHandlingTime(1m) (refused)", "g", "c", []ConsumeOption{WithMaxHandlingTime(time.Minute)}, ErrInvalidArgument},
 		{"WithConcurrency(1) (refused)", "g", "c", []ConsumeOption{WithConcurrency(1)}, ErrInvalidArgument},
+		{"WithOwnerConcurrency(0) (refused)", "g", "c", []ConsumeOption{WithOwnerConcurrency(0)}, ErrInvalidArgument},
 		{"WithMaxAttempts(0)", "g", "c", []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidArgument},
 		{"WithRetryBackoff(-1ns, 1s)", "g", "c", []ConsumeOption{WithRetryBackoff(-1, time.Second)}, ErrInvalidArgument},
 	} {
