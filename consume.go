@@ -199,16 +199,16 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 	}
 	if pull {
 		// Refused: they shape handler calls, which Reserve's caller runs.
-		cfg.batch, cfg.maxHandling, cfg.concurrency = 0, 0, 0
+		cfg.batch, cfg.maxHandling, cfg.concurrency, cfg.ownerCap = 0, 0, 0, -1
 	}
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
 		return nil, err
 	}
 	if pull {
-		if cfg.batch != 0 || cfg.maxHandling != 0 || cfg.concurrency != 0 {
-			return nil, fmt.Errorf("%w: Reserve takes WithLeaseTTL, WithMaxAttempts, WithRetryBackoff and WithPollInterval; WithReadBatch, WithMaxHandlingTime and WithConcurrency shape Consume's handler calls: leave them out", ErrInvalidArgument)
+		if cfg.batch != 0 || cfg.maxHandling != 0 || cfg.concurrency != 0 || cfg.ownerCap != -1 {
+			return nil, fmt.Errorf("%w: Reserve takes WithLeaseTTL, WithMaxAttempts, WithRetryBackoff and WithPollInterval; WithReadBatch, WithMaxHandlingTime, WithConcurrency and WithOwnerConcurrency shape Consume's handler calls: leave them out", ErrInvalidArgument)
 		}
-		cfg.batch, cfg.maxHandling, cfg.concurrency = 1, defaultMaxHandlingTime, 1
+		cfg.batch, cfg.maxHandling, cfg.concurrency, cfg.ownerCap = 1, defaultMaxHandlingTime, 1, 0
 	}
 	beat := max(cfg.visibility/3, time.Millisecond)
 	c := &consumer{

@@ -42,19 +42,22 @@ type Reservation struct {
 //
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff (they apply to
 // the reservation's Finish) and WithPollInterval; WithReadBatch,
-// WithMaxHandlingTime and WithConcurrency are refused with
+// WithMaxHandlingTime, WithConcurrency and WithOwnerConcurrency are refused with
 // ErrInvalidArgument, as are a bad group, consumer or option, or a set
 // without expiry events.
 //
 // Cost: each call subscribes to the shards' wake-ups (one connection, one
 // per shard on Redis Cluster, held until it returns), makes the group on
-// each shard's stream when missing (one XGROUP CREATE per shard), then reads
-// every shard in one pipeline and begins the event's attempt in one round
-// trip: about 3 round trips plus one per shard when an event waits. Idle,
-// it waits for a wake-up without a command, but the safety poll (each
-// shard's stream read every WithPollInterval, default 10s) and a claim
-// scan while the group has events pending. Redis failures are reported
-// to Hooks.OnError and retried with backoff until ctx ends.
+// each shard's stream when missing (one XGROUP CREATE per shard), asks
+// every shard for the group's pending count in one pipeline, reads one
+// event at a time (so that none waits unhandled), a shard a round trip
+// until one yields it, and begins its attempt in one round trip: at most
+// about two round trips per shard and three more. Idle, it waits for a
+// wake-up and sends only what an idle Consume sends: the safety poll (each
+// shard's stream read every WithPollInterval, default 10s), the
+// subscriptions' PINGs, and a claim scan while the group has events
+// pending. Redis failures are reported to Hooks.OnError and retried with
+// backoff until ctx ends.
 func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ConsumeOption) (*Reservation, error) {
 	c, err := s.newConsumer(group, consumerName, nil, opts, true)
 	if err != nil {
@@ -65,8 +68,11 @@ func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...C
 	var r *Reservation
 	_ = s.loop(ctx, "reserve", c.wk.signal, func() (time.Duration, error) {
 		r = c.reserveRound(ctx)
-		if r != nil {
+		switch {
+		case r != nil:
 			return 0, errLoopDone
+		case c.anyBusy():
+			return 0, nil // shards left unread, one event a read: on at once
 		}
 		return c.idleWait(time.Now()), nil
 	})

@@ -279,6 +279,7 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 		{"WithReadBatch(1) (refused)", "g", "c", []ConsumeOption{WithReadBatch(1)}, ErrInvalidArgument},
 		{"WithMaxHandlingTime(1m) (refused)", "g", "c", []ConsumeOption{WithMaxHandlingTime(time.Minute)}, ErrInvalidArgument},
 		{"WithConcurrency(1) (refused)", "g", "c", []ConsumeOption{WithConcurrency(1)}, ErrInvalidArgument},
+		{"WithOwnerConcurrency(0) (refused)", "g", "c", []ConsumeOption{WithOwnerConcurrency(0)}, ErrInvalidArgument},
 		{"WithMaxAttempts(0)", "g", "c", []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidArgument},
 		{"WithRetryBackoff(-1ns, 1s)", "g", "c", []ConsumeOption{WithRetryBackoff(-1, time.Second)}, ErrInvalidArgument},
 	} {
@@ -316,4 +317,32 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 			return "", r.Touch(e.ctx)
 		})
 	}
+}
+
+// TestReserveReadsEveryShard: Reserve reads one event at a time, yet finds
+// one on the last shard it reads without waiting for a safety poll.
+func TestReserveReadsEveryShard(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(16), WithExpiryEvents())
+		owner := ""
+		for i := 0; owner == ""; i++ {
+			if o := fmt.Sprint("o", i); s.ShardOf(o) == 15 {
+				owner = o
+			}
+		}
+		must[time.Time](t)(s.Add(ctx, owner, "m", time.Second))
+		clk.Advance(time.Second)
+		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 1 {
+			t.Fatalf("sweep: %+v %v", st, err)
+		}
+		r := reserve(t, s, "c", WithPollInterval(time.Minute))
+		if r.Expiry.Owner != owner {
+			t.Errorf("reserved %+v, want %s's", r.Expiry, owner)
+		}
+		if err := r.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

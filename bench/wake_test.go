@@ -118,16 +118,18 @@ func BenchmarkIdleCommands(b *testing.B) {
 				name  string
 				loops int
 				opts  []expset.ConsumeOption
-			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}} {
+			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}, {"reserve", 1, nil}} {
 				b.Run(fmt.Sprintf("%s/shards-%d", c.name, shards), func(b *testing.B) {
-					runIdle(b, srv, shards, c.name == "sweeper", c.loops, c.opts...)
+					runIdle(b, srv, shards, c.name, c.loops, c.opts...)
 				})
 			}
 		}
 	})
 }
 
-func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int, opts ...expset.ConsumeOption) {
+// runIdle measures loops idle loops of kind: "sweeper" (Run), "reserve"
+// (Reserve waiting) or else Consume.
+func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts ...expset.ConsumeOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	name := "bench-idle-" + uniqueTag()
@@ -139,7 +141,11 @@ func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int, opts
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if sweeper {
+			if kind == "reserve" {
+				_, _ = s.Reserve(ctx, "bench", "c"+strconv.Itoa(i), opts...)
+				return
+			}
+			if kind == "sweeper" {
 				w, err := expset.NewSweeper(s)
 				if err == nil {
 					_ = w.Run(ctx)
@@ -159,7 +165,7 @@ func runIdle(b *testing.B, srv server, shards int, sweeper bool, loops int, opts
 			continue
 		}
 		b.ReportMetric(float64(calls)/idleWindow.Seconds()/float64(loops), "commands/s/loop")
-		b.Logf("%d shards, %d %s: %.1f commands/s per loop over %v: %s", shards, loops, map[bool]string{true: "sweeper", false: "consumers"}[sweeper],
+		b.Logf("%d shards, %d %s: %.1f commands/s per loop over %v: %s", shards, loops, kind,
 			float64(calls)/idleWindow.Seconds()/float64(loops), *idleWindow, byCmd)
 	}
 	b.StopTimer()
