@@ -83,10 +83,11 @@ func TestHelperProcess(t *testing.T) {
 func helperMain(role string) error {
 	addrs := strings.Split(os.Getenv(helperAddrs), ",")
 	var rdb redis.UniversalClient
+	name := helperClientName(os.Getpid())
 	if len(addrs) == 1 {
-		rdb = redis.NewClient(&redis.Options{Addr: addrs[0]})
+		rdb = redis.NewClient(&redis.Options{Addr: addrs[0], ClientName: name})
 	} else {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DisableIdentity: true})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DisableIdentity: true, ClientName: name})
 	}
 	shards, err := strconv.Atoi(os.Getenv(helperShards))
 	if err != nil {
@@ -226,6 +227,50 @@ func (h *helper) waitLine(what string, match func(string) bool) string {
 func (h *helper) kill() {
 	_ = h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.exited
+}
+
+// helperClientName names the connections of the helper process pid.
+func helperClientName(pid int) string { return "expset-kill-helper-" + strconv.Itoa(pid) }
+
+// waitGone waits until no server of b has a connection of the killed
+// helper h left. A server runs what it had read from a connection before it
+// closes it, so after this every command the helper sent has run (or never
+// will): what Redis counted can be read without a race against the dead
+// process's last pipeline, which a server may read after a newer command
+// of another connection.
+func (b killBackend) waitGone(t *testing.T, h *helper) {
+	t.Helper()
+	name := helperClientName(h.cmd.Process.Pid)
+	ctx := context.Background()
+	connected := func(c *redis.Client) error {
+		list, err := c.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " name="+name+" ") {
+				return fmt.Errorf("still connected: %s", line)
+			}
+		}
+		return nil
+	}
+	end := time.Now().Add(killWait)
+	for {
+		var err error
+		switch c := b.rdb.(type) {
+		case *redis.ClusterClient:
+			err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return connected(n) })
+		case *redis.Client:
+			err = connected(c)
+		}
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the killed helper's connections: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // killBackend is a real Redis the kill tests run on, with the addresses a

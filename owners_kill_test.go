@@ -45,6 +45,7 @@ func TestKillConsumerOwnerSlots(t *testing.T) {
 			return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2
 		})
 		h.kill()
+		b.waitGone(t, h)
 		handledOK := map[string]bool{}
 		for _, l := range h.calls("ok") {
 			f := strings.Fields(l) // ok shard ID attempt

@@ -71,6 +71,7 @@ func TestKillConsumerWithConcurrency(t *testing.T) {
 			return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2
 		})
 		h.kill()
+		b.waitGone(t, h)
 
 		printed := map[string]int{} // event key -> calls the helper printed
 		handledOK := map[string]bool{}
