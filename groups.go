@@ -23,6 +23,12 @@ type GroupInfo struct {
 	// Retrying counts the events whose handler call failed, waiting for
 	// their retry delay (WithRetryBackoff, RetryAfter): part of Pending.
 	Retrying int64
+	// Running counts the handler calls under way that hold an owner slot
+	// (WithOwnerConcurrency), and RunningOwners their owners: 5 calls of
+	// owner a and 2 of b give Running 7, RunningOwners 2. Set.Running
+	// lists the owners. Both are 0 in the reply of RemoveGroup.
+	Running       int64
+	RunningOwners int64
 }
 
 // groupLagCount is how many unread entries Groups counts per shard and
@@ -30,11 +36,13 @@ type GroupInfo struct {
 const groupLagCount = 1000
 
 // Groups returns the consumer groups of the set's expiry events, by name,
-// with their lag, pending events, retries waiting and dead letters. Cost:
-// one pipelined round trip for the groups (one per node on a cluster), one
-// more where Redis cannot tell a lag, one more where events are pending
-// (to count the retries), and one per 1000 dead letters of the largest
-// dead-letter stream (each is read to learn its group).
+// with their lag, pending events, retries waiting, dead letters and calls
+// running under owner slots. Cost: one pipelined round trip for the groups
+// (one per node on a cluster), one more where Redis cannot tell a lag, one
+// more where events are pending (to count the retries), one per 1000 dead
+// letters of the largest dead-letter stream (each is read to learn its
+// group), and one per 1000 calls under way on the busiest shard (at least
+// one: see Set.Running).
 func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
 		return nil, err
@@ -93,6 +101,18 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	}
 	if err := s.countDead(ctx, byName); err != nil {
 		return nil, err
+	}
+	running, _, err := s.running(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for name, owners := range running {
+		if g := byName[name]; g != nil {
+			for _, n := range owners {
+				g.Running += n
+				g.RunningOwners++
+			}
+		}
 	}
 	out := make([]GroupInfo, 0, len(byName))
 	for _, g := range byName {

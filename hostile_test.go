@@ -548,6 +548,7 @@ func hostileCases() []hostileCase {
 		{"NewSweeper", func(e *hostileEnv, s *Set) error { _, err := NewSweeper(s); return err }},
 		{"Set.Groups", func(e *hostileEnv, s *Set) error { _, err := s.Groups(e.ctx); return err }},
 		{"Set.RemoveGroup", func(e *hostileEnv, s *Set) error { _, err := s.RemoveGroup(e.ctx, "g"); return err }},
+		{"Set.Running", func(e *hostileEnv, s *Set) error { _, err := s.Running(e.ctx, "g", 10); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -631,6 +632,43 @@ func hostileCases() []hostileCase {
 		}
 		_, err = s.RemoveGroup(e.ctx, "missing")
 		return "", err
+	})
+	groupSet := func(e *hostileEnv) (*Set, error) {
+		return Open(context.Background(), e.rdb, e.named("running"), WithExpiryEvents(), WithConsumerGroups("g"))
+	}
+	for _, c := range []struct {
+		desc  string
+		group string
+		n     int
+		want  error
+	}{
+		{"n 0", "g", 0, ErrInvalidArgument},
+		{"n -1", "g", -1, ErrInvalidArgument},
+		{"n 10001", "g", maxRunningOwners + 1, ErrInvalidArgument},
+		{`group ""`, "", 10, ErrInvalidArgument},
+		{"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1), 10, ErrInvalidArgument},
+		{"a group the set does not have", "missing", 10, ErrNotFound},
+	} {
+		row("Set.Running", c.desc, c.want, "", func(e *hostileEnv) (string, error) {
+			s, err := groupSet(e)
+			if err != nil {
+				return "", err
+			}
+			_, err = s.Running(e.ctx, c.group, c.n)
+			return "", err
+		})
+	}
+	row("Set.Running", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+		_, err := e.s.Running(e.ctx, "g", 10)
+		return "", err
+	})
+	row("Set.Running", "a group that never used WithOwnerConcurrency", nil, "0 owners", func(e *hostileEnv) (string, error) {
+		s, err := groupSet(e)
+		if err != nil {
+			return "", err
+		}
+		got, err := s.Running(e.ctx, "g", 10)
+		return fmt.Sprintf("%d owners", len(got)), err
 	})
 	nilClients := []struct {
 		desc string

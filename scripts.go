@@ -51,6 +51,7 @@ var (
 	scriptRetry       = script("now.lua", "groups.lua", "retry.lua")
 	scriptPrune       = script("groups.lua", "prune.lua")
 	scriptRemoveGroup = script("groups.lua", "remove_group.lua")
+	scriptRunning     = script("now.lua", "groups.lua", "running.lua")
 
 	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
 	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
