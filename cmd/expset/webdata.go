@@ -29,6 +29,7 @@ const (
 	webCountKept     = 15 * time.Second // how long a filtered count serves the next pages
 	webActionBatch   = 500              // dead letters kicked or deleted by one library call
 	webOwnersShown   = 20               // owners listed on a set's page
+	webRunningShown  = 10               // owners with calls running listed per group
 	webSampleEvery   = 2 * time.Second
 	webSamplesKept   = 150 // five minutes of samples
 	webMaxFilterText = 1024
@@ -118,6 +119,13 @@ type groupRow struct {
 	LagMore   bool  // a shard had more than webLagCount undelivered: Lag counts that many of it
 	Shards    int   // shards whose stream has the group
 	Consumers []consumerRow
+	// With detail: the handler calls running under owner slots
+	// (WithOwnerConcurrency), their owners (RunningMore: at least that
+	// many), and the first webRunningShown owners, most calls first.
+	Running       int64
+	RunningOwners int64
+	RunningMore   bool
+	TopRunning    []expset.OwnerCalls
 }
 
 // consumerRow is one consumer of a group over all shards.
@@ -250,7 +258,34 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	if detail {
+		if err := w.readRunning(ctx, out); err != nil {
+			return nil, cnt, err
+		}
+	}
 	return out, cnt, nil
+}
+
+// readRunning fills in each group's handler calls running under owner
+// slots (Set.Running: one pipelined round trip per group).
+func (w *webSet) readRunning(ctx context.Context, groups []groupRow) error {
+	for i := range groups {
+		g := &groups[i]
+		owners, err := w.set.Running(ctx, g.Name, maxRunningOwners)
+		if errors.Is(err, expset.ErrNotFound) {
+			continue // removed in between
+		}
+		if err != nil {
+			return fmt.Errorf("read the calls running of %s: %w", g.Name, err)
+		}
+		for _, o := range owners {
+			g.Running += o.Calls
+		}
+		g.RunningOwners = int64(len(owners))
+		g.RunningMore = len(owners) == maxRunningOwners
+		g.TopRunning = owners[:min(len(owners), webRunningShown)]
+	}
+	return nil
 }
 
 // rates keeps the last samples of a set's counters, to draw rates from.

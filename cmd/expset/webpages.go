@@ -263,11 +263,12 @@ func (s *webServer) index(w http.ResponseWriter, r *http.Request) {
 // overviewData is a set's page.
 type overviewData struct {
 	setSummary
-	Groups []groupRow
-	Rates  []ratePoint
-	Known  bool // the server counts the streams' entries (not miniredis)
-	RErr   string
-	Owners []ownerDue
+	Groups  []groupRow
+	Running int64 // handler calls running under owner slots, over the groups
+	Rates   []ratePoint
+	Known   bool // the server counts the streams' entries (not miniredis)
+	RErr    string
+	Owners  []ownerDue
 }
 
 func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
@@ -284,6 +285,9 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 	if d.Groups, _, err = ws.readGroups(r.Context(), s.rdb, true); err != nil {
 		s.fail(w, err)
 		return
+	}
+	for _, g := range d.Groups {
+		d.Running += g.Running
 	}
 	var rerr error
 	d.Rates, d.Known, rerr = ws.rates.series()
