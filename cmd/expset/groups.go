@@ -67,13 +67,8 @@ func (a *app) groupsCmd() *cobra.Command {
 			}
 			defer done()
 			g, err := set.RemoveGroup(cmd.Context(), args[1])
-			switch {
-			case errors.Is(err, expset.ErrInvalidArgument):
-				return fmt.Errorf("%w: %v", errUsage, err)
-			case errors.Is(err, expset.ErrNotFound):
-				return fmt.Errorf("%w: set %q has no consumer group %q: see expset groups %s", errNotFound, args[0], args[1], args[0])
-			case err != nil:
-				return err
+			if err != nil {
+				return groupErr(err, args[0], args[1])
 			}
 			if asJSON {
 				return printGroups(a.stdout, []expset.GroupInfo{g}, true)
@@ -108,13 +103,8 @@ func (a *app) groupsRunningCmd() *cobra.Command {
 			}
 			defer done()
 			owners, err := set.Running(cmd.Context(), args[1], maxRunningOwners)
-			switch {
-			case errors.Is(err, expset.ErrInvalidArgument):
-				return fmt.Errorf("%w: %v", errUsage, err)
-			case errors.Is(err, expset.ErrNotFound):
-				return fmt.Errorf("%w: set %q has no consumer group %q: see expset groups %s", errNotFound, args[0], args[1], args[0])
-			case err != nil:
-				return err
+			if err != nil {
+				return groupErr(err, args[0], args[1])
 			}
 			return printRunning(a.stdout, owners, top, asJSON)
 		},
@@ -155,6 +145,18 @@ func printRunning(w io.Writer, owners []expset.OwnerCalls, top int, asJSON bool)
 		more = " or more"
 	}
 	_, err := fmt.Fprintf(w, "%d of %d%s owners with calls running (%d calls)\n", len(shown), len(owners), more, calls)
+	return err
+}
+
+// groupErr makes err, from a call on consumer group group of set name, a
+// usage error or a "not found" that says where to look.
+func groupErr(err error, name, group string) error {
+	switch {
+	case errors.Is(err, expset.ErrInvalidArgument):
+		return fmt.Errorf("%w: %v", errUsage, err)
+	case errors.Is(err, expset.ErrNotFound):
+		return fmt.Errorf("%w: set %q has no consumer group %q: see expset groups %s", errNotFound, name, group, name)
+	}
 	return err
 }
 
