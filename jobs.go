@@ -147,30 +147,48 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	return msTime(d), nil
 }
 
-// Cancel deletes the waiting job id, with its payload, and reports whether
-// it was waiting and not yet due: a cancelled job is never delivered. A job
-// already due (its event written, or about to be) is delivered all the
-// same; Cancel then returns false. Cancel is one round trip: one script,
-// O(log n) in the jobs of its bucket.
+// Cancel cancels the job id until a handler call of it begins, and
+// reports whether it did: a job waiting, due or not, is deleted with its
+// payload; a job whose event the sweeper has written has the event deleted,
+// if no consumer group has begun a handler call of it (a call Consume gave
+// back as it stopped counts as not begun). A cancelled job is never
+// delivered, and Job then reports it unknown. Cancel returns false for a
+// job unknown, done, dead, or with a call begun in some group. Only the
+// newest put of the ID is cancelled.
+//
+// A waiting job costs one round trip: one script, O(log n) in the jobs of
+// its bucket. Any other looks through its shard's event stream, newest
+// first, in one round trip per 1,000 entries it passes (the stream holds
+// the events some group has not finished), as Job does.
 func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return false, err
 	}
 	shard, owner, keys := s.jobKeys(id)
-	keys = append(keys, s.shards[shard].line+owner)
-	v, err := s.run(ctx, "cancel", shard, scriptRemove, keys, s.now(), owner, s.flags, id)
-	if err != nil {
-		return false, err
+	sk := &s.shards[shard]
+	keys = []string{keys[0], sk.due, sk.events, sk.payload + owner, sk.att}
+	where := ""
+	for {
+		v, err := s.run(ctx, "cancel", shard, scriptCancel, keys, id, owner, s.flags, where, jobScanCount)
+		if err != nil {
+			return false, err
+		}
+		xs, ok := v.([]any)
+		if !ok || len(xs) == 0 {
+			return false, unexpected("cancel.lua", v)
+		}
+		kind, ok := asInt64(xs[0])
+		switch {
+		case !ok:
+		case kind >= 0 && kind <= 2 && len(xs) == 1:
+			return kind > 0, nil
+		case kind == 4 && len(xs) == 2:
+			if where, ok = asString(xs[1]); ok {
+				continue
+			}
+		}
+		return false, unexpected("cancel.lua", v)
 	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 2 {
-		return false, unexpected("remove.lua", v)
-	}
-	n, ok := asInt64(xs[0])
-	if !ok {
-		return false, unexpected("remove.lua", v)
-	}
-	return n == 1, nil
 }
 
 // Job returns the state of the job id: waiting with its due time, running

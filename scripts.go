@@ -19,7 +19,8 @@ var luaFS embed.FS
 // own file, joined unchanged with a newline between them (script): no Lua
 // text is cut or replaced. The shared files are now.lua (now_ms),
 // wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
-// decision) and groups.lua (the consumer-group scripts' helpers); each
+// decision), groups.lua (the consumer-group scripts' helpers) and jobs.lua
+// (the job scripts' look through the stream, after groups.lua); each
 // script's own file starts with its KEYS, ARGV and reply.
 //
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
@@ -37,7 +38,8 @@ var (
 	scriptOpen     = script("open.lua")
 	scriptSweep    = script("now.lua", "sweep.lua")
 	scriptKick     = script("kick.lua")
-	scriptJob      = script("groups.lua", "job.lua")
+	scriptJob      = script("groups.lua", "jobs.lua", "job.lua")
+	scriptCancel   = script("groups.lua", "jobs.lua", "cancel.lua")
 	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 

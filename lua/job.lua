@@ -35,62 +35,22 @@ if which == 'dead' then
   stream = KEYS[3]
 end
 
--- The newest entry at or below from (from itself excluded unless "+") that
--- carries the job: its ID and due time; else nil and the last ID looked at
--- when more may follow.
-local es = call('XREVRANGE', stream, from, '-', 'COUNT', count + 1)
-local seen, last = 0, nil
-for _, e in ipairs(es) do
-  if e[1] ~= from then
-    if seen == count then
-      break
-    end
-    seen = seen + 1
-    last = e[1]
-    local f = e[2]
-    local o, m, d
-    for j = 1, #f - 1, 2 do
-      local k = f[j]
-      if k == 'o' then
-        o = f[j + 1]
-      elseif k == 'm' then
-        m = f[j + 1]
-      elseif k == 'd' then
-        d = f[j + 1]
-      end
-    end
-    if o == owner and m == id then
-      if which == 'dead' then
-        return {3, tonumber(d)}
-      end
-      local groups = call('XINFO', 'GROUPS', stream)
-      -- No group yet: the first to come reads it.
-      local attempt, unread = 0, #groups == 0
-      for _, g in ipairs(groups) do
-        local name = info(g, 'name')
-        local n = 0
-        if pending_of(stream, name, e[1]) then
-          n = att_get(KEYS[4], att_field(e[1], name))
-          if n > attempt then
-            attempt = n
-          end
-        end
-        -- Read into a consumer's batch, no call begun: not running yet.
-        if n == 0 and (pending_of(stream, name, e[1]) or after(e[1], info(g, 'last-delivered-id') or '0-0')) then
-          unread = true
-        end
-      end
-      if attempt > 0 then
-        return {2, tonumber(d), attempt}
-      elseif unread then
-        return {1, tonumber(d)}
-      end
-      return {0}
-    end
+local eid, d = job_find(stream, owner, id, from, count)
+if eid then
+  if which == 'dead' then
+    return {3, tonumber(d)}
   end
+  local attempt, fresh, groups = job_groups(stream, KEYS[4], eid)
+  if attempt > 0 then
+    return {2, tonumber(d), attempt}
+  elseif fresh[1] or groups == 0 then
+    -- Not begun by some group (none yet: the first to come reads it).
+    return {1, tonumber(d)}
+  end
+  return {0}
 end
-if seen == count and #es > count then
-  return {4, which .. ' ' .. last}
+if d then
+  return {4, which .. ' ' .. d}
 end
 if which == 'ev' then
   return {4, 'dead +'}
