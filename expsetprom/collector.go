@@ -1,10 +1,11 @@
 // Package expsetprom exports expset as Prometheus metrics, in two
 // collectors. Collector is fed by expset.Hooks: what the processes do (script
 // calls and their latency, acquire outcomes, sweeps, event handling).
-// StatsCollector reads Set.Stats on every scrape: what waits in Redis (due
-// members, sweeper lag, events, dead letters, per shard). The package lives
-// in its own module so that the core library does not make its users depend
-// on the Prometheus client.
+// StatsCollector reads Set.Stats and Set.Groups on every scrape: what waits
+// in Redis (due members, sweeper lag, events, dead letters, per shard; lag,
+// retries, dead letters and calls running, per consumer group). The package
+// lives in its own module so that the core library does not make its users
+// depend on the Prometheus client.
 //
 //	c := expsetprom.NewCollector()
 //	prometheus.MustRegister(c)
@@ -88,9 +89,9 @@ func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns
 // 100µs to about 1.6s, doubling). Collector only.
 func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
 
-// WithStatsTimeout bounds the Set.Stats call of one scrape (default
-// DefaultStatsTimeout, 10s; zero or less keeps the default). StatsCollector
-// only.
+// WithStatsTimeout bounds the reads of one scrape, Set.Stats and Set.Groups
+// together (default DefaultStatsTimeout, 10s; zero or less keeps the
+// default). StatsCollector only.
 func WithStatsTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
