@@ -64,7 +64,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	var limit, shard int
 	dead := withJSON(&cobra.Command{
 		Use:     "dead [--limit 100] [--shard N] [--json] NAME",
-		Short:   "list dead letters: events that failed every attempt",
+		Short:   "list dead letters: events that failed every attempt or were buried",
 		Example: "expset events dead unpaid-orders --limit 20",
 		Args:    args("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {

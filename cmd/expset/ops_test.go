@@ -325,7 +325,7 @@ func TestBinaryStatsWatch(t *testing.T) {
 }
 
 func TestBinaryStatsServe(t *testing.T) {
-	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
+	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents(), expset.WithConsumerGroups("g"))
 	addExpired(t, set, rdb, "a", "b", "c")
 	port, err := redistest.FreePort()
 	if err != nil {
@@ -346,8 +346,11 @@ func TestBinaryStatsServe(t *testing.T) {
 		body = string(b)
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
-	for _, name := range []string{"owners", "owners_due", "members_due", "members_due_partial", "lag_seconds", "events", "events_trimmed", "pending", "dead_letters", "lease_held", "server_evicted_keys"} {
-		for _, want := range []string{"# HELP expset_shard_" + name + " ", "# TYPE expset_shard_" + name + " gauge\n"} {
+	for _, name := range []string{"shard_owners", "shard_owners_due", "shard_members_due", "shard_members_due_partial", "shard_lag_seconds",
+		"shard_events", "shard_events_trimmed", "shard_pending", "shard_retries_scheduled", "shard_dead_letters", "shard_lease_held",
+		"shard_server_evicted_keys", "group_lag", "group_pending", "group_retries_scheduled", "group_dead_letters", "group_running",
+		"group_running_owners"} {
+		for _, want := range []string{"# HELP expset_" + name + " ", "# TYPE expset_" + name + " gauge\n"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)
 			}
@@ -386,6 +389,9 @@ func TestBinaryStatsServe(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `expset_shard_events{set="`+set.Name()+`",shard="`+strconv.Itoa(set.ShardOf("a"))+`"} `) {
 		t.Errorf("no expset_shard_events sample:\n%s", b)
+	}
+	if !strings.Contains(string(b), `expset_group_lag{group="g",set="`+set.Name()+`"} 3`+"\n") {
+		t.Errorf("no expset_group_lag sample of the 3 events swept:\n%s", b)
 	}
 
 	if code, _ := r.interrupt(); code != 0 {

@@ -111,7 +111,7 @@ func (a *app) statsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of aligned text (with --watch: one object a line)")
 	cmd.Flags().Var(&watch, "watch", "print the stats again every 5s, or every interval given as --watch=2s, until interrupted")
 	cmd.Flags().Lookup("watch").NoOptDefVal = defaultWatch.String()
-	cmd.Flags().StringVar(&serve, "serve", "", "serve the numbers as Prometheus gauges on http://ADDR/metrics (e.g. :9090) until interrupted")
+	cmd.Flags().StringVar(&serve, "serve", "", "serve the numbers, and each consumer group's, as Prometheus gauges on http://ADDR/metrics (e.g. :9090) until interrupted")
 	return cmd
 }
 
@@ -251,9 +251,9 @@ func lag(ms int64, due bool) string {
 	return (time.Duration(ms) * time.Millisecond).String()
 }
 
-// serveMetrics serves set's Stats on http://addr/metrics through the
-// Prometheus client, read afresh for every scrape by expsetprom's
-// StatsCollector, until ctx ends. A failed read answers 500 and is logged.
+// serveMetrics serves set's Stats and Groups on http://addr/metrics
+// through the Prometheus client, read afresh for every scrape by
+// expsetprom's StatsCollector, until ctx ends. A failed read answers 500 and is logged.
 func serveMetrics(ctx context.Context, set *expset.Set, addr string, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
