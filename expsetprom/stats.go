@@ -44,7 +44,9 @@ import (
 //	expset_group_running{set,group}              handler calls under way holding an owner slot (WithOwnerConcurrency)
 //	expset_group_running_owners{set,group}       the owners of those calls
 //
-// A group name that is not valid UTF-8 is given as a Go-quoted string in
+// Stats is read before Groups, not atomically with it: an event buried
+// between the two reads counts in its group's dead letters and not yet in
+// its shard's. A group name that is not valid UTF-8 is given Go-quoted in
 // the group label. Set.Groups reads every dead letter to learn its group,
 // one round trip per 1000 of the largest dead-letter stream: with millions
 // of them, raise WithStatsTimeout or delete the ones handled.
