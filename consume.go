@@ -221,7 +221,8 @@ func (s *Set) newConsumer(group, name string, handle func(context.Context, Expir
 		visMs:      max(cfg.visibility.Milliseconds(), 1),
 		beat:       beat,
 	}
-	if cfg.concurrency > 1 {
+	if cfg.concurrency > 1 || cfg.ownerCap > 0 {
+		// A cap reads past the events of owners at it (take.lua): the pool's way.
 		c.pool = newPool(c)
 	}
 	start := time.Now()
@@ -334,20 +335,19 @@ type delivery struct {
 // missing groups, claims what is due, reads new events of the shards that
 // were woken, busy or due a safety poll, and hands them all to the handler.
 // It returns how long to wait before the next round, unless a wake-up comes
-// first. A Consume WithConcurrency over 1 runs poolRound instead.
+// first. A Consume WithConcurrency over 1 or WithOwnerConcurrency runs
+// poolRound instead.
 func (c *consumer) round(ctx context.Context) time.Duration {
 	if c.pool != nil {
 		return c.poolRound(ctx)
 	}
 	_ = c.flushAcks(ctx) // left over from a failure: before anything else
 	now := time.Now()
-	todo := c.unpark(now, -1)
-	tried := len(todo)
 	claimed, read, visit := c.survey(ctx, now, -1)
-	todo = append(append(todo, claimed...), c.read(ctx, read, visit, -1)...)
+	todo := append(claimed, c.read(ctx, read, visit, -1)...)
 	c.deliverAll(ctx, todo)
 
-	if len(todo) > tried {
+	if len(todo) > 0 {
 		return 0
 	}
 	return c.idleWait(now)
@@ -656,7 +656,6 @@ func (c *consumer) deliver(ctx context.Context, d delivery) error {
 		return err
 	}
 	leased, herr := c.call(ctx, d.shard, d.id, e, leased)
-	defer c.slotFreed()
 	if herr == nil {
 		c.handled(ctx, d.shard, d.id, e.Attempt, leased)
 		return nil
@@ -686,9 +685,6 @@ func (c *consumer) start(ctx context.Context, d delivery) (Expiry, time.Time, st
 		return Expiry{}, d.at, "", err
 	}
 	attempt, leased, token, err := c.begin(ctx, d)
-	if err == nil && attempt == beginFull {
-		return Expiry{}, leased, token, c.refused(ctx, d)
-	}
 	if err != nil || attempt <= 0 {
 		return Expiry{}, leased, token, err
 	}
@@ -702,7 +698,7 @@ func (c *consumer) start(ctx context.Context, d delivery) (Expiry, time.Time, st
 func (c *consumer) handled(ctx context.Context, shard int, id string, attempt int, leased time.Time) {
 	c.event(ctx, shard, attempt, nil, false)
 	c.bufferAck(ctx, shard, id, leased)
-	if attempt >= c.cfg.maxAttempts || c.cfg.ownerCap > 0 {
+	if attempt >= c.cfg.maxAttempts {
 		// The last attempt: a claim of the event after a crash would
 		// take its call for one that never returned and bury it, so its
 		// acknowledgement goes now, with those waiting.
@@ -764,10 +760,6 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 	}
 	b, token := c.beginCall(d)
 	c.set.runPipelined(ctx, append(acks, b))
-	if n, _ := asInt64(b.v); b.err == nil && n == beginFull {
-		// The owner is at its cap: nothing changed, nothing to give back.
-		return beginFull, leased, token, c.ackDone(ctx, acks)
-	}
 	ackErr := c.ackDone(ctx, acks)
 	if b.err != nil {
 		// It may have counted: give that back (once, whatever ran).
@@ -801,22 +793,17 @@ func (c *consumer) begin(ctx context.Context, d delivery) (int, time.Time, strin
 func (c *consumer) beginCall(d delivery) (*scriptCall, string) {
 	token := callToken()
 	args := []any{c.group, c.name, d.id, "b", c.visMs, c.cfg.maxAttempts, c.visMs / 6, token}
-	sc, keys := scriptBegin, c.leaseKeys(d.shard)
-	if owner, ok := c.capped(d); ok {
-		sc, keys = c.withSlots(d.shard, scriptBegin, scriptBeginSlots, keys...)
-		args = append(args, c.cfg.ownerCap, owner)
-	}
-	return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys, args: args}, token
+	return &scriptCall{op: "begin", shard: d.shard, sc: scriptBegin, keys: c.leaseKeys(d.shard), args: args}, token
 }
 
 // callToken returns a new handler call's token.
 func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
-// beginFull is begin.lua's reply when the event's owner holds its every
-// slot (WithOwnerConcurrency).
+// beginFull is the reply of begins.lua and take.lua for an event whose
+// owner holds its every slot (WithOwnerConcurrency).
 const beginFull = -2
 
-// parseBegin reads begin.lua's mode b reply: {attempt, taken now (0/1)},
+// parseBegin reads a begin reply of begin.lua mode b or begins.lua: {attempt, taken now (0/1)},
 // or 0, -1 or -2.
 func parseBegin(v any) (n int64, taken, ok bool) {
 	if xs, isList := v.([]any); isList {

@@ -28,16 +28,23 @@ const parkPoll = 20 * time.Millisecond
 // should use the same n: one without the option takes no slot.
 //
 // An event whose owner holds every slot is not begun and not charged an
-// attempt: the consumer sets it aside, stays pending with it, and goes on
-// reading, so an owner at its cap holds up no other owner's events. The
+// attempt: the consumer sets it aside and stays pending with it (up to
+// 100,000 per Consume; past that they are released, uncharged). The reader
+// reads past such events, up to 1,000 per shard and script call, to reach
+// the events of owners with room, yet reads none it could start and has no
+// call slot for: so an owner at its cap holds up no other owner's events
+// beyond the reading of its own (a quiet owner's event behind a busy one's
+// 10,000 waited 0.02x as long as without the cap; bench/README.md). The
 // events set aside are tried again in turn, one per owner each time
 // (round-robin): every 20 ms, and at once when one of the consumer's own
-// calls ends. Jobs of Set.Put have no owner and no cap.
+// calls ends. Jobs of Set.Put have no owner and no cap. With the option,
+// handler calls run on goroutines of their own, as with WithConcurrency,
+// even at its default 1.
 //
 // Cost: the begin, a lease renewal and the acknowledgement of a capped
 // call touch two more keys per shard (expset:{name:S}:run and :runo), and
-// a handled event is acknowledged at once instead of with others; each
-// try of an event set aside is one round trip.
+// a handled event is acknowledged at once instead of with others, so that
+// its slot frees at once; each try of an event set aside is one round trip.
 func WithOwnerConcurrency(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.ownerCap = n

@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ownerLoad counts a handler's calls under way per owner: the peak and the
@@ -232,4 +235,115 @@ func TestOwnerConcurrencyOption(t *testing.T) {
 			t.Errorf("WithOwnerConcurrency(%d): %v, %d", n, err, c.ownerCap)
 		}
 	}
+}
+
+// TestOwnerConcurrencyReadsPastCappedOwner: a quiet owner's event lies
+// behind 1,200 of a busy owner whose one slot (cap 1) a blocked call holds.
+// The reader reads past the busy events, setting them aside, in script
+// calls of up to 1,000 entries, so the quiet event is handled while the
+// busy call still blocks, after a few script calls that read or begin
+// events (a reader bound by its free call slots would need one or two per
+// busy event; the events set aside are tried again every 20 ms, a begin
+// call each time).
+func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		var takes, handled atomic.Int64
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithHooks(Hooks{
+			OnCall: func(_ context.Context, ci CallInfo) {
+				if ci.Op == "take" || ci.Op == "begin" {
+					takes.Add(1)
+				}
+			},
+		}))
+		expireOwned(t, s, clk, []string{"busy"}, 1200)
+		expireOwned(t, s, clk, []string{"quiet"}, 1)
+		quiet := make(chan struct{})
+		var before int64
+		stop := consumeInBackground(t, s, "g", "c1", func(ctx context.Context, e Expiry) error {
+			if e.Owner == "quiet" {
+				before = takes.Load()
+				close(quiet)
+				return nil
+			}
+			select {
+			case <-quiet:
+				handled.Add(1)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, WithOwnerConcurrency(1), WithConcurrency(2))
+		select {
+		case <-quiet:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the quiet owner's event was not handled while the busy owner's call blocked")
+		}
+		// 2 take calls read the 1,201 entries.
+		if before > 120 {
+			t.Errorf("%d take and begin calls before the quiet event's call: the reader did not read past the capped owner", before)
+		}
+		t.Logf("%d take and begin calls before the quiet event's call", before)
+		stop() // releases the busy events set aside and frees the slot
+		p := must[*redis.XPending](t)(s.rdb.XPending(context.Background(), s.shards[0].events, "g").Result())
+		if want := 1200 - handled.Load(); p.Count != want {
+			t.Errorf("%d events pending after the stop, want %d: the busy ones not handled", p.Count, want)
+		}
+		if n := slotsLeft(t, s); n != 0 {
+			t.Errorf("%d slot entries left", n)
+		}
+	})
+}
+
+// TestOwnerConcurrencyReadsNoMoreThanItStarts: reading past the events of
+// an owner at its cap, the reader takes no event it could start and has no
+// call slot for. Three call slots, cap 1: the busy owner's first event is
+// begun, its next two set aside, then two of x, y and z fill the slots and
+// the third stays unread, for any other consumer to take.
+func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
+		expireOwned(t, s, clk, []string{"busy"}, 3)
+		expireOwned(t, s, clk, []string{"x", "y", "z"}, 1)
+		release := make(chan struct{})
+		var mu sync.Mutex
+		running := map[string]int{}
+		stop := consumeInBackground(t, s, "g", "c1", func(ctx context.Context, e Expiry) error {
+			mu.Lock()
+			running[e.Owner]++
+			mu.Unlock()
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, WithOwnerConcurrency(1), WithConcurrency(3))
+		waitFor(t, "three calls running", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, c := range running {
+				n += c
+			}
+			return n == 3
+		})
+		mu.Lock()
+		if running["busy"] != 1 {
+			t.Errorf("busy owner's calls: %d, want 1", running["busy"])
+		}
+		mu.Unlock()
+		p := must[*redis.XPending](t)(s.rdb.XPending(ctx, s.shards[0].events, "g").Result())
+		if p.Count != 5 {
+			t.Errorf("%d events read (pending), want 5: 3 of busy and 2 of x, y, z", p.Count)
+		}
+		close(release)
+		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
+		stop()
+		if n := slotsLeft(t, s); n != 0 {
+			t.Errorf("%d slot entries left", n)
+		}
+	})
 }

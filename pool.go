@@ -19,7 +19,8 @@ const maxConcurrency = 1000
 const gatherWait = time.Millisecond
 
 // WithConcurrency sets how many handler calls one Consume runs at once
-// (default 1: one at a time, on Consume's goroutine; 1 to 1000, so 0 and
+// (default 1: one at a time, on Consume's goroutine unless
+// WithOwnerConcurrency is given; 1 to 1000, so 0 and
 // negative numbers are errors). With n over 1, one reader feeds up to n
 // calls, each on a goroutine of its own, so handle must be safe for
 // simultaneous use. Each call is an attempt under a lease of its own,
@@ -108,26 +109,21 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		var read, visit []int
 		claimed, read, visit = c.survey(ctx, now, free-tried)
 		todo = append(todo, claimed...)
-		if c.cfg.ownerCap > 0 {
-			// take.lua begins without owner slots: read, then begin with them.
-			todo = append(todo, c.read(ctx, read, visit, free-len(todo))...)
-		} else {
-			if len(visit) > 0 {
-				c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
-			}
-			var taken []takenCall
-			var rest []delivery
-			taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
-			todo = append(todo, rest...)
-			if ctx.Err() != nil {
-				c.giveBack(ctx, taken)
-				taken = nil
-			}
-			for _, tc := range taken {
-				c.startCall(ctx, tc.d, tc.e, tc.token, tc.d.at)
-			}
-			came = len(taken) > 0
+		if len(visit) > 0 {
+			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
 		}
+		var taken []takenCall
+		var rest []delivery
+		taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
+		todo = append(todo, rest...)
+		if ctx.Err() != nil {
+			c.giveBack(ctx, taken)
+			taken = nil
+		}
+		for _, tc := range taken {
+			c.startCall(ctx, tc.d, tc.e, tc.token, tc.d.at)
+		}
+		came = len(taken) > 0
 	}
 	if ctx.Err() != nil {
 		c.release(ctx, todo, nil)
@@ -275,6 +271,12 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 		return nil, nil
 	}
 	counts := c.readCounts(shards, budget)
+	// With a cap, take.lua reads past the events of owners at it, which are
+	// set aside: as many as there is room for, a script call's batch at most.
+	ahead := 0
+	if c.cfg.ownerCap > 0 {
+		ahead = min(maxBatch, maxParked-len(c.parked.ids))
+	}
 	var calls []*scriptCall
 	var of []int // the shard of each call
 	for k, i := range shards {
@@ -282,12 +284,13 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 			c.shards[i].busy = true // not read for want of budget: read it later
 			continue
 		}
-		args := make([]any, 0, 3+counts[k])
-		args = append(args, c.group, c.name, counts[k])
+		args := make([]any, 0, takeTokens+counts[k])
+		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, max(counts[k], ahead), c.visMs)
 		for j := 0; j < counts[k]; j++ {
 			args = append(args, callToken())
 		}
-		calls = append(calls, &scriptCall{op: "take", shard: i, sc: scriptTake, keys: c.leaseKeys(i), args: args})
+		sc, keys := c.withSlots(i, scriptTake, scriptTakeSlots, c.leaseKeys(i)...)
+		calls = append(calls, &scriptCall{op: "take", shard: i, sc: sc, keys: keys, args: args})
 		of = append(of, i)
 	}
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
@@ -296,7 +299,7 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 	at := time.Now()
 	c.set.runPipelined(wctx, calls)
 	var taken []takenCall
-	var rest []delivery
+	var rest, over []delivery
 	for k, call := range calls {
 		i := of[k]
 		sh := &c.shards[i]
@@ -312,9 +315,10 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 		}
 		sh.bo.ok()
 		sh.busy = len(entries) > 0
-		for j, v := range entries {
+		begun := 0
+		for _, v := range entries {
 			id, values, n, ok := parseTaken(v)
-			if ok && j >= len(call.args)-3 {
+			if ok && n > 0 && takeTokens+begun >= len(call.args) {
 				ok = false
 			}
 			if !ok {
@@ -322,22 +326,39 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 				break
 			}
 			d := delivery{shard: i, id: id, values: values, at: at}
+			if n == beginFull {
+				// Its owner is at its cap: set aside, or released when
+				// too many are.
+				owner, _ := c.capped(d)
+				if !c.park(d, owner, false) {
+					over = append(over, d)
+				}
+				continue
+			}
 			if n <= 0 {
 				rest = append(rest, d)
 				continue
 			}
+			// The k-th call begun has the k-th token.
+			token := call.args[takeTokens+begun].(string)
+			begun++
 			e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
 			if perr != nil {
 				rest = append(rest, d) // buried by startCalls
 				continue
 			}
 			e.Attempt = int(n)
-			// The j-th entry read was begun with the j-th token.
-			taken = append(taken, takenCall{d: d, e: e, token: call.args[3+j].(string)})
+			taken = append(taken, takenCall{d: d, e: e, token: token})
 		}
+	}
+	if len(over) > 0 {
+		c.release(ctx, over, nil)
 	}
 	return taken, rest
 }
+
+// takeTokens is the index of take.lua's first token argument.
+const takeTokens = 6
 
 // parseTaken reads one {id, {field, value, ...}, attempt} of take.lua.
 func parseTaken(v any) (id string, values map[string]any, n int64, ok bool) {

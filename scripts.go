@@ -59,6 +59,7 @@ var (
 	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
 	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
 	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
+	scriptTakeSlots    = script("groups.lua", "slots.lua", "take.lua")
 	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
 	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
 	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")

@@ -16,34 +16,37 @@ import (
 // WithConcurrency(4), whose handler takes 2 ms for each busy event, from
 // its start until the quiet event's handler call. Cases:
 //
+//   - alone: the quiet event with no busy one before it, capped: the floor;
 //   - uncapped: no WithOwnerConcurrency: the quiet event waits for the
 //     busy events read before it (about 10,000 x 2 ms / 4);
-//   - cap2: WithOwnerConcurrency(2): the busy owner's events past its two
-//     running calls are set aside and the reader reads on.
+//   - cap2: WithOwnerConcurrency(2): the reader reads past the busy
+//     owner's events once it holds its two slots, setting them aside.
 //
-// Metrics: quiet-ms, and cap2's divided by uncapped's in the same run
-// (x-uncapped; the ratio to compare). Run with -benchtime 1x.
+// Metrics: quiet-ms, and cap2's divided by uncapped's and by alone's in the
+// same run (x-uncapped, x-alone: the ratios to compare). Run with
+// -benchtime 1x.
 func BenchmarkOwnerFairness(b *testing.B) {
 	underServer(b, func(b *testing.B, srv server) {
-		var uncapped float64
+		ms := map[string]float64{}
 		for _, c := range []struct {
 			name string
+			busy int
 			opts []expset.ConsumeOption
 		}{
-			{"uncapped", nil},
-			{"cap2", []expset.ConsumeOption{expset.WithOwnerConcurrency(2)}},
+			{"alone", 0, []expset.ConsumeOption{expset.WithOwnerConcurrency(2)}},
+			{"uncapped", 10_000, nil},
+			{"cap2", 10_000, []expset.ConsumeOption{expset.WithOwnerConcurrency(2)}},
 		} {
 			b.Run(c.name, func(b *testing.B) {
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
-					total += quietWait(b, srv.rdb, c.opts)
+					total += quietWait(b, srv.rdb, c.busy, c.opts)
 				}
-				ms := float64(total.Microseconds()) / 1000 / float64(b.N)
-				b.ReportMetric(ms, "quiet-ms")
-				if c.opts == nil {
-					uncapped = ms
-				} else if uncapped > 0 {
-					b.ReportMetric(ms/uncapped, "x-uncapped")
+				ms[c.name] = float64(total.Microseconds()) / 1000 / float64(b.N)
+				b.ReportMetric(ms[c.name], "quiet-ms")
+				if c.name == "cap2" && ms["uncapped"] > 0 && ms["alone"] > 0 {
+					b.ReportMetric(ms[c.name]/ms["uncapped"], "x-uncapped")
+					b.ReportMetric(ms[c.name]/ms["alone"], "x-alone")
 				}
 			})
 		}
@@ -52,7 +55,7 @@ func BenchmarkOwnerFairness(b *testing.B) {
 
 // quietWait runs one case of BenchmarkOwnerFairness: it returns how long
 // the quiet owner's event waited from Consume's start.
-func quietWait(b *testing.B, rdb *redis.Client, opts []expset.ConsumeOption) time.Duration {
+func quietWait(b *testing.B, rdb *redis.Client, busy int, opts []expset.ConsumeOption) time.Duration {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -61,16 +64,17 @@ func quietWait(b *testing.B, rdb *redis.Client, opts []expset.ConsumeOption) tim
 	s, err := expset.Open(ctx, rdb, name, expset.WithExpiryEvents(), expset.WithShards(1))
 	fatalIf(b, err, "open")
 	defer func() { _, _ = expset.Drop(ctx, rdb, name) }()
-	const busy = 10_000
-	at := time.Now().Add(-time.Second)
-	zs := make([]redis.Z, busy)
-	for i := range zs {
-		zs[i] = redis.Z{Score: float64(at.UnixMilli()), Member: "m" + strconv.Itoa(i)}
-	}
-	fatalIf(b, rdb.ZAdd(ctx, s.OwnerKey("busy"), zs...).Err(), "seed busy")
-	fatalIf(b, rdb.ZAdd(ctx, dueKey(s, 0), redis.Z{Score: float64(at.UnixMilli()), Member: "busy"}).Err(), "seed due")
 	w, err := expset.NewSweeper(s)
 	fatalIf(b, err, "sweeper")
+	if busy > 0 {
+		at := time.Now().Add(-time.Second)
+		zs := make([]redis.Z, busy)
+		for i := range zs {
+			zs[i] = redis.Z{Score: float64(at.UnixMilli()), Member: "m" + strconv.Itoa(i)}
+		}
+		fatalIf(b, rdb.ZAdd(ctx, s.OwnerKey("busy"), zs...).Err(), "seed busy")
+		fatalIf(b, rdb.ZAdd(ctx, dueKey(s, 0), redis.Z{Score: float64(at.UnixMilli()), Member: "busy"}).Err(), "seed due")
+	}
 	for swept := 0; swept < busy; {
 		st, err := w.SweepOnce(ctx)
 		fatalIf(b, err, "sweep")

@@ -3,8 +3,9 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[4]  their owners          expset:{name:S}:runo   only; see slots.lua)
+-- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency,
+--          mode t only; see slots.lua: a capped call begins in take.lua or
+--          begins.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  entry ID
@@ -15,8 +16,6 @@
 --          it is (mode b; a sixth of the visibility timeout)
 -- ARGV[8]  the call's token (mode b): unique to the handler call, so that a
 --          begin run twice (a client's retry after a timeout) counts once
--- ARGV[9]  the owner's cap, WithOwnerConcurrency (mode b, with KEYS[3])
--- ARGV[10] the event's owner (mode b, with KEYS[3])
 --
 -- The lease of a handler call is the entry's idle time in the group's
 -- pending list: XCLAIM ... JUSTID to this consumer sets it to 0 (and leaves
@@ -30,17 +29,13 @@
 -- unless this consumer took it less than ARGV[7] ms ago (read or claimed it
 -- just now): then that lease runs on, renewed before it can lapse, and the
 -- XCLAIM, a lookup of the entry in the stream, is saved.
--- With KEYS[3], the call takes a slot of its owner (slot_take), checked
--- after the attempts and before anything changes: an owner at its cap
--- leaves the event as it was, uncharged.
 -- Mode t: the entry must be pending and held by this consumer; its idle time
 -- goes back to 0, and its owner slot's lease end moves on.
 -- Reply: mode b, {the attempt number of the call (1 for the first), 1 when
 -- taken now or 0 when the lease taken ARGV[7] ms ago at most runs on}; mode
 -- t, 1. 0 when the conditions do not hold (another consumer holds the
 -- event, it was acknowledged, or retention trimmed it: see hold in
--- groups.lua); -1 (mode b) when every attempt is used; -2 (mode b) when the
--- owner holds its every slot.
+-- groups.lua); -1 (mode b) when every attempt is used.
 local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 local holder, idle = pending_of(stream, group, id)
 if ARGV[4] == 't' then
@@ -66,15 +61,9 @@ end
 if used >= tonumber(ARGV[6]) then
   return -1
 end
-if KEYS[3] and not slot_take(KEYS[3], KEYS[4], field, group, ARGV[10], tonumber(ARGV[9]), tonumber(ARGV[5])) then
-  return -2
-end
 local taken = 0
 if holder ~= consumer or idle >= tonumber(ARGV[7]) then
   if not hold(stream, att, group, consumer, id) then
-    if KEYS[3] then
-      slot_drop(KEYS[3], KEYS[4], field, group)
-    end
     return 0
   end
   taken = 1

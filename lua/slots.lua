@@ -40,18 +40,26 @@ local function slot_lapse(run, runo, now)
   end
 end
 
+-- slot_held returns the slots owner holds in group (lapsed ones included:
+-- slot_lapse first).
+local function slot_held(runo, group, owner)
+  return tonumber(call('HGET', runo, '#' .. group .. ' ' .. owner) or '0')
+end
+
 -- slot_take gives field, a call of owner in group, a slot until now + ttl
 -- ms, unless owner holds cap slots already: then it returns false. A field
--- holding a slot already (the same begin sent again) keeps it.
-local function slot_take(run, runo, field, group, owner, cap, ttl)
-  local now = slot_time()
-  slot_lapse(run, runo, now)
+-- holding a slot already (the same begin sent again) keeps it. now is the
+-- server's time when the caller has run slot_lapse at it; nil: read here.
+local function slot_take(run, runo, field, group, owner, cap, ttl, now)
+  if not now then
+    now = slot_time()
+    slot_lapse(run, runo, now)
+  end
   if not call('ZSCORE', run, field) then
-    local n = '#' .. group .. ' ' .. owner
-    if tonumber(call('HGET', runo, n) or '0') >= cap then
+    if slot_held(runo, group, owner) >= cap then
       return false
     end
-    call('HINCRBY', runo, n, 1)
+    call('HINCRBY', runo, '#' .. group .. ' ' .. owner, 1)
     call('HSET', runo, field, owner)
   end
   call('ZADD', run, now + ttl, field)

@@ -1,15 +1,21 @@
 -- take.lua: read new expiry events of one shard's stream for a consumer
 -- group and begin a handler call of each, in one step (Set.Consume
--- WithConcurrency: the reader asks for no more events than it has free
--- call slots, and starts a call for every event begun here at once).
+-- WithConcurrency or WithOwnerConcurrency: the reader asks for no more calls
+-- than it has free call slots, and starts a call for every event begun here
+-- at once).
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
+-- KEYS[3]  shard owner slots    expset:{name:S}:run   (WithOwnerConcurrency
+-- KEYS[4]  their owners         expset:{name:S}:runo   only; see slots.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
--- ARGV[3]  the most entries to read (XREADGROUP COUNT; 1 to 1000)
--- ARGV[4..] one token per entry that may be read (ARGV[3] of them): the
---          token of the handler call begun for the i-th entry read
+-- ARGV[3]  the most calls to begin (1 to 1000)
+-- ARGV[4]  the owners' cap, WithOwnerConcurrency (0: none)
+-- ARGV[5]  with a cap, the most entries to read (ARGV[3] to 1000)
+-- ARGV[6]  with a cap, the visibility timeout in ms: a slot's lease
+-- ARGV[7..] one token per call that may be begun (ARGV[3] of them): the
+--          i-th call begun here gets the i-th
 --
 -- Each entry is read as XREADGROUP ... > reads it (pending for this
 -- consumer, idle 0: its lease starts now) and its attempts go up by one, as
@@ -17,38 +23,121 @@
 -- that is not for this group (a kicked dead letter of another, field g) or
 -- lacks an event's fields (o, m, d) is returned with attempt 0 and not
 -- begun: the consumer settles it without a handler call.
+--
+-- Without a cap, the script reads ARGV[3] entries and begins each. With a
+-- cap, a call of an owner (not a job's) takes one of its slots (slot_take),
+-- and an entry whose owner holds every slot, counting those taken here, is
+-- read and not begun (attempt -2): the consumer sets it aside. So that such
+-- entries hold up no other owner's, the script reads on past them until
+-- ARGV[3] calls are begun, ARGV[5] entries are read or no new entry is
+-- left, yet reads no entry it could begin and has no call for: after its
+-- first read it looks ahead (XRANGE from the last entry read, which the
+-- group's next read starts after) and reads only up to the entry that
+-- takes the last call.
 -- Reply: {{id, {field, value, ...}, attempt}...} in stream order ({} when
 -- nothing is new). Error: NOGROUP when the stream or the group is missing.
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', ARGV[3], 'STREAMS', stream, '>')
-if type(r) == 'table' and r.err then
-  return redis.error_reply(r.err)
+local want, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local limit, vis, now = want, 0, nil
+local held = {} -- slots each owner seen holds, with the calls begun here
+if cap > 0 then
+  limit, vis = tonumber(ARGV[5]), tonumber(ARGV[6])
+  now = slot_time()
+  slot_lapse(KEYS[3], KEYS[4], now)
 end
-local out = {}
-if not r or not r[1] then
-  return out
-end
-for i, e in ipairs(r[1][2]) do
-  local id, fs = e[1], e[2]
+
+-- verdict tells what to do with an entry of fields fs, with extra more
+-- slots taken per owner than held says: 1 begin a call (and the owner whose
+-- slot it takes, nil for none), -2 set it aside, 0 leave it to the consumer.
+local function verdict(fs, extra)
   local g, o, m, d
   for j = 1, #fs - 1, 2 do
     local k = fs[j]
     if k == 'g' then
       g = fs[j + 1]
     elseif k == 'o' then
-      o = true
+      o = fs[j + 1]
     elseif k == 'm' then
       m = true
     elseif k == 'd' then
       d = true
     end
   end
-  local n = 0
-  if (not g or g == group) and o and m and d then
-    local field = att_field(id, group)
-    n = att_get(att, field) + 1
-    call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[3 + i])
+  if (g and g ~= group) or not (o and m and d) then
+    return 0
   end
-  out[i] = {id, fs, n}
+  if cap == 0 or string.sub(o, 1, 5) == '\0job:' then
+    return 1
+  end
+  local n = held[o]
+  if not n then
+    n = slot_held(KEYS[4], group, o)
+    held[o] = n
+  end
+  if n + (extra[o] or 0) >= cap then
+    return -2
+  end
+  return 1, o
+end
+
+local out, begun = {}, 0
+
+-- take settles the entries just read, in order.
+local function take(entries)
+  local none = {}
+  for _, e in ipairs(entries) do
+    local id, fs = e[1], e[2]
+    local n, o = verdict(fs, none)
+    if n == 1 and begun == want then
+      n = -2 -- past the look-ahead's reckoning: never so, as both count alike
+    elseif n == 1 then
+      local field = att_field(id, group)
+      n = att_get(att, field) + 1
+      begun = begun + 1
+      call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[6 + begun])
+      if o then
+        slot_take(KEYS[3], KEYS[4], field, group, o, cap, vis, now)
+        held[o] = held[o] + 1
+      end
+    end
+    out[#out + 1] = {id, fs, n}
+  end
+end
+
+-- ahead returns how many of the (at most look) entries after id to read
+-- so that at most calls of them are begun.
+local function ahead(id, calls, look)
+  local es = call('XRANGE', stream, '(' .. id, '+', 'COUNT', look)
+  local extra = {}
+  for i, e in ipairs(es) do
+    local n, o = verdict(e[2], extra)
+    if n == 1 then
+      calls = calls - 1
+      if calls == 0 then
+        return i
+      end
+      if o then
+        extra[o] = (extra[o] or 0) + 1
+      end
+    end
+  end
+  return #es
+end
+
+local count = want
+while count > 0 do
+  local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
+  if type(r) == 'table' and r.err then
+    return redis.error_reply(r.err)
+  end
+  if not r or not r[1] then
+    break
+  end
+  local es = r[1][2]
+  take(es)
+  if cap == 0 or begun == want or #es < count or #out >= limit then
+    break
+  end
+  count = ahead(es[#es][1], want - begun, math.min(limit - #out, 100))
 end
 return out
