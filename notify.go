@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,9 @@ import (
 //     woken by these;
 //   - expset:{name:S}:ev:wake, when events were appended to the stream (a
 //     sweep, an eviction, an expired member a write dropped, Kick): a
-//     Consume sleeps until its shards' streams receive events.
+//     Consume sleeps until its shards' streams receive events; and "s" when
+//     an owner slot was freed (WithOwnerConcurrency): a Consume holding
+//     events of owners at their cap tries them again.
 //
 // The scripts SPUBLISH (PUBLISH where the server lacks it: miniredis), so a
 // write pays for a wake-up only when it moves the next deadline earlier or
@@ -241,8 +244,13 @@ type wakeups struct {
 	signal chan struct{} // a wake-up is waiting (buffer 1)
 	mu     sync.Mutex
 	woken  map[int]int64 // shard -> the earliest deadline told (ms; -1: none told)
+	freed  atomic.Bool   // an owner slot was freed ("s"), or a wake-up may have been lost
 	subs   []*subscription
 }
+
+// slotFreedMessage is what the scripts publish on a shard's event wake-up
+// channel when they free an owner slot (lua/slots.lua).
+const slotFreedMessage = "s"
 
 // What wakeups record for a shard notified without a deadline: wakeNow for
 // a message (events appended: look now), wakeLost for every shard after a
@@ -287,14 +295,22 @@ func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
 				if !ok || (s.dropWake != nil && s.dropWake(m.Channel)) {
 					return
 				}
+				if m.Payload == slotFreedMessage {
+					w.freed.Store(true)
+					w.wake(nil, wakeNow)
+					return
+				}
 				d, err := strconv.ParseInt(m.Payload, 10, 64)
 				if err != nil || d < 0 {
 					d = wakeNow
 				}
 				w.wake([]int{i}, d)
 			},
-			resubscribed: func() { w.wake(g, wakeLost) },
-			quiet:        loopPing,
+			resubscribed: func() {
+				w.freed.Store(true)
+				w.wake(g, wakeLost)
+			},
+			quiet: loopPing,
 		}))
 	}
 	return w

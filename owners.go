@@ -16,8 +16,9 @@ const maxOwnerConcurrency = 1 << 20
 const maxParked = 100_000
 
 // parkPoll is how often a Consume with events set aside asks again whether
-// their owners have a free slot (at once when one of its own calls ends).
-const parkPoll = 20 * time.Millisecond
+// their owners have a free slot, in case a wake-up was lost or a dead
+// consumer's slot lapsed (at once when a slot is freed: slotFreed).
+const parkPoll = time.Second
 
 // WithOwnerConcurrency caps the handler calls of one owner under way at
 // once at n across every consumer of the group, in every process (default
@@ -36,8 +37,9 @@ const parkPoll = 20 * time.Millisecond
 // beyond the reading of its own (a quiet owner's event behind a busy one's
 // 10,000 waited 0.02x as long as without the cap; bench/README.md). The
 // events set aside are tried again in turn, one per owner each time
-// (round-robin): every 20 ms, and at once when one of the consumer's own
-// calls ends. Jobs of Set.Put have no owner and no cap. With the option,
+// (round-robin): at once when any consumer frees a slot of their shard
+// (a wake-up, as for new events), and every second in case one was lost
+// or a dead consumer's slot lapsed. Jobs of Set.Put have no owner and no cap. With the option,
 // handler calls run on goroutines of their own, as with WithConcurrency,
 // even at its default 1.
 //
@@ -157,7 +159,7 @@ func (c *consumer) refused(ctx context.Context, d delivery) error {
 }
 
 // slotFreed makes the events set aside due now: one of this consumer's
-// calls ended.
+// calls ended, or a wake-up said a slot was freed.
 func (c *consumer) slotFreed() {
 	if c.cfg.ownerCap > 0 && len(c.parked.ring) > 0 {
 		c.parked.at = time.Time{}

@@ -347,3 +347,31 @@ func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
 		}
 	})
 }
+
+// TestOwnerSlotFreedWakesConsumers: a script that frees an owner slot (here
+// the acknowledgement of a capped call) publishes on the shard's event
+// wake-up channel, and a Consume's wake-ups take it for a freed slot, not
+// for new events.
+func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		w := s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
+		defer w.close()
+		waitFor(t, "the wake-ups subscribed", func() bool { return w.freed.Swap(false) })
+		w.take()
+		expireOwned(t, s, clk, []string{"a"}, 1)
+		waitFor(t, "the sweep's wake-up", func() bool { return len(w.take()) > 0 })
+		if w.freed.Load() {
+			t.Fatal("new events were taken for a freed slot")
+		}
+		handled := make(chan struct{})
+		stop := consumeInBackground(t, s, "g", "c1", func(context.Context, Expiry) error {
+			close(handled)
+			return nil
+		}, WithOwnerConcurrency(1))
+		<-handled
+		waitFor(t, "the freed slot's wake-up", func() bool { return w.freed.Load() })
+		stop()
+	})
+}

@@ -81,6 +81,9 @@ func newPool(c *consumer) *pool {
 func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	p := c.pool
 	c.reap(ctx)
+	if c.wk != nil && c.wk.freed.Swap(false) {
+		c.slotFreed() // a slot of the set was freed, by any consumer
+	}
 	now := time.Now()
 	if p.leases.acksFailing() {
 		// No new call while an acknowledgement fails (reported), lest a

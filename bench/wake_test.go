@@ -109,7 +109,9 @@ func runWakeLatency(b *testing.B, srv server, ttl func(int) time.Duration, gap t
 // included) over -idle-window, after the loops' first pass. Cases, at 16 and
 // 256 shards: one Sweeper.Run alone (per sweeper), then four Consume calls
 // of one group alone (per consumer), then one Consume WithConcurrency(50)
-// (a worker pool of 50). Run once (-benchtime 1x); the window, not b.N, sets
+// (a worker pool of 50), a waiting Reserve, and one Consume
+// WithOwnerConcurrency(1) WithConcurrency(2) whose one owner's call runs
+// on while its 99 other events wait set aside (capped). Run once (-benchtime 1x); the window, not b.N, sets
 // its length.
 func BenchmarkIdleCommands(b *testing.B) {
 	underServer(b, func(b *testing.B, srv server) {
@@ -118,7 +120,8 @@ func BenchmarkIdleCommands(b *testing.B) {
 				name  string
 				loops int
 				opts  []expset.ConsumeOption
-			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}, {"reserve", 1, nil}} {
+			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}, {"reserve", 1, nil},
+				{"capped", 1, []expset.ConsumeOption{expset.WithOwnerConcurrency(1), expset.WithConcurrency(2)}}} {
 				b.Run(fmt.Sprintf("%s/shards-%d", c.name, shards), func(b *testing.B) {
 					runIdle(b, srv, shards, c.name, c.loops, c.opts...)
 				})
@@ -136,6 +139,27 @@ func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts 
 	s, err := expset.Open(ctx, srv.rdb, name, expset.WithExpiryEvents(), expset.WithShards(shards))
 	fatalIf(b, err, "open")
 	defer func() { _, _ = expset.Drop(context.Background(), srv.rdb, name) }()
+	handle := func(context.Context, expset.Expiry) error { return nil }
+	if kind == "capped" {
+		// One owner's 100 events: one call runs until ctx ends, the rest wait.
+		for i := 0; i < 100; i++ {
+			_, err := s.Add(ctx, "busy", "m"+strconv.Itoa(i), time.Second)
+			fatalIf(b, err, "add")
+		}
+		time.Sleep(1100 * time.Millisecond)
+		w, err := expset.NewSweeper(s)
+		fatalIf(b, err, "sweeper")
+		st, err := w.SweepOnce(ctx)
+		fatalIf(b, err, "sweep")
+		if st.Expired != 100 {
+			b.Fatalf("swept %d members, want 100", st.Expired)
+		}
+		handle = func(hctx context.Context, _ expset.Expiry) error {
+			<-hctx.Done()
+			return hctx.Err()
+		}
+		opts = append(opts, expset.WithMaxHandlingTime(time.Hour))
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < loops; i++ {
 		wg.Add(1)
@@ -152,7 +176,7 @@ func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts 
 				}
 				return
 			}
-			_ = s.Consume(ctx, "bench", "c"+strconv.Itoa(i), func(context.Context, expset.Expiry) error { return nil }, opts...)
+			_ = s.Consume(ctx, "bench", "c"+strconv.Itoa(i), handle, opts...)
 		}()
 	}
 	time.Sleep(2 * time.Second) // the first pass: groups, leases, first reads

@@ -11,6 +11,13 @@
 -- owner in the group. A slot goes when its call ends (ack, release, bury,
 -- retry) or once its lease end has passed
 -- (the consumer died): slot_lapse drops those before a slot is counted.
+--
+-- A script that frees a slot publishes "s" once on the shard's event
+-- wake-up channel (KEYS[1] .. ':wake': every script that includes this
+-- file has the shard's event stream as KEYS[1]), so that consumers holding
+-- events of owners at their cap try them again at once (notify.go).
+
+local slot_woke = false
 
 local function slot_time()
   local t = call('TIME')
@@ -28,6 +35,10 @@ local function slot_drop(run, runo, field, group)
   local n = '#' .. group .. ' ' .. owner
   if call('HINCRBY', runo, n, -1) <= 0 then
     call('HDEL', runo, n)
+  end
+  if not slot_woke then
+    slot_woke = true
+    lib().wake(KEYS[1], 's')
   end
 end
 
