@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // reserve calls s.Reserve, failing t after 30s without an event (a test
@@ -345,4 +347,127 @@ func TestReserveReadsEveryShard(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestReserveSetUpOnce: a loop of Reserve and Finish subscribes to the
+// wake-ups once and makes the group once per shard, then reads and begins
+// each event in a round trip each (with its acknowledgement, about three);
+// the subscription closes once the loop ends; a stream deleted meanwhile is
+// made again with the group.
+func TestReserveSetUpOnce(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var cmds commandCounter
+		rdb := b.client(t)
+		rdb.AddHook(&cmds)
+		b.rdb = rdb
+		const shards, n = 16, 40
+		s, clk := newTestSet(t, b, WithShards(shards), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("declared"))
+		expire(t, s, clk, n)
+		cmds.reset()
+		var subs []*subscription
+		for i := range n {
+			r := reserve(t, s, "c")
+			s.reserves.mu.Lock()
+			if i == 0 {
+				subs = s.reserves.subs
+			} else if fmt.Sprint(s.reserves.subs) != fmt.Sprint(subs) {
+				t.Errorf("call %d subscribed again", i)
+			}
+			s.reserves.mu.Unlock()
+			if err := r.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				if got := cmds.count("xgroup"); got != 2*shards {
+					t.Errorf("first call: %d XGROUP CREATE, want %d (two groups, %d shards)", got, 2*shards, shards)
+				}
+				cmds.reset()
+			}
+		}
+		if got := cmds.count("xgroup"); got != 0 {
+			t.Errorf("%d XGROUP CREATE after the first call, want none", got)
+		}
+		// Reading the next event, beginning it and acknowledging it, and
+		// a few calls besides (a shard read empty, a claim scan).
+		if got := cmds.trips(); got > 4*(n-1) {
+			t.Errorf("%d round trips for %d Reserve and Finish, want at most %d", got, n-1, 4*(n-1))
+		}
+		waitFor(t, "the subscription closed", func() bool {
+			s.reserves.mu.Lock()
+			defer s.reserves.mu.Unlock()
+			return s.reserves.subs == nil
+		})
+
+		// The streams deleted (DEL, a restart without persistence): the
+		// next events come, with the group made again.
+		for i := range shards {
+			must[int64](t)(b.rdb.Del(ctx, s.shards[i].events).Result())
+		}
+		must[time.Time](t)(s.Add(ctx, "late", "m", time.Second))
+		clk.Advance(time.Second)
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		r := reserve(t, s, "c", WithPollInterval(10*time.Millisecond))
+		if r.Expiry.Owner != "late" || r.Expiry.Attempt != 1 {
+			t.Errorf("reserved %+v, want late's first attempt", r.Expiry)
+		}
+		if err := r.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// commandCounter is a go-redis hook that counts round trips (a command, or
+// a pipeline) and commands by name.
+type commandCounter struct {
+	mu     sync.Mutex
+	byName map[string]int
+	n      int
+}
+
+func (c *commandCounter) reset() {
+	c.mu.Lock()
+	c.byName, c.n = map[string]int{}, 0
+	c.mu.Unlock()
+}
+
+func (c *commandCounter) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byName[name]
+}
+
+func (c *commandCounter) trips() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *commandCounter) add(trips int, cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[string]int{}
+	}
+	c.n += trips
+	for _, cmd := range cmds {
+		c.byName[cmd.Name()]++
+	}
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(1, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.add(1, cmds...)
+		return next(ctx, cmds)
+	}
 }
