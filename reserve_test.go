@@ -183,10 +183,7 @@ func TestReserveWithConsume(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
-		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
-		const n = 40
-		expire(t, s, clk, n)
-		opts := []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond), WithRetryBackoff(time.Millisecond, time.Millisecond)}
+		s, opts := firstFailsSet(t, b)
 		var (
 			mu         sync.Mutex
 			inFlight   = map[string]bool{}
@@ -205,10 +202,7 @@ func TestReserveWithConsume(t *testing.T) {
 			defer mu.Unlock()
 			delete(inFlight, e.Owner)
 			done[e.Owner] = append(done[e.Owner], e.Attempt)
-			if e.Attempt == 1 && strings.HasSuffix(e.Owner, "3") {
-				return errors.New("first attempt fails")
-			}
-			return nil
+			return firstFails(e)
 		}
 		var wg sync.WaitGroup
 		for _, name := range []string{"r1", "r2"} {
@@ -234,7 +228,7 @@ func TestReserveWithConsume(t *testing.T) {
 		waitFor(t, "every event done", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(done) == n
+			return len(done) == firstFailsEvents
 		})
 		waitFor(t, "the stream drained", func() bool { return drained(s) })
 		stop()
@@ -244,16 +238,45 @@ func TestReserveWithConsume(t *testing.T) {
 		if violations != 0 {
 			t.Errorf("%d times an event was held twice at once", violations)
 		}
-		for o, as := range done {
-			want := "[1]"
-			if strings.HasSuffix(o, "3") {
-				want = "[1 2]"
-			}
-			if fmt.Sprint(as) != want {
-				t.Errorf("%s: attempts %v, want %s", o, as, want)
-			}
-		}
+		checkFirstFails(t, done)
 	})
+}
+
+// firstFails is the work of the tests whose every event is done once
+// with exact attempts: the first attempt at the event of an owner ending
+// in 3 fails, every other attempt succeeds.
+func firstFails(e Expiry) error {
+	if e.Attempt == 1 && strings.HasSuffix(e.Owner, "3") {
+		return errors.New("first attempt fails")
+	}
+	return nil
+}
+
+// firstFailsEvents is how many events firstFailsSet gives.
+const firstFailsEvents = 40
+
+// firstFailsSet opens a set of 4 shards with 40 events, and returns it
+// with the options the tests of firstFails reserve and consume with.
+func firstFailsSet(t *testing.T, b backend) (*Set, []ConsumeOption) {
+	t.Helper()
+	s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
+	expire(t, s, clk, firstFailsEvents)
+	return s, []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond), WithRetryBackoff(time.Millisecond, time.Millisecond)}
+}
+
+// checkFirstFails checks the attempts done of each owner's event under
+// firstFails: [1], or [1 2] for an owner ending in 3.
+func checkFirstFails(t *testing.T, done map[string][]int) {
+	t.Helper()
+	for o, as := range done {
+		want := "[1]"
+		if strings.HasSuffix(o, "3") {
+			want = "[1 2]"
+		}
+		if fmt.Sprint(as) != want {
+			t.Errorf("%s: attempts %v, want %s", o, as, want)
+		}
+	}
 }
 
 // reserveHostileRows adds Reserve's and Reservation's rows to the
@@ -470,4 +493,53 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		c.add(1, cmds...)
 		return next(ctx, cmds)
 	}
+}
+
+// TestReserveFinishBesideReserve: reservations finished on goroutines of
+// their own while the same consumer reserves the next ones (its state is
+// kept between calls): every event is done once, with exact attempts.
+func TestReserveFinishBesideReserve(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		s, opts := firstFailsSet(t, b)
+		var (
+			mu   sync.Mutex
+			done = map[string][]int{}
+			wg   sync.WaitGroup
+		)
+		slots := make(chan struct{}, 4)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				slots <- struct{}{}
+				r, err := s.Reserve(ctx, "g", "c", opts...)
+				if err != nil {
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					e := r.Expiry
+					mu.Lock()
+					done[e.Owner] = append(done[e.Owner], e.Attempt)
+					mu.Unlock()
+					if err := r.Finish(context.Background(), firstFails(e)); err != nil {
+						t.Errorf("Finish: %v", err)
+					}
+				}()
+			}
+		}()
+		waitFor(t, "the stream drained", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(done) == firstFailsEvents && drained(s)
+		})
+		stop()
+		wg.Wait()
+		checkFirstFails(t, done)
+	})
 }
