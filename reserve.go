@@ -104,8 +104,8 @@ const reserveLinger = 100 * time.Millisecond
 // start with a Reserve call and stop reserveLinger after no call runs and
 // no reservation is held (one finished or whose lease lapsed is not), so an
 // idle Set runs no goroutine and holds no connection; the groups made are
-// remembered as long as the Set (and forgotten on NOGROUP). The zero value
-// is ready to use.
+// remembered as long as the Set (forgotten on NOGROUP and by RemoveGroup).
+// The zero value is ready to use.
 type reservers struct {
 	mu    sync.Mutex
 	made  map[string][]bool          // group -> the shards where it was made
@@ -158,10 +158,21 @@ func (r *reservers) exit(c *consumer, res *Reservation) {
 	} else {
 		delete(r.wakes, c.wk)
 	}
+	now := time.Now()
+	r.lapse(now)
 	if res != nil {
-		r.held[res] = time.Now().Add(c.cfg.visibility)
+		r.held[res] = now.Add(c.cfg.visibility)
 	}
 	r.used()
+}
+
+// lapse forgets the reservations whose leases ended by now (r.mu held).
+func (r *reservers) lapse(now time.Time) {
+	for res, end := range r.held {
+		if !end.After(now) {
+			delete(r.held, res)
+		}
+	}
 }
 
 // hold records that res's lease now ends at end, or, with a zero end, that
@@ -214,11 +225,7 @@ func (r *reservers) expire() {
 		return
 	}
 	now := time.Now()
-	for res, end := range r.held {
-		if !end.After(now) {
-			delete(r.held, res)
-		}
-	}
+	r.lapse(now)
 	if len(r.held) > 0 || now.Before(r.quiet.Add(reserveLinger)) {
 		r.schedule()
 		r.mu.Unlock()
@@ -239,6 +246,13 @@ func (r *reservers) wake(shards []int, d int64) {
 	for w := range r.wakes {
 		w.wake(shards, d)
 	}
+}
+
+// forget forgets where group was made (RemoveGroup removed it).
+func (r *reservers) forget(group string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.made, group)
 }
 
 // isGrouped reports whether a Reserve made group on shard i's stream.

@@ -417,11 +417,7 @@ func TestReserveSetUpOnce(t *testing.T) {
 		if got := cmds.trips(); got > 4*(n-1) {
 			t.Errorf("%d round trips for %d Reserve and Finish, want at most %d", got, n-1, 4*(n-1))
 		}
-		waitFor(t, "the subscription closed", func() bool {
-			s.reserves.mu.Lock()
-			defer s.reserves.mu.Unlock()
-			return s.reserves.subs == nil
-		})
+		waitFor(t, "the subscription closed", func() bool { return !reserveSubscribed(s) })
 
 		// The streams deleted (DEL, a restart without persistence): the
 		// next events come, with the group made again.
@@ -435,10 +431,25 @@ func TestReserveSetUpOnce(t *testing.T) {
 		if r.Expiry.Owner != "late" || r.Expiry.Attempt != 1 {
 			t.Errorf("reserved %+v, want late's first attempt", r.Expiry)
 		}
+		// The subscription stays while the reservation is held, then
+		// closes.
+		time.Sleep(3 * reserveLinger)
+		if !reserveSubscribed(s) {
+			t.Error("the subscription closed while a reservation was held")
+		}
 		if err := r.Finish(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, "the subscription closed after Finish", func() bool { return !reserveSubscribed(s) })
 	})
+}
+
+// reserveSubscribed reports whether s's Reserve wake-up subscription is
+// open.
+func reserveSubscribed(s *Set) bool {
+	s.reserves.mu.Lock()
+	defer s.reserves.mu.Unlock()
+	return s.reserves.subs != nil
 }
 
 // commandCounter is a go-redis hook that counts round trips (a command, or
