@@ -50,18 +50,20 @@ type Reservation struct {
 // the shards' wake-ups (one connection, one per shard on Redis Cluster),
 // made by the first call and closed shortly after the last call returned
 // and the last reservation was finished or its lease lapsed; a call
-// continues where the last call of its group and consumer name left off,
-// reading first the shards that were woken or yielded events, so a loop
-// of Reserve and Finish makes a round trip to read the next event and one
-// to begin its attempt. The first call of a group makes it on each shard's
-// stream when missing (one XGROUP CREATE per shard), and the first call of
-// a consumer asks every shard for the group's pending count (one pipeline)
-// and reads the shards one at a time, reading one event at a time so that
-// none waits unhandled. Idle, it waits for a wake-up and sends only what
-// an idle Consume sends: the safety poll (each shard's stream read every
-// WithPollInterval, default 10s), the subscriptions' PINGs, and a claim
-// scan while the group has events pending. Redis failures are reported to
-// Hooks.OnError and retried with backoff until ctx ends.
+// continues where the last call of its group and consumer name (with the
+// same options) left off, reading first the shards that were woken or
+// yielded events, so a loop of Reserve and Finish makes a round trip to
+// read the next event, one to begin its attempt and Finish's one. The
+// first call of a group makes it on each shard's stream when missing (one
+// XGROUP CREATE per shard), and the first call of a consumer removes the
+// group's idle consumers (a script per shard), asks every shard for the
+// group's pending count (one pipeline) and reads the shards one at a time,
+// reading one event at a time so that none waits unhandled. Idle, it waits
+// for a wake-up and sends only what an idle Consume sends: the safety poll
+// (each shard's stream read every WithPollInterval, default 10s), the
+// subscriptions' PINGs, and a claim scan while the group has events
+// pending. Redis failures are reported to Hooks.OnError and retried with
+// backoff until ctx ends.
 func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ConsumeOption) (*Reservation, error) {
 	c, err := s.newConsumer(group, consumerName, nil, opts, true)
 	if err != nil {
