@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -302,6 +303,7 @@ type consumer struct {
 	retries     []retryDues   // per shard: the retries this consumer scheduled (retry.go)
 	retryMu     sync.Mutex    // guards retryNotes
 	retryNotes  []retryNote   // retries scheduled since the last round (retry.go)
+	reserving   *reservers    // the set's Reserve state, for a consumer of Reserve (else nil)
 }
 
 // consumerShard is what a consumer knows of one shard.
@@ -381,7 +383,7 @@ func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo 
 			continue
 		}
 		if !sh.grouped {
-			if err := c.set.createGroups(ctx, i, c.group); err != nil {
+			if err := c.makeGroups(ctx, i); err != nil {
 				c.fail(ctx, i, err)
 				continue
 			}
@@ -456,14 +458,21 @@ func (c *consumer) fail(ctx context.Context, i int, err error) {
 	if isNoGroup(err) {
 		sh.grouped = false
 		sh.cursor = "0-0"
+		if c.reserving != nil {
+			c.reserving.grouped(c.group, i, len(c.shards), false)
+		}
 	}
 	wait := sh.bo.fail()
 	sh.retryAt = time.Now().Add(wait)
 	c.set.reportError(ctx, "consume", i, err, wait)
 }
 
+// isNoGroup reports whether err is Redis's NOGROUP (the stream or the group
+// is gone), also from a script's call (which miniredis reports after a
+// prefix of its own).
 func isNoGroup(err error) bool {
-	return redis.HasErrorPrefix(err, "NOGROUP")
+	var re redis.Error
+	return redis.HasErrorPrefix(err, "NOGROUP") || (errors.As(err, &re) && strings.Contains(re.Error(), ": NOGROUP "))
 }
 
 // read takes up to a batch of new events from each of the shards, and
@@ -1078,6 +1087,22 @@ func (s *Set) createGroups(ctx context.Context, i int, group string) error {
 		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 			return fmt.Errorf("expset: create group %q on %s: %w", g, key, err)
 		}
+	}
+	return nil
+}
+
+// makeGroups creates the consumer's group and the declared groups on shard
+// i's stream (createGroups), unless a Reserve of the set made them there
+// already (the consumer is Reserve's).
+func (c *consumer) makeGroups(ctx context.Context, i int) error {
+	if c.reserving != nil && c.reserving.isGrouped(c.group, i) {
+		return nil
+	}
+	if err := c.set.createGroups(ctx, i, c.group); err != nil {
+		return err
+	}
+	if c.reserving != nil {
+		c.reserving.grouped(c.group, i, len(c.shards), true)
 	}
 	return nil
 }

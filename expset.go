@@ -45,6 +45,7 @@ type Set struct {
 	groups   []string     // consumer groups declared with WithConsumerGroups
 	errLog   *errorLog    // the default report of errors the loops survive
 	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
+	reserves reservers    // this process's Reserve calls (reserve.go)
 	durable  durability   // WithDurability
 	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it

@@ -182,6 +182,7 @@ func (s *Set) RemoveGroup(ctx context.Context, group string) (GroupInfo, error) 
 		return GroupInfo{}, err
 	}
 	out := GroupInfo{Name: group}
+	defer s.reserves.forget(group) // a later Reserve makes it again, unreported
 	cursor := make([]string, len(s.shards))
 	for i := range cursor {
 		cursor[i] = "-"

@@ -62,6 +62,7 @@ const killWait = 60 * time.Second
 //   - acker: see helperAcker.
 //   - failer: see helperFailer.
 //   - pool: see helperPool.
+//   - reserver: see helperReserver.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
 //     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
@@ -131,6 +132,8 @@ func helperMain(role string) error {
 		return helperFailer(s, say)
 	case "pool":
 		return helperPool(s, say)
+	case "reserver":
+		return helperReserver(s, say)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {
@@ -299,6 +302,20 @@ func eachRealBackend(t *testing.T, fn func(t *testing.T, b killBackend)) {
 func (b killBackend) env(s *Set) []string {
 	return []string{helperAddrs + "=" + strings.Join(b.addrs, ","), helperSet + "=" + s.Name(),
 		helperShards + "=" + strconv.Itoa(s.Shards())}
+}
+
+// expiredSet opens a set of the given shards with expiry events on b and
+// gives it n events, one for each of owners o0..o(n-1), swept.
+func expiredSet(t *testing.T, b killBackend, shards, n int) *Set {
+	t.Helper()
+	ctx := context.Background()
+	s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(shards), WithExpiryEvents()))
+	seedExpired(t, s, n, 1)
+	time.Sleep(2 * time.Millisecond)
+	if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
+		t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
+	}
+	return s
 }
 
 // seedExpired gives owners o0..o(owners-1) members m0..m(per-1), each with a

@@ -2,6 +2,8 @@ package expset
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -134,7 +136,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		if err == nil {
 			break
 		}
-		if !sub.retry || ctx.Err() != nil {
+		if !sub.retry || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 			if !p.isReady() {
 				p.err = err
 				close(p.ready)
@@ -177,7 +179,14 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 					continue
 				}
 			}
-			s.reportError(ctx, sub.op, sub.shard, err, backoff)
+			if errors.Is(err, redis.ErrClosed) {
+				return // the client was closed: it never reconnects
+			}
+			if !errors.Is(err, net.ErrClosed) {
+				// (A closed connection: the client's Close, as the next
+				// read says, or its own doing, which the read mends.)
+				s.reportError(ctx, sub.op, sub.shard, err, backoff)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -255,16 +264,34 @@ const slotFreedMessage = "s"
 // What wakeups record for a shard notified without a deadline: wakeNow for
 // a message (events appended: look now), wakeLost for every shard after a
 // (re)subscription (a wake-up may have been lost meanwhile: look now).
+// wakeSlot, an owner slot freed, is not recorded per shard: it sets freed,
+// as wakeLost does too.
 const (
 	wakeNow  = -1
 	wakeLost = -2
+	wakeSlot = -3
 )
 
 // listen subscribes to the channel of every shard that channel names
 // (expset:{name:S}:due:wake or ...:ev:wake); op names the subscription's
 // errors. A message carrying a number records it as that shard's deadline.
 func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
-	w := &wakeups{signal: make(chan struct{}, 1), woken: map[int]int64{}}
+	w := newWakeups()
+	w.subs = s.subscribeWakes(op, channel, w.wake)
+	return w
+}
+
+// newWakeups returns wakeups with no subscription of their own.
+func newWakeups() *wakeups {
+	return &wakeups{signal: make(chan struct{}, 1), woken: map[int]int64{}}
+}
+
+// subscribeWakes subscribes to the channel of every shard (one
+// subscription per shard, one for all on a single server) and tells wake
+// of the shards notified: with the deadline a message carries (else
+// wakeNow), or every shard of a subscription with wakeLost when it is
+// (re)subscribed.
+func (s *Set) subscribeWakes(op string, channel func(*shardKeys) string, wake func(shards []int, d int64)) []*subscription {
 	byName := make(map[string]int, len(s.shards))
 	var groups [][]int
 	if _, single := s.rdb.(*redis.Client); single {
@@ -278,6 +305,7 @@ func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
 			groups = append(groups, []int{i})
 		}
 	}
+	var subs []*subscription
 	for _, g := range groups {
 		chs := make([]string, len(g))
 		for k, i := range g {
@@ -288,38 +316,39 @@ func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
 		if len(g) == 1 {
 			shard = g[0]
 		}
-		w.subs = append(w.subs, s.subscribe(subscriber{
+		subs = append(subs, s.subscribe(subscriber{
 			op: op, shard: shard, channels: chs, retry: true,
 			message: func(m *redis.Message) {
 				i, ok := byName[m.Channel]
 				if !ok || (s.dropWake != nil && s.dropWake(m.Channel)) {
 					return
 				}
-				if m.Payload == slotFreedMessage {
-					w.freed.Store(true)
-					w.wake(nil, wakeNow)
-					return
-				}
 				d, err := strconv.ParseInt(m.Payload, 10, 64)
-				if err != nil || d < 0 {
+				switch {
+				case m.Payload == slotFreedMessage:
+					d = wakeSlot
+				case err != nil || d < 0:
 					d = wakeNow
 				}
-				w.wake([]int{i}, d)
+				wake([]int{i}, d)
 			},
-			resubscribed: func() {
-				w.freed.Store(true)
-				w.wake(g, wakeLost)
-			},
-			quiet: loopPing,
+			resubscribed: func() { wake(g, wakeLost) },
+			quiet:        loopPing,
 		}))
 	}
-	return w
+	return subs
 }
 
 // wake records that shards were notified (of deadline d, wakeNow or
-// wakeLost) and signals the loop. wakeNow outranks wakeLost, which
-// outranks any deadline.
+// wakeLost; wakeSlot only sets freed) and signals the loop. wakeNow
+// outranks wakeLost, which outranks any deadline.
 func (w *wakeups) wake(shards []int, d int64) {
+	if d == wakeSlot || d == wakeLost {
+		w.freed.Store(true)
+	}
+	if d == wakeSlot {
+		shards = nil
+	}
 	w.mu.Lock()
 	for _, i := range shards {
 		old, ok := w.woken[i]

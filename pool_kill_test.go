@@ -59,13 +59,7 @@ func TestKillConsumerWithConcurrency(t *testing.T) {
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n = 200
 		const vis = time.Second
-		ctx := context.Background()
-		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
-		seedExpired(t, s, n, 1)
-		time.Sleep(2 * time.Millisecond)
-		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != n {
-			t.Fatalf("sweep: %+v %v, want %d expired", st, err, n)
-		}
+		s := expiredSet(t, b, 4, n)
 		h := startHelper(t, "pool", append(b.env(s), helperVis+"="+vis.String())...)
 		h.waitLine("calls under way", func(string) bool {
 			return len(h.calls("ok")) >= 40 && len(h.calls("call")) >= len(h.calls("ok"))+poolKillConcurrency/2
@@ -94,18 +88,7 @@ func TestKillConsumerWithConcurrency(t *testing.T) {
 			}
 		}
 		// The calls Redis counted for each event still pending.
-		begun := map[string]int{}
-		for i, sk := range s.shards {
-			for field, v := range b.rdb.HGetAll(ctx, sk.att).Val() {
-				id, group, _ := strings.Cut(field, " ")
-				calls, _, _ := strings.Cut(v, " ")
-				c, err := strconv.Atoi(calls)
-				if group != "g" || err != nil {
-					t.Fatalf("attempts field %q = %q", field, v)
-				}
-				begun[strconv.Itoa(i)+"/"+id] = c
-			}
-		}
+		begun := attemptsBegun(t, b, s, "g")
 		for k, c := range begun {
 			if p := printed[k]; c != p && c != p+1 {
 				t.Errorf("event %s: %d calls counted, %d printed by the helper (want equal, or one more begun just before the kill)", k, c, p)

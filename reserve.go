@@ -16,7 +16,7 @@ type Reservation struct {
 	Expiry Expiry // the event; Expiry.Attempt counts this reservation
 
 	mu    sync.Mutex
-	c     *consumer // the consumer that holds it (Reserve's, used by no one else)
+	c     *consumer // the consumer that holds it: Reserve's, whose next call may run meanwhile
 	d     delivery
 	token string // the attempt's call token (begin.lua)
 	done  bool   // Finish went through
@@ -46,15 +46,21 @@ type Reservation struct {
 // ErrInvalidArgument, as are a bad group, consumer or option, or a set
 // without expiry events.
 //
-// Cost: each call subscribes to the shards' wake-ups (one connection, one
-// per shard on Redis Cluster, held until it returns), makes the group on
-// each shard's stream when missing (one XGROUP CREATE per shard), asks
-// every shard for the group's pending count in one pipeline, reads one
-// event at a time (so that none waits unhandled), a shard a round trip
-// until one yields it, and begins its attempt in one round trip: at most
-// about two round trips per shard and three more. Idle, it waits for a
-// wake-up and sends only what an idle Consume sends: the safety poll (each
-// shard's stream read every WithPollInterval, default 10s), the
+// Cost: a Set's Reserve calls in one process share one subscription to
+// the shards' wake-ups (one connection, one per shard on Redis Cluster),
+// made by the first call and closed shortly after the last call returned
+// and the last reservation was finished or its lease lapsed; a call
+// continues where the last call of its group and consumer name (with the
+// same options) left off, reading first the shards that were woken or
+// yielded events, so a loop of Reserve and Finish makes a round trip to
+// read the next event, one to begin its attempt and Finish's one. The
+// first call of a group makes it on each shard's stream when missing (one
+// XGROUP CREATE per shard), and the first call of a consumer removes the
+// group's idle consumers (a script per shard), asks every shard for the
+// group's pending count (one pipeline) and reads the shards one at a time,
+// reading one event at a time so that none waits unhandled. Idle, it waits
+// for a wake-up and sends only what an idle Consume sends: the safety poll
+// (each shard's stream read every WithPollInterval, default 10s), the
 // subscriptions' PINGs, and a claim scan while the group has events
 // pending. Redis failures are reported to Hooks.OnError and retried with
 // backoff until ctx ends.
@@ -63,10 +69,11 @@ func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...C
 	if err != nil {
 		return nil, err
 	}
-	c.wk = s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
-	defer c.wk.close()
+	c = s.reserves.enter(s, c)
 	var r *Reservation
+	defer func() { s.reserves.exit(c, r) }()
 	_ = s.loop(ctx, "reserve", c.wk.signal, func() (time.Duration, error) {
+		c.takeRetries()
 		r = c.reserveRound(ctx)
 		switch {
 		case r != nil:
@@ -83,6 +90,191 @@ func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...C
 	}
 	c.stop(ctx)
 	return nil, ctx.Err() // the loop ends only with r or with ctx
+}
+
+// reserveLinger is how long a Set's shared Reserve state outlives its last
+// use (see reservers): long enough for a caller's loop to call Reserve
+// again after Finish, short enough that a Set no one reserves from is
+// soon left without goroutines.
+const reserveLinger = 100 * time.Millisecond
+
+// reservers is what a Set's Reserve calls in this process share: one
+// subscription to the shards' event wake-ups, the consumers between calls
+// (what each knows of the shards: which may hold events, when to poll,
+// claim and prune), which record the wake-ups that come meanwhile, and the
+// shards where each group was made. The subscription and the consumers
+// start with a Reserve call and stop reserveLinger after no call runs and
+// no reservation is held (one finished or whose lease lapsed is not), so an
+// idle Set runs no goroutine and holds no connection; the groups made are
+// remembered as long as the Set (forgotten on NOGROUP and by RemoveGroup).
+// The zero value is ready to use.
+type reservers struct {
+	mu    sync.Mutex
+	made  map[string][]bool          // group -> the shards where it was made
+	idle  map[[2]string]*consumer    // by group and name: consumers no call uses
+	wakes map[*wakeups]bool          // those of every consumer idle or in a call
+	subs  []*subscription            // the wake-up subscriptions (nil: stopped)
+	calls int                        // Reserve calls running
+	held  map[*Reservation]time.Time // reservations not finished: when their leases end
+	quiet time.Time                  // when the last use ended
+	timer *time.Timer                // stops what is unused (expire)
+}
+
+// enter starts a Reserve call of c and returns the consumer it uses: the
+// one the last call of c's group and name left, when it has c's options,
+// else c.
+func (r *reservers) enter(s *Set, c *consumer) *consumer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.subs == nil {
+		r.idle = map[[2]string]*consumer{}
+		r.wakes = map[*wakeups]bool{}
+		r.held = map[*Reservation]time.Time{}
+		r.subs = s.subscribeWakes("subscribe", func(k *shardKeys) string { return k.evWake }, r.wake)
+	}
+	k := [2]string{c.group, c.name}
+	if old := r.idle[k]; old != nil {
+		delete(r.idle, k)
+		if old.cfg == c.cfg {
+			return old
+		}
+		delete(r.wakes, old.wk)
+	}
+	c.reserving = r
+	c.wk = newWakeups()
+	r.wakes[c.wk] = true
+	return c
+}
+
+// exit ends a Reserve call of c that returned res (nil: none). c waits for
+// the next call of its group and name, unless another call's consumer
+// does already.
+func (r *reservers) exit(c *consumer, res *Reservation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls--
+	k := [2]string{c.group, c.name}
+	if r.idle[k] == nil {
+		r.idle[k] = c
+	} else {
+		delete(r.wakes, c.wk)
+	}
+	now := time.Now()
+	r.lapse(now)
+	if res != nil {
+		r.held[res] = now.Add(c.cfg.visibility)
+	}
+	r.used()
+}
+
+// lapse forgets the reservations whose leases ended by now (r.mu held).
+func (r *reservers) lapse(now time.Time) {
+	for res, end := range r.held {
+		if !end.After(now) {
+			delete(r.held, res)
+		}
+	}
+}
+
+// hold records that res's lease now ends at end, or, with a zero end, that
+// res was finished.
+func (r *reservers) hold(res *Reservation, end time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.subs == nil:
+	case end.IsZero():
+		delete(r.held, res)
+		r.used()
+	default:
+		r.held[res] = end
+	}
+}
+
+// used notes that a use has ended (r.mu held): once none is left, expire
+// is due reserveLinger later, or when the last lease held ends.
+func (r *reservers) used() {
+	if r.calls > 0 {
+		return
+	}
+	r.quiet = time.Now()
+	r.schedule()
+}
+
+// schedule sets the timer to when expire may stop everything (r.mu held).
+func (r *reservers) schedule() {
+	at := r.quiet.Add(reserveLinger)
+	for _, end := range r.held {
+		if end.After(at) {
+			at = end
+		}
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(time.Until(at), r.expire)
+	} else {
+		r.timer.Reset(time.Until(at))
+	}
+}
+
+// expire stops the subscription and forgets the consumers when no call
+// runs, no lease is held and reserveLinger has passed since the last use;
+// it waits for the subscription's goroutines.
+func (r *reservers) expire() {
+	r.mu.Lock()
+	if r.calls > 0 || r.subs == nil {
+		r.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	r.lapse(now)
+	if len(r.held) > 0 || now.Before(r.quiet.Add(reserveLinger)) {
+		r.schedule()
+		r.mu.Unlock()
+		return
+	}
+	subs := r.subs
+	r.subs, r.idle, r.wakes, r.held = nil, nil, nil, nil
+	r.mu.Unlock()
+	for _, p := range subs {
+		p.close()
+	}
+}
+
+// wake records a wake-up of shards (see wakeups.wake) for every consumer.
+func (r *reservers) wake(shards []int, d int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.wakes {
+		w.wake(shards, d)
+	}
+}
+
+// forget forgets where group was made (RemoveGroup removed it).
+func (r *reservers) forget(group string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.made, group)
+}
+
+// isGrouped reports whether a Reserve made group on shard i's stream.
+func (r *reservers) isGrouped(group string, i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.made[group] != nil && r.made[group][i]
+}
+
+// grouped records whether group is on shard i's stream, of n shards.
+func (r *reservers) grouped(group string, i, n int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.made == nil {
+		r.made = map[string][]bool{}
+	}
+	if r.made[group] == nil {
+		r.made[group] = make([]bool, n)
+	}
+	r.made[group][i] = ok
 }
 
 // reserveRound is one round of Reserve: like Consume's, it claims what is
@@ -154,9 +346,9 @@ func (r *Reservation) Finish(ctx context.Context, err error) error {
 	var ferr error
 	if err == nil {
 		c.event(ctx, d.shard, r.Expiry.Attempt, nil, false)
-		c.clearAcks()
-		c.addAck(d.shard, d.id, time.Now())
-		ferr = c.flushAcks(ctx)
+		a := c.acker()
+		a.addAck(d.shard, d.id, time.Now())
+		ferr = a.flushAcks(ctx)
 	} else {
 		ferr = c.failed(ctx, d, r.Expiry.Attempt, r.token, err)
 	}
@@ -164,7 +356,17 @@ func (r *Reservation) Finish(ctx context.Context, err error) error {
 		return ferr
 	}
 	r.done = true
+	c.reserving.hold(r, time.Time{})
 	return nil
+}
+
+// acker returns a consumer that acknowledges c's events beside c's next
+// Reserve call: c's group, name and options, with an acknowledgement
+// buffer and shard state of its own.
+func (c *consumer) acker() *consumer {
+	n := len(c.set.shards)
+	return &consumer{set: c.set, group: c.group, name: c.name, cfg: c.cfg, visMs: c.visMs, beat: c.beat,
+		shards: make([]consumerShard, n), acks: make([][]string, n), reserving: c.reserving}
 }
 
 // Touch renews the reservation's lease for another lease TTL, one round
@@ -181,6 +383,7 @@ func (r *Reservation) Touch(ctx context.Context) error {
 	if err := r.check("Touch"); err != nil {
 		return err
 	}
+	sent := time.Now()
 	held, err := r.c.renew(ctx, r.d.shard, r.d.id)
 	if err != nil {
 		return err
@@ -188,5 +391,6 @@ func (r *Reservation) Touch(ctx context.Context) error {
 	if !held {
 		return fmt.Errorf("%w: event %s of shard %d is no longer this reservation's", ErrLeaseLost, r.d.id, r.d.shard)
 	}
+	r.c.reserving.hold(r, sent.Add(r.c.cfg.visibility))
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // reserve calls s.Reserve, failing t after 30s without an event (a test
@@ -181,10 +183,7 @@ func TestReserveWithConsume(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
-		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
-		const n = 40
-		expire(t, s, clk, n)
-		opts := []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond), WithRetryBackoff(time.Millisecond, time.Millisecond)}
+		s, opts := firstFailsSet(t, b)
 		var (
 			mu         sync.Mutex
 			inFlight   = map[string]bool{}
@@ -203,10 +202,7 @@ func TestReserveWithConsume(t *testing.T) {
 			defer mu.Unlock()
 			delete(inFlight, e.Owner)
 			done[e.Owner] = append(done[e.Owner], e.Attempt)
-			if e.Attempt == 1 && strings.HasSuffix(e.Owner, "3") {
-				return errors.New("first attempt fails")
-			}
-			return nil
+			return firstFails(e)
 		}
 		var wg sync.WaitGroup
 		for _, name := range []string{"r1", "r2"} {
@@ -232,7 +228,7 @@ func TestReserveWithConsume(t *testing.T) {
 		waitFor(t, "every event done", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(done) == n
+			return len(done) == firstFailsEvents
 		})
 		waitFor(t, "the stream drained", func() bool { return drained(s) })
 		stop()
@@ -242,16 +238,45 @@ func TestReserveWithConsume(t *testing.T) {
 		if violations != 0 {
 			t.Errorf("%d times an event was held twice at once", violations)
 		}
-		for o, as := range done {
-			want := "[1]"
-			if strings.HasSuffix(o, "3") {
-				want = "[1 2]"
-			}
-			if fmt.Sprint(as) != want {
-				t.Errorf("%s: attempts %v, want %s", o, as, want)
-			}
-		}
+		checkFirstFails(t, done)
 	})
+}
+
+// firstFails is the work of the tests whose every event is done once
+// with exact attempts: the first attempt at the event of an owner ending
+// in 3 fails, every other attempt succeeds.
+func firstFails(e Expiry) error {
+	if e.Attempt == 1 && strings.HasSuffix(e.Owner, "3") {
+		return errors.New("first attempt fails")
+	}
+	return nil
+}
+
+// firstFailsEvents is how many events firstFailsSet gives.
+const firstFailsEvents = 40
+
+// firstFailsSet opens a set of 4 shards with 40 events, and returns it
+// with the options the tests of firstFails reserve and consume with.
+func firstFailsSet(t *testing.T, b backend) (*Set, []ConsumeOption) {
+	t.Helper()
+	s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
+	expire(t, s, clk, firstFailsEvents)
+	return s, []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(10 * time.Millisecond), WithRetryBackoff(time.Millisecond, time.Millisecond)}
+}
+
+// checkFirstFails checks the attempts done of each owner's event under
+// firstFails: [1], or [1 2] for an owner ending in 3.
+func checkFirstFails(t *testing.T, done map[string][]int) {
+	t.Helper()
+	for o, as := range done {
+		want := "[1]"
+		if strings.HasSuffix(o, "3") {
+			want = "[1 2]"
+		}
+		if fmt.Sprint(as) != want {
+			t.Errorf("%s: attempts %v, want %s", o, as, want)
+		}
+	}
 }
 
 // reserveHostileRows adds Reserve's and Reservation's rows to the
@@ -344,5 +369,188 @@ func TestReserveReadsEveryShard(t *testing.T) {
 		if err := r.Finish(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestReserveSetUpOnce: a loop of Reserve and Finish subscribes to the
+// wake-ups once and makes the group once per shard, then reads and begins
+// each event in a round trip each (with its acknowledgement, about three);
+// the subscription closes once the loop ends; a stream deleted meanwhile is
+// made again with the group.
+func TestReserveSetUpOnce(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var cmds commandCounter
+		rdb := b.client(t)
+		rdb.AddHook(&cmds)
+		b.rdb = rdb
+		const shards, n = 16, 40
+		s, clk := newTestSet(t, b, WithShards(shards), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("declared"))
+		expire(t, s, clk, n)
+		cmds.reset()
+		var subs []*subscription
+		for i := range n {
+			r := reserve(t, s, "c")
+			s.reserves.mu.Lock()
+			if i == 0 {
+				subs = s.reserves.subs
+			} else if fmt.Sprint(s.reserves.subs) != fmt.Sprint(subs) {
+				t.Errorf("call %d subscribed again", i)
+			}
+			s.reserves.mu.Unlock()
+			if err := r.Finish(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				if got := cmds.count("xgroup"); got != 2*shards {
+					t.Errorf("first call: %d XGROUP CREATE, want %d (two groups, %d shards)", got, 2*shards, shards)
+				}
+				cmds.reset()
+			}
+		}
+		if got := cmds.count("xgroup"); got != 0 {
+			t.Errorf("%d XGROUP CREATE after the first call, want none", got)
+		}
+		// Reading the next event, beginning it and acknowledging it, and
+		// a few calls besides (a shard read empty, a claim scan).
+		if got := cmds.trips(); got > 4*(n-1) {
+			t.Errorf("%d round trips for %d Reserve and Finish, want at most %d", got, n-1, 4*(n-1))
+		}
+		waitFor(t, "the subscription closed", func() bool { return !reserveSubscribed(s) })
+
+		// The streams deleted (DEL, a restart without persistence): the
+		// next events come, with the group made again.
+		for i := range shards {
+			must[int64](t)(b.rdb.Del(ctx, s.shards[i].events).Result())
+		}
+		must[time.Time](t)(s.Add(ctx, "late", "m", time.Second))
+		clk.Advance(time.Second)
+		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		r := reserve(t, s, "c", WithPollInterval(10*time.Millisecond))
+		if r.Expiry.Owner != "late" || r.Expiry.Attempt != 1 {
+			t.Errorf("reserved %+v, want late's first attempt", r.Expiry)
+		}
+		// The subscription stays while the reservation is held, then
+		// closes.
+		time.Sleep(3 * reserveLinger)
+		if !reserveSubscribed(s) {
+			t.Error("the subscription closed while a reservation was held")
+		}
+		if err := r.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the subscription closed after Finish", func() bool { return !reserveSubscribed(s) })
+	})
+}
+
+// reserveSubscribed reports whether s's Reserve wake-up subscription is
+// open.
+func reserveSubscribed(s *Set) bool {
+	s.reserves.mu.Lock()
+	defer s.reserves.mu.Unlock()
+	return s.reserves.subs != nil
+}
+
+// commandCounter is a go-redis hook that counts round trips (a command, or
+// a pipeline) and commands by name.
+type commandCounter struct {
+	mu     sync.Mutex
+	byName map[string]int
+	n      int
+}
+
+func (c *commandCounter) reset() {
+	c.mu.Lock()
+	c.byName, c.n = map[string]int{}, 0
+	c.mu.Unlock()
+}
+
+func (c *commandCounter) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byName[name]
+}
+
+func (c *commandCounter) trips() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *commandCounter) add(trips int, cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[string]int{}
+	}
+	c.n += trips
+	for _, cmd := range cmds {
+		c.byName[cmd.Name()]++
+	}
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(1, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.add(1, cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// TestReserveFinishBesideReserve: reservations finished on goroutines of
+// their own while the same consumer reserves the next ones (its state is
+// kept between calls): every event is done once, with exact attempts.
+func TestReserveFinishBesideReserve(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		s, opts := firstFailsSet(t, b)
+		var (
+			mu   sync.Mutex
+			done = map[string][]int{}
+			wg   sync.WaitGroup
+		)
+		slots := make(chan struct{}, 4)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				slots <- struct{}{}
+				r, err := s.Reserve(ctx, "g", "c", opts...)
+				if err != nil {
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					e := r.Expiry
+					mu.Lock()
+					done[e.Owner] = append(done[e.Owner], e.Attempt)
+					mu.Unlock()
+					if err := r.Finish(context.Background(), firstFails(e)); err != nil {
+						t.Errorf("Finish: %v", err)
+					}
+				}()
+			}
+		}()
+		waitFor(t, "the stream drained", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(done) == firstFailsEvents && drained(s)
+		})
+		stop()
+		wg.Wait()
+		checkFirstFails(t, done)
 	})
 }

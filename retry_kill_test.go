@@ -48,12 +48,7 @@ func TestKillBetweenFailureAndRetry(t *testing.T) {
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const vis = 500 * time.Millisecond
 		ctx := context.Background()
-		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(1), WithExpiryEvents()))
-		seedExpired(t, s, 1, 1)
-		time.Sleep(2 * time.Millisecond)
-		if st, err := newSweeper(t, s).SweepOnce(ctx); err != nil || st.Expired != 1 {
-			t.Fatalf("sweep: %+v %v, want 1 expired", st, err)
-		}
+		s := expiredSet(t, b, 1, 1)
 		h := startHelper(t, "failer", append(b.env(s), helperVis+"="+vis.String())...)
 		<-h.exited
 		if calls := h.calls("fail"); len(calls) != 1 || !strings.HasSuffix(calls[0], " 1") {

@@ -66,14 +66,7 @@ func runConsume(b *testing.B, srv server, opts []expset.ConsumeOption, bare bool
 	s, err := expset.Open(ctx, srv.rdb, name, expset.WithExpiryEvents())
 	fatalIf(b, err, "open")
 	defer func() { _, _ = expset.Drop(ctx, srv.rdb, name) }()
-	seedOwners(b, srv.rdb, s, b.N, "due-", time.Now().Add(-time.Second), true)
-	w, err := expset.NewSweeper(s)
-	fatalIf(b, err, "sweeper")
-	st, err := w.SweepOnce(ctx)
-	fatalIf(b, err, "sweep")
-	if st.Expired != b.N {
-		b.Fatalf("swept %d members, want %d", st.Expired, b.N)
-	}
+	expireOwners(b, srv.rdb, s, b.N)
 	const group = "bench"
 	b.ResetTimer()
 	start := time.Now()
@@ -106,4 +99,18 @@ func bareConsume(b *testing.B, rdb *redis.Client, s *expset.Set, group string, n
 	streams, err := barestream.Streams(ctx, rdb, s.Name(), s.Shards(), group)
 	fatalIf(b, err, "streams")
 	fatalIf(b, barestream.Consume(ctx, rdb, streams, group, n), "bare consume")
+}
+
+// expireOwners gives s n expiry events, untimed: one expired member for
+// each of n owners, swept by a SweepOnce.
+func expireOwners(b *testing.B, rdb redis.UniversalClient, s *expset.Set, n int) {
+	b.Helper()
+	seedOwners(b, rdb, s, n, "due-", time.Now().Add(-time.Second), true)
+	w, err := expset.NewSweeper(s)
+	fatalIf(b, err, "sweeper")
+	st, err := w.SweepOnce(context.Background())
+	fatalIf(b, err, "sweep")
+	if st.Expired != n {
+		b.Fatalf("swept %d members, want %d", st.Expired, n)
+	}
 }
