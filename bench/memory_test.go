@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -116,63 +118,105 @@ func memoryUsage(ctx context.Context, b *testing.B, rdb redis.UniversalClient, k
 	return n
 }
 
-// jobMemoryJobs is how many jobs BenchmarkJobMemory puts.
-const jobMemoryJobs = 100_000
+var jobMemoryJobs = flag.Int("job-memory-jobs", 100_000, "BenchmarkJobMemory: jobs put per case (1000000 for the large case)")
+
+// jobMemorySizes are the payload sizes BenchmarkJobMemory measures: none,
+// small, both sides of the server's hash-max-listpack-value (64 bytes by
+// default) and larger ones.
+var jobMemorySizes = []int{0, 32, 64, 65, 100, 200, 500, 1000, 4000}
 
 // BenchmarkJobMemory reports the bytes each pending job of Set.Put costs
-// beyond its payload, with 100,000 jobs of 16-byte IDs on a default set
-// (16 shards) WithExpiryEvents and WithPayloadStorage, for payloads of 0,
-// 32 and 200 bytes (and 200 on a server whose hash-max-listpack-value is
-// 256 instead of 64): MEMORY USAGE (SAMPLES 0, exact) over every key of the
-// set (the buckets' sorted sets and payload hashes, the due indexes; no
-// event is written, as no job is due), minus the payloads' bytes, divided
-// by the jobs (B/job). The timed loop is one Set.Job of a waiting job per
-// op. Real Redis only: miniredis has no MEMORY USAGE.
+// beyond its payload, with -job-memory-jobs (100,000) jobs of 16-byte IDs
+// on a default set (16 shards) WithExpiryEvents and WithPayloadStorage, for
+// each of jobMemorySizes (and 200 bytes on a server whose
+// hash-max-listpack-value is 256 instead of 64), on a redis-server of its
+// own, emptied before each case. Two measures, each minus the payloads'
+// bytes and divided by the jobs: B/job, MEMORY USAGE (SAMPLES 0, exact)
+// summed over every key of the set (the buckets' sorted sets and payload
+// hashes, the due indexes; no event is written, as no job is due); and
+// B/job-used, what INFO's used_memory grew by, less the clients' buffers
+// (mem_clients_normal): also the keyspace's own table and what the
+// allocator rounds up that MEMORY USAGE leaves out. The timed loop is one
+// Set.Job of a waiting job per op. Real Redis only: miniredis has no
+// MEMORY USAGE.
 func BenchmarkJobMemory(b *testing.B) {
 	underServer(b, func(b *testing.B, srv server) {
 		if !srv.real {
 			b.Skip("MEMORY USAGE is real Redis only")
 		}
-		for _, size := range []int{0, 32, 200} {
-			b.Run("payload="+strconv.Itoa(size), func(b *testing.B) { runJobMemory(b, srv, size) })
+		own := redistest.Start(b)
+		rdb := redis.NewClient(&redis.Options{Addr: own.Addr, PoolSize: goroutines, MinIdleConns: goroutines})
+		defer func() { _ = rdb.Close() }()
+		// A first pass, not measured: the server's first run of it frees
+		// memory of its start-up (about 1 MB) that would count against the
+		// first case.
+		putJobs(b, rdb, 0, min(*jobMemoryJobs, 10_000))
+		for _, size := range jobMemorySizes {
+			b.Run("payload="+strconv.Itoa(size), func(b *testing.B) { runJobMemory(b, rdb, size) })
 		}
 		// A payload over hash-max-listpack-value (64 bytes by default)
 		// makes its bucket's hash a hashtable; a server allowed longer
 		// values keeps it compact.
-		ctx := context.Background()
-		old, err := srv.rdb.ConfigGet(ctx, "hash-max-listpack-value").Result()
-		fatalIf(b, err, "config get")
-		fatalIf(b, srv.rdb.ConfigSet(ctx, "hash-max-listpack-value", "256").Err(), "config set")
-		defer func() {
-			fatalIf(b, srv.rdb.ConfigSet(ctx, "hash-max-listpack-value", old["hash-max-listpack-value"]).Err(), "config set")
-		}()
-		b.Run("payload=200/hash-max-listpack-value=256", func(b *testing.B) { runJobMemory(b, srv, 200) })
+		fatalIf(b, rdb.ConfigSet(context.Background(), "hash-max-listpack-value", "256").Err(), "config set")
+		b.Run("payload=200/hash-max-listpack-value=256", func(b *testing.B) { runJobMemory(b, rdb, 200) })
 	})
 }
 
-func runJobMemory(b *testing.B, srv server, size int) {
+func runJobMemory(b *testing.B, rdb *redis.Client, size int) {
 	ctx := context.Background()
-	name := uniqueTag("jobs")
-	s, err := expset.Open(ctx, srv.rdb, name, expset.WithExpiryEvents(), expset.WithPayloadStorage())
+	jobs := *jobMemoryJobs
+	s, used := putJobs(b, rdb, size, jobs)
+	var total int64
+	var keys int
+	iter := rdb.Scan(ctx, 0, "expset:{"+s.Name()+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		total += memoryUsage(ctx, b, rdb, iter.Val())
+		keys++
+	}
+	fatalIf(b, iter.Err(), "scan")
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Job(ctx, fmt.Sprintf("job-%012d", i%jobs)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	payloads := int64(size) * int64(jobs)
+	b.ReportMetric(float64(total-payloads)/float64(jobs), "B/job")
+	b.ReportMetric(float64(used-payloads)/float64(jobs), "B/job-used")
+	b.ReportMetric(float64(keys), "keys")
+}
+
+// putJobs empties the server (the benchmark's own: its keyspace's tables
+// start small again), opens a set and puts jobs jobs with payloads of size
+// bytes (none when 0), due in an hour, from goroutines goroutines. It
+// returns the set and the bytes usedMemory grew by.
+func putJobs(b *testing.B, rdb *redis.Client, size, jobs int) (*expset.Set, int64) {
+	ctx := context.Background()
+	fatalIf(b, rdb.FlushAll(ctx).Err(), "flushall")
+	s, err := expset.Open(ctx, rdb, uniqueTag("jobs"), expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	fatalIf(b, err, "open")
-	defer func() {
-		_, err := expset.Drop(ctx, srv.rdb, name)
-		fatalIf(b, err, "drop")
-	}()
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
 	}
+	var opts []expset.AddOption
+	if size > 0 {
+		opts = append(opts, expset.WithPayload(payload))
+	}
+	// The script is loaded before the baseline.
+	_, _, err = s.Put(ctx, "warm-up", time.Hour, opts...)
+	fatalIf(b, err, "put")
+	_, err = s.Cancel(ctx, "warm-up")
+	fatalIf(b, err, "cancel")
+	before := usedMemory(ctx, b, rdb)
 	ids := make(chan string)
 	errs := make(chan error, goroutines)
 	for range goroutines {
 		go func() {
 			var first error
 			for id := range ids {
-				var opts []expset.AddOption
-				if size > 0 {
-					opts = append(opts, expset.WithPayload(payload))
-				}
 				if _, put, err := s.Put(ctx, id, time.Hour, opts...); (err != nil || !put) && first == nil {
 					first = fmt.Errorf("put %s: %v %w", id, put, err)
 				}
@@ -180,29 +224,25 @@ func runJobMemory(b *testing.B, srv server, size int) {
 			errs <- first
 		}()
 	}
-	for i := range jobMemoryJobs {
+	for i := range jobs {
 		ids <- fmt.Sprintf("job-%012d", i) // 16 bytes
 	}
 	close(ids)
 	for range goroutines {
 		fatalIf(b, <-errs, "put")
 	}
-	var total int64
-	var keys int
-	iter := srv.rdb.Scan(ctx, 0, "expset:{"+name+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		total += memoryUsage(ctx, b, srv.rdb, iter.Val())
-		keys++
-	}
-	fatalIf(b, iter.Err(), "scan")
+	return s, usedMemory(ctx, b, rdb) - before
+}
 
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.Job(ctx, fmt.Sprintf("job-%012d", i%jobMemoryJobs)); err != nil {
-			b.Fatal(err)
-		}
+// usedMemory returns INFO's used_memory less the clients' buffers
+// (mem_clients_normal).
+func usedMemory(ctx context.Context, b *testing.B, rdb *redis.Client) int64 {
+	info, err := redistest.Info(ctx, rdb, "memory")
+	fatalIf(b, err, "info memory")
+	used, err1 := strconv.ParseInt(info["used_memory"], 10, 64)
+	clients, err2 := strconv.ParseInt(info["mem_clients_normal"], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("INFO memory: used_memory %q, mem_clients_normal %q", info["used_memory"], info["mem_clients_normal"])
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(total-int64(size)*jobMemoryJobs)/jobMemoryJobs, "B/job")
-	b.ReportMetric(float64(keys), "keys")
+	return used - clients
 }

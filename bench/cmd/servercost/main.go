@@ -102,6 +102,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		ws = keep
+		if len(ws) == 0 {
+			return fmt.Errorf("-only %q matches no workload", *only)
+		}
 	}
 	res := make([][]float64, len(ws))
 	for r := 0; r < *runs; r++ {
