@@ -39,9 +39,12 @@ const parkPoll = time.Second
 // events set aside are tried again in turn, one per owner each time
 // (round-robin): at once when any consumer frees a slot of their shard
 // (a wake-up, as for new events), and every second in case one was lost
-// or a dead consumer's slot lapsed. Jobs of Set.Put have no owner and no cap. With the option,
-// handler calls run on goroutines of their own, as with WithConcurrency,
-// even at its default 1.
+// or a dead consumer's slot lapsed. The cap makes room only where it
+// binds: with n at or above a consumer's WithConcurrency, one owner can
+// fill its call slots, and new events are then started in stream order.
+// Jobs of Set.Put have no owner and no cap. With the option, handler calls
+// run on goroutines of their own, as with WithConcurrency, even at its
+// default 1.
 //
 // Cost: the begin, a lease renewal and the acknowledgement of a capped
 // call touch two more keys per shard (expset:{name:S}:run and :runo), and
