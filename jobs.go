@@ -20,7 +20,7 @@ import (
 // never change.
 const (
 	jobOwnerPrefix = "\x00job:"
-	jobBuckets     = 4096 // buckets of a set over all its shards (at least one per shard)
+	jobBuckets     = 8192 // buckets of a set over all its shards (at least one per shard)
 	jobScanCount   = 1000 // stream entries one call of job.lua looks through
 )
 
