@@ -200,7 +200,9 @@ func TestDurabilityClusterWaitsOnTheSlotsMaster(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
 	cc := c.Client(t)
-	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(16), WithDurability(1, false, 200*time.Millisecond)))
+	// A second: on a loaded machine a healthy replica has taken over 200 ms
+	// to acknowledge; each write to the stopped replica's master waits it out.
+	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(16), WithDurability(1, false, time.Second)))
 	q := must[*Quota](t)(NewQuota(s, 10))
 	stopped := c.MasterFor(s.shards[0].due)
 	var replica *redistest.Node
