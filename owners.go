@@ -148,6 +148,23 @@ func (c *consumer) unpark(now time.Time, budget int) []delivery {
 	return out
 }
 
+// unique drops from ds the events set aside (a claim took one again once
+// it had waited a lease TTL: its turn comes from the events set aside) and
+// all but the first of each event, so that no event is begun twice at once.
+func (c *consumer) unique(ds []delivery) []delivery {
+	seen := make(map[string]bool, len(ds))
+	out := ds[:0]
+	for _, d := range ds {
+		k := parkKey(d)
+		if seen[k] || c.parked.ids[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, d)
+	}
+	return out
+}
+
 // refused settles a begin that found d's owner at its cap: d is set aside
 // (it stays first of its owner's, as it was the oldest) or, when too many
 // are, released.

@@ -375,3 +375,21 @@ func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
 		stop()
 	})
 }
+
+// TestOwnerUniqueDeliveries: a round's deliveries keep no event set aside
+// (a claim took it again after a lease TTL unbegun) and no event twice, so
+// that no event is begun twice at once.
+func TestOwnerUniqueDeliveries(t *testing.T) {
+	c := &consumer{cfg: consumeConfig{ownerCap: 1}}
+	if !c.park(delivery{shard: 0, id: "1-0"}, "a", false) {
+		t.Fatal("park refused")
+	}
+	got := c.unique([]delivery{{shard: 1, id: "1-0"}, {shard: 0, id: "1-0"}, {shard: 0, id: "2-0"}, {shard: 1, id: "1-0"}})
+	var keys []string
+	for _, d := range got {
+		keys = append(keys, parkKey(d))
+	}
+	if want := []string{"1 1-0", "0 2-0"}; strings.Join(keys, ",") != strings.Join(want, ",") {
+		t.Errorf("unique kept %v, want %v", keys, want)
+	}
+}

@@ -112,6 +112,9 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		var read, visit []int
 		claimed, read, visit = c.survey(ctx, now, free-tried)
 		todo = append(todo, claimed...)
+		if c.cfg.ownerCap > 0 {
+			todo = c.unique(todo)
+		}
 		if len(visit) > 0 {
 			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
 		}
