@@ -33,21 +33,22 @@ import (
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
-	rdb      redis.UniversalClient
-	name     string
-	shards   []shardKeys
-	clock    func() time.Time
-	events   bool
-	payloads bool
-	index    bool   // the due index is kept: events, or WithSweepIndex
-	flags    string // script flags fixed by the configuration: e, p, i
-	hooks    Hooks
-	groups   []string     // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog    // the default report of errors the loops survive
-	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
-	reserves reservers    // this process's Reserve calls (reserve.go)
-	durable  durability   // WithDurability
-	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
+	rdb        redis.UniversalClient
+	name       string
+	shards     []shardKeys
+	clock      func() time.Time
+	events     bool
+	payloads   bool
+	index      bool   // the due index is kept: events, or WithSweepIndex
+	flags      string // script flags fixed by the configuration: e, p, i
+	hooks      Hooks
+	groups     []string     // consumer groups declared with WithConsumerGroups
+	errLog     *errorLog    // the default report of errors the loops survive
+	waiting    waitRoom     // this process's waiters (Quota.AcquireWait)
+	reserves   reservers    // this process's Reserve calls (reserve.go)
+	retryNotes retryBoard   // the retries this process schedules, for its consumers (retry.go)
+	durable    durability   // WithDurability
+	pubsub     atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it
 	// returns true for, as a lost notification would.
 	dropWake func(channel string) bool

@@ -363,6 +363,15 @@ func (w *wakeups) wake(shards []int, d int64) {
 	}
 }
 
+// poke signals the loop without recording a shard: something other than a
+// wake-up asks it for a round (a retry was scheduled, a call finished).
+func (w *wakeups) poke() {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
 // take returns the shards notified since the last take, with the
 // earliest deadline each was told (or wakeNow, wakeLost).
 func (w *wakeups) take() map[int]int64 {

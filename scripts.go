@@ -44,7 +44,7 @@ var (
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 
 	scriptAck         = script("groups.lua", "ack.lua")
-	scriptBegin       = script("groups.lua", "begin.lua")
+	scriptLeaseRenew  = script("groups.lua", "renew.lua")
 	scriptBegins      = script("groups.lua", "begins.lua")
 	scriptTake        = script("groups.lua", "take.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
@@ -56,13 +56,13 @@ var (
 	scriptRunning     = script("now.lua", "groups.lua", "running.lua")
 
 	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
-	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
-	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
-	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
-	scriptTakeSlots    = script("groups.lua", "slots.lua", "take.lua")
-	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
-	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
-	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+	scriptAckSlots        = script("groups.lua", "slots.lua", "ack.lua")
+	scriptLeaseRenewSlots = script("groups.lua", "slots.lua", "renew.lua")
+	scriptBeginsSlots     = script("groups.lua", "slots.lua", "begins.lua")
+	scriptTakeSlots       = script("groups.lua", "slots.lua", "take.lua")
+	scriptBurySlots       = script("groups.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots    = script("groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots      = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove
