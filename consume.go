@@ -12,13 +12,13 @@ import (
 
 // Consume defaults and limits.
 const (
-	defaultVisibilityTimeout = 30 * time.Second // WithLeaseTTL
-	defaultMaxAttempts       = 5                // WithMaxAttempts
-	defaultReadBatch         = 10               // WithReadBatch
-	defaultPollInterval      = 10 * time.Second // WithPollInterval: the safety poll
-	defaultMaxHandlingTime   = time.Minute      // WithMaxHandlingTime
-	defaultShutdownTimeout   = 30 * time.Second // WithShutdownTimeout
-	maxConsumerLen           = 256              // bytes in a consumer group or consumer name
+	defaultCallLeaseTTL    = 30 * time.Second // WithLeaseTTL
+	defaultMaxAttempts     = 5                // WithMaxAttempts
+	defaultReadBatch       = 10               // WithReadBatch
+	defaultPollInterval    = 10 * time.Second // WithPollInterval: the safety poll
+	defaultMaxHandlingTime = time.Minute      // WithMaxHandlingTime
+	defaultShutdownTimeout = 30 * time.Second // WithShutdownTimeout
+	maxConsumerLen         = 256              // bytes in a consumer group or consumer name
 )
 
 // allShards asks DeadLetters for the dead letters of every shard.
@@ -42,7 +42,7 @@ type Expiry struct {
 }
 
 type consumeConfig struct {
-	visibility  time.Duration
+	leaseTTL    time.Duration
 	maxAttempts int
 	batch       int
 	poll        time.Duration
@@ -66,12 +66,10 @@ func WithMaxAttempts(n int) DeliveryOption {
 	})
 }
 
-// WithReadBatch sets how many events one read takes from each shard's
-// stream (default 10; 1 to 1000, so 0 is an error). Events read wait their
-// turn for the handler; one that waited past the lease TTL may be
-// taken by another consumer meanwhile, and is then skipped here (no attempt
-// is counted). With WithConcurrency, a read takes no more than the free call
-// slots, so nothing read waits.
+// WithReadBatch sets the most events one read or claim takes from each
+// shard's stream (default 10; 1 to 1000, so 0 is an error). A read never
+// takes more events than there are free call slots (WithConcurrency), so
+// nothing read waits for a handler.
 func WithReadBatch(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
@@ -198,7 +196,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 // given no option.
 func defaultConsumeConfig() consumeConfig {
 	return consumeConfig{
-		visibility:  defaultVisibilityTimeout,
+		leaseTTL:    defaultCallLeaseTTL,
 		maxAttempts: defaultMaxAttempts,
 		batch:       defaultReadBatch,
 		poll:        defaultPollInterval,
@@ -227,15 +225,15 @@ func (s *Set) newConsumer(group, name string, cfg consumeConfig) (*consumer, err
 	if name == retryHolder {
 		return nil, fmt.Errorf("%w: consumer name %q is reserved for events waiting to be retried: choose another", ErrInvalidArgument, name)
 	}
-	beat := max(cfg.visibility/3, time.Millisecond)
+	beat := max(cfg.leaseTTL/3, time.Millisecond)
 	c := &consumer{
 		set: s, group: group, name: name, cfg: cfg,
 		shards:     make([]consumerShard, len(s.shards)),
 		acks:       make([][]pendingAck, len(s.shards)),
-		claimEvery: min(max(cfg.visibility/4, cfg.poll), 5*time.Second),
-		pruneIdle:  2*cfg.visibility + 10*cfg.poll,
+		claimEvery: min(max(cfg.leaseTTL/4, cfg.poll), 5*time.Second),
+		pruneIdle:  2*cfg.leaseTTL + 10*cfg.poll,
 		safety:     safetyEvery(cfg.poll, len(s.shards)),
-		visMs:      max(cfg.visibility.Milliseconds(), 1),
+		leaseMs:    max(cfg.leaseTTL.Milliseconds(), 1),
 		beat:       beat,
 	}
 	start := time.Now()
@@ -292,7 +290,7 @@ type consumer struct {
 	ackDue      time.Time      // when acks must be sent (zero when none wait)
 	claimEvery  time.Duration  // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration  // consumers idle this long with nothing pending are removed
-	visMs       int64          // the lease TTL in ms
+	leaseMs     int64          // the lease TTL in ms
 	beat        time.Duration  // how often a handler call's lease is renewed
 	wk          *wakeups       // the wake-ups of the shards' streams
 	safety      time.Duration  // how often each shard is looked at without a wake-up

@@ -26,10 +26,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Set is a named family of per-owner expiring sets. It holds no state of its
-// own besides its configuration: it is safe for simultaneous use by multiple
-// goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with Open.
+// Set is a named family of per-owner expiring sets. What it stores is in
+// Redis; in memory it keeps its configuration and, for this process only,
+// what its Reserve calls share between calls (one wake-up subscription,
+// each consumer's place in the shards) and the retries its consumers
+// scheduled, so that a consumer of the group claims each when it is due.
+// It is safe for simultaneous use by multiple goroutines, and any number
+// of processes may open the same name with the same options. The zero
+// value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {

@@ -165,7 +165,7 @@ func (k *leaseKeeper) send(all bool) {
 			byShard[lc.shard] = j
 			sc, keys := c.withSlots(lc.shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(lc.shard)...)
 			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: sc, keys: keys,
-				args: []any{c.group, c.name, c.visMs}})
+				args: []any{c.group, c.name, c.leaseMs}})
 			due = append(due, nil)
 		}
 		calls[j].args = append(calls[j].args, lc.id, lc.token)

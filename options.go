@@ -361,7 +361,7 @@ func WithLeaseTTL(d time.Duration) LoopOption {
 			return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
 		},
 		consume: func(c *consumeConfig) error {
-			c.visibility = d
+			c.leaseTTL = d
 			return inRange("WithLeaseTTL", d, time.Millisecond, 24*time.Hour)
 		},
 	}

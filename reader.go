@@ -212,10 +212,10 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error) {
 	sk := &c.set.shards[i]
 	sh := &c.shards[i]
-	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.visibility)
+	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.leaseTTL)
 	at := time.Now()
 	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.events, sk.dead, sk.att},
-		c.group, c.name, c.visMs, sh.cursor, readCount(c.cfg.batch, budget), c.cfg.maxAttempts, reason)
+		c.group, c.name, c.leaseMs, sh.cursor, readCount(c.cfg.batch, budget), c.cfg.maxAttempts, reason)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +291,7 @@ func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // owner holds its every slot (WithOwnerConcurrency).
 const beginFull = -2
 
-// parseBegin reads a begin reply of begin.lua mode b or begins.lua: {attempt, taken now (0/1)},
+// parseBegin reads one reply of begins.lua: {attempt, taken now (0/1)},
 // or 0, -1 or -2.
 func parseBegin(v any) (n int64, taken, ok bool) {
 	if xs, isList := v.([]any); isList {
@@ -338,7 +338,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			byShard[d.shard] = k
 			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
 			calls = append(calls, &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
-				args: []any{c.group, c.name, c.visMs, c.cfg.maxAttempts, c.visMs / 6, c.cfg.ownerCap}})
+				args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap}})
 			items = append(items, nil)
 		}
 		token := callToken()
@@ -468,7 +468,7 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 			continue
 		}
 		args := make([]any, 0, takeTokens+counts[k])
-		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, max(counts[k], ahead), c.visMs)
+		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, max(counts[k], ahead), c.leaseMs)
 		for j := 0; j < counts[k]; j++ {
 			args = append(args, callToken())
 		}

@@ -173,7 +173,7 @@ func (r *reservers) exit(c *consumer, res *Reservation) {
 	now := time.Now()
 	r.lapse(now)
 	if res != nil {
-		r.held[res] = now.Add(c.cfg.visibility)
+		r.held[res] = now.Add(c.cfg.leaseTTL)
 	}
 	r.used()
 }
@@ -416,7 +416,7 @@ func (r *Reservation) Touch(ctx context.Context) error {
 		r.c.reserving.hold(r, time.Time{})
 		return r.lost
 	}
-	r.c.reserving.hold(r, sent.Add(r.c.cfg.visibility))
+	r.c.reserving.hold(r, sent.Add(r.c.cfg.leaseTTL))
 	return nil
 }
 
@@ -424,7 +424,7 @@ func (r *Reservation) Touch(ctx context.Context) error {
 // token, in one round trip, and reports whether the call still held it.
 func (c *consumer) renewNow(ctx context.Context, shard int, id, token string) (bool, error) {
 	sc, keys := c.withSlots(shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(shard)...)
-	v, err := c.set.run(ctx, "renew", shard, sc, keys, c.group, c.name, c.visMs, id, token)
+	v, err := c.set.run(ctx, "renew", shard, sc, keys, c.group, c.name, c.leaseMs, id, token)
 	if err != nil {
 		return false, err
 	}

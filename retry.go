@@ -169,7 +169,7 @@ func (c *consumer) retry(ctx context.Context, shard int, id, token string, delay
 		ms++ // never early
 	}
 	sc, keys := c.withSlots(shard, scriptRetry, scriptRetrySlots, c.leaseKeys(shard)...)
-	v, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.visMs, token)
+	v, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.leaseMs, token)
 	if err != nil {
 		return false, err
 	}

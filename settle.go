@@ -248,7 +248,7 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), maxBatch)]
 		ids = ids[len(batch):]
-		args := []any{c.group, c.name, c.visMs, refund, token}
+		args := []any{c.group, c.name, c.leaseMs, refund, token}
 		for _, id := range batch {
 			args = append(args, id)
 		}

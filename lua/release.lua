@@ -7,7 +7,7 @@
 -- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
--- ARGV[3]  idle time to give them in ms: the visibility timeout, so that any
+-- ARGV[3]  idle time to give them in ms: the lease TTL, so that any
 --          consumer's next claim takes them
 -- ARGV[4]  an entry ID whose last attempt is given back (its handler call
 --          failed because Consume was stopping, or its begin's reply was

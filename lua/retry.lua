@@ -9,7 +9,7 @@
 -- ARGV[2]  consumer whose handler call failed
 -- ARGV[3]  entry ID
 -- ARGV[4]  the retry delay in ms (>= 0)
--- ARGV[5]  visibility timeout in ms (the lease TTL): claim.lua takes entries
+-- ARGV[5]  lease TTL in ms (the lease TTL): claim.lua takes entries
 --          idle at least this long
 -- ARGV[6]  the token of the call that failed
 --
@@ -17,12 +17,12 @@
 -- its token (else another call of it has begun since, or it was
 -- acknowledged or dead-lettered). It moves to RETRY_HOLDER, a
 -- consumer that never reads, without counting a delivery (XCLAIM ... JUSTID):
--- - a delay shorter than the visibility timeout becomes its idle time:
+-- - a delay shorter than the lease TTL becomes its idle time:
 --   ARGV[5] - ARGV[4], so that any consumer's claim takes it ARGV[4] ms
 --   from now;
 -- - a longer one is kept in its attempts field as the time it may be
 --   delivered again (not before; the server's TIME plus the delay), and its
---   idle time is 0: claim.lua finds it after the visibility timeout and
+--   idle time is 0: claim.lua finds it after the lease TTL and
 --   holds it again, with the idle time that makes it claimable then.
 -- A consumer that dies before this runs leaves the entry idle since its
 -- last lease renewal: it comes back after the lease TTL at the latest.

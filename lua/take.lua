@@ -14,7 +14,7 @@
 -- ARGV[3]  the most calls to begin (1 to 1000)
 -- ARGV[4]  the owners' cap, WithOwnerConcurrency (0: none)
 -- ARGV[5]  with a cap, the most entries to read (ARGV[3] to 1000)
--- ARGV[6]  with a cap, the visibility timeout in ms: a slot's lease
+-- ARGV[6]  with a cap, the lease TTL in ms: a slot's lease
 -- ARGV[7..] one token per call that may be begun (ARGV[3] of them): the
 --          i-th call begun here gets the i-th
 --
@@ -27,8 +27,8 @@
 -- reading new entries, whose calls no one would make.
 --
 -- Each entry is read as XREADGROUP ... > reads it (pending for this
--- consumer, idle 0: its lease starts now) and its attempts go up by one, as
--- begin.lua mode b does for an entry this consumer has just read. An entry
+-- consumer, idle 0: its lease starts now) and its attempts go up by one,
+-- with the call's token (see begins.lua). An entry
 -- that is not for this group (a kicked dead letter of another, field g) or
 -- lacks an event's fields (o, m, d) is returned with attempt 0 and not
 -- begun: the consumer settles it without a handler call.
