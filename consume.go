@@ -66,10 +66,13 @@ func WithMaxAttempts(n int) DeliveryOption {
 	})
 }
 
-// WithReadBatch sets the most events one read or claim takes from each
-// shard's stream (default 10; 1 to 1000, so 0 is an error). A read never
-// takes more events than there are free call slots (WithConcurrency), so
-// nothing read waits for a handler.
+// WithReadBatch sets how many events one read or claim takes from each
+// shard's stream (default 10; 1 to 1000, so 0 is an error). A read begins
+// the calls it has free call slots for (WithConcurrency); the events past
+// those wait, read ahead and charged nothing, and are begun as slots free,
+// so that one script call reads many events however few calls run at
+// once. One that waited past the lease TTL may be taken by another
+// consumer meanwhile, and is then skipped here (no attempt is counted).
 func WithReadBatch(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.batch = n
@@ -297,6 +300,7 @@ type consumer struct {
 	pool        *pool          // Consume's handler calls under way (nil for Reserve)
 	nextRead    int            // the shard a read limited by free handler slots starts from
 	parked      parking        // events whose owners were at their cap (WithOwnerConcurrency)
+	ahead       []delivery     // events read past those begun, oldest first: begun when a call slot frees
 	retries     []retryDues    // per shard: the retries this consumer scheduled (retry.go)
 	retryMu     sync.Mutex     // guards retryNotes
 	retryNotes  []retryNote    // retries scheduled since the last round (retry.go)

@@ -185,29 +185,7 @@ func (k *leaseKeeper) send(all bool) {
 	cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	again := min(c.beat, time.Second)
-	for j, r := range calls {
-		held, ok := r.v.([]any)
-		if r.err == nil && (!ok || len(held) != len(due[j])) {
-			r.err = unexpected("renew.lua", r.v)
-		}
-		for i, lc := range due[j] {
-			if r.err != nil {
-				lc.next = now.Add(again)
-				continue
-			}
-			if n, _ := asInt64(held[i]); n != 1 {
-				lc.gone = true
-				lc.lost(ErrLeaseLost)
-				lc.next = now.Add(c.beat)
-				continue
-			}
-			lc.leased, lc.next = now, now.Add(c.beat)
-		}
-		if r.err != nil {
-			c.set.reportError(k.ctx, "consume", r.shard, r.err, again)
-		}
-	}
+	k.renewed(calls, due, now)
 	if len(acks) == 0 {
 		return
 	}
@@ -230,6 +208,35 @@ func (k *leaseKeeper) send(all bool) {
 	c.ackDue = now.Add(wait)
 	for _, a := range failed {
 		c.set.reportError(k.ctx, "consume", a.shard, a.err, wait)
+	}
+}
+
+// renewed settles the renewals sent at now: calls, each renewing the
+// leases of due (k.mu held).
+func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.Time) {
+	c := k.c
+	again := min(c.beat, time.Second)
+	for j, r := range calls {
+		held, ok := r.v.([]any)
+		if r.err == nil && (!ok || len(held) != len(due[j])) {
+			r.err = unexpected("renew.lua", r.v)
+		}
+		for i, lc := range due[j] {
+			if r.err != nil {
+				lc.next = now.Add(again)
+				continue
+			}
+			if n, _ := asInt64(held[i]); n != 1 {
+				lc.gone = true
+				lc.lost(ErrLeaseLost)
+				lc.next = now.Add(c.beat)
+				continue
+			}
+			lc.leased, lc.next = now, now.Add(c.beat)
+		}
+		if r.err != nil {
+			c.set.reportError(k.ctx, "consume", r.shard, r.err, again)
+		}
 	}
 }
 

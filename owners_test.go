@@ -384,7 +384,8 @@ func TestOwnerUniqueDeliveries(t *testing.T) {
 	if !c.park(delivery{shard: 0, id: "1-0"}, "a", false) {
 		t.Fatal("park refused")
 	}
-	got := c.unique([]delivery{{shard: 1, id: "1-0"}, {shard: 0, id: "1-0"}, {shard: 0, id: "2-0"}, {shard: 1, id: "1-0"}})
+	c.ahead = []delivery{{shard: 2, id: "1-0"}}
+	got := c.unique([]delivery{{shard: 1, id: "1-0"}, {shard: 0, id: "1-0"}, {shard: 0, id: "2-0"}, {shard: 1, id: "1-0"}, {shard: 2, id: "1-0"}}, 0)
 	var keys []string
 	for _, d := range got {
 		keys = append(keys, parkKey(d))

@@ -23,9 +23,10 @@ const gatherWait = time.Millisecond
 // handle must be safe for simultaneous use. Each call is an attempt under
 // a lease of its own. A slow call holds up none of the others.
 //
-// The reader takes from the streams only as many events as there are free
-// call slots (claims included), so no event read waits behind a running
-// call; what cannot be started when Consume stops is released, uncharged.
+// The reader begins as many calls as there are free call slots (claims
+// included); the events a read takes past those (WithReadBatch) wait read
+// ahead, uncharged, and what cannot be started when Consume stops is
+// released, uncharged.
 // While fewer than half the slots are free and calls run, the reader waits
 // up to 1ms for more to free before it reads. Round trips are shared: a
 // shard's new events are read and their calls begun in one script call,
@@ -107,14 +108,12 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	came := false // take started calls
 	if free > 0 {
 		todo = c.unpark(now, free)
+		todo = append(todo, c.takeAhead(free-len(todo))...)
 		tried = len(todo)
 		var claimed []delivery
 		var read, visit []int
 		claimed, read, visit = c.survey(ctx, now, free-tried)
-		todo = append(todo, claimed...)
-		if c.cfg.ownerCap > 0 {
-			todo = c.unique(todo)
-		}
+		todo = c.unique(append(todo, claimed...), tried)
 		if len(visit) > 0 {
 			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
 		}
@@ -138,7 +137,7 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	for _, tc := range c.beginAll(ctx, todo) {
 		c.startCall(ctx, tc)
 	}
-	if p.running < p.n && (len(todo) > tried || came || c.anyBusy()) {
+	if p.running < p.n && (len(todo) > tried || came || c.anyBusy() || len(c.ahead) > 0) {
 		return 0
 	}
 	if p.running == 0 {

@@ -291,6 +291,10 @@ func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // owner holds its every slot (WithOwnerConcurrency).
 const beginFull = -2
 
+// readAhead is take.lua's reply for an event read past those it began:
+// the consumer begins it when it has a call slot (c.ahead).
+const readAhead = -3
+
 // parseBegin reads one reply of begins.lua: {attempt, taken now (0/1)},
 // or 0, -1 or -2.
 func parseBegin(v any) (n int64, taken, ok bool) {
@@ -456,7 +460,11 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 	counts := c.readCounts(shards, budget)
 	// With a cap, take.lua reads past the events of owners at it, which are
 	// set aside: as many as there is room for, a script call's batch at most.
-	ahead := 0
+	// Without a cap, a read takes a read batch and begins what there are
+	// slots for: the rest waits read ahead (c.ahead). With a cap,
+	// take.lua reads past the events of owners at it, which are set
+	// aside: as many as there is room for, a script call's batch at most.
+	ahead := c.cfg.batch
 	if c.cfg.ownerCap > 0 {
 		ahead = min(maxBatch, maxParked-len(c.parked.ids))
 	}
@@ -484,60 +492,73 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 	var taken []takenCall
 	var rest, over []delivery
 	for k, call := range calls {
-		i := of[k]
-		sh := &c.shards[i]
-		entries, ok := call.v.([]any)
-		if call.err == nil && !ok {
-			call.err = unexpected("take.lua", call.v)
-		}
-		if call.err != nil {
-			// Begun or not, the entries (if read) stay pending, uncounted
-			// or counted: a claim takes them after the lease TTL.
-			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, call.err))
-			continue
-		}
-		sh.bo.ok()
-		sh.busy = len(entries) > 0
-		begun := 0
-		for _, v := range entries {
-			id, values, n, ok := parseTaken(v)
-			if ok && n > 0 && takeTokens+begun >= len(call.args) {
-				ok = false
-			}
-			if !ok {
-				c.fail(ctx, i, unexpected("take.lua", call.v))
-				break
-			}
-			d := delivery{shard: i, id: id, values: values, at: at}
-			if n == beginFull {
-				// Its owner is at its cap: set aside, or released when
-				// too many are.
-				owner, _ := c.capped(d)
-				if !c.park(d, owner, false) {
-					over = append(over, d)
-				}
-				continue
-			}
-			if n <= 0 {
-				rest = append(rest, d)
-				continue
-			}
-			// The k-th call begun has the k-th token.
-			token := call.args[takeTokens+begun].(string)
-			begun++
-			e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
-			if perr != nil {
-				rest = append(rest, d) // buried by beginAll
-				continue
-			}
-			e.Attempt = int(n)
-			taken = append(taken, takenCall{d: d, e: e, token: token, leased: at})
-		}
+		t, r, o := c.tookFrom(ctx, of[k], call, at)
+		taken, rest, over = append(taken, t...), append(rest, r...), append(over, o...)
 	}
 	if len(over) > 0 {
 		c.release(ctx, over, nil)
 	}
 	return taken, rest
+}
+
+// tookFrom reads the reply of call, take.lua's on shard i sent at at, and
+// updates the shard's state: it returns the events begun, those read and
+// not begun (for beginAll to settle), and those whose owners are at their
+// cap that could not be set aside (to release).
+func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at time.Time) (taken []takenCall, rest, over []delivery) {
+	sh := &c.shards[i]
+	entries, ok := call.v.([]any)
+	if call.err == nil && !ok {
+		call.err = unexpected("take.lua", call.v)
+	}
+	if call.err != nil {
+		// Begun or not, the entries (if read) stay pending, uncounted
+		// or counted: a claim takes them after the lease TTL.
+		c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, call.err))
+		return nil, nil, nil
+	}
+	sh.bo.ok()
+	sh.busy = len(entries) > 0
+	begun := 0
+	for _, v := range entries {
+		id, values, n, ok := parseTaken(v)
+		if ok && n > 0 && takeTokens+begun >= len(call.args) {
+			ok = false
+		}
+		if !ok {
+			c.fail(ctx, i, unexpected("take.lua", call.v))
+			break
+		}
+		d := delivery{shard: i, id: id, values: values, at: at}
+		if n == readAhead {
+			c.ahead = append(c.ahead, d)
+			continue
+		}
+		if n == beginFull {
+			// Its owner is at its cap: set aside, or released when too
+			// many are.
+			owner, _ := c.capped(d)
+			if !c.park(d, owner, false) {
+				over = append(over, d)
+			}
+			continue
+		}
+		if n <= 0 {
+			rest = append(rest, d)
+			continue
+		}
+		// The k-th call begun has the k-th token.
+		token := call.args[takeTokens+begun].(string)
+		begun++
+		e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
+		if perr != nil {
+			rest = append(rest, d) // buried by beginAll
+			continue
+		}
+		e.Attempt = int(n)
+		taken = append(taken, takenCall{d: d, e: e, token: token, leased: at})
+	}
+	return taken, rest, over
 }
 
 // takeTokens is the index of take.lua's first token argument.

@@ -13,7 +13,8 @@
 -- ARGV[2]  consumer
 -- ARGV[3]  the most calls to begin (1 to 1000)
 -- ARGV[4]  the owners' cap, WithOwnerConcurrency (0: none)
--- ARGV[5]  with a cap, the most entries to read (ARGV[3] to 1000)
+-- ARGV[5]  the most entries to read (ARGV[3] to 1000): without a cap, the
+--          first read takes this many and begins ARGV[3] of them (see below)
 -- ARGV[6]  with a cap, the lease TTL in ms: a slot's lease
 -- ARGV[7..] one token per call that may be begun (ARGV[3] of them): the
 --          i-th call begun here gets the i-th
@@ -33,7 +34,11 @@
 -- lacks an event's fields (o, m, d) is returned with attempt 0 and not
 -- begun: the consumer settles it without a handler call.
 --
--- Without a cap, the script reads ARGV[3] entries and begins each. With a
+-- Without a cap, the script reads ARGV[5] entries and begins the first
+-- ARGV[3] events among them; the events past those are returned with
+-- attempt -3, read ahead and not begun: the consumer begins each with
+-- begins.lua when it has a call slot for it (charging no attempt before),
+-- unless another consumer claimed it meanwhile. With a
 -- cap, a call of an owner (not a job's) takes one of its slots (slot_take),
 -- and an entry whose owner holds every slot, counting those taken here, is
 -- read and not begun (attempt -2): the consumer sets it aside. So that such
@@ -74,7 +79,11 @@ local function receipt()
   call('HSET', receipts, rfield, table.concat(parts, ' '))
 end
 
-local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+local first = want
+if cap == 0 then
+  first = tonumber(ARGV[5])
+end
+local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', first, 'STREAMS', stream, '>')
 if type(r) == 'table' and r.err then
   return redis.error_reply(r.err)
 end
@@ -102,10 +111,14 @@ if cap == 0 then
     end
     local n = 0
     if (not g or g == group) and o and m and d then
-      local field = att_field(id, group)
-      n = att_get(att, field) + 1
-      begun = begun + 1
-      call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[6 + begun])
+      if begun < want then
+        local field = att_field(id, group)
+        n = att_get(att, field) + 1
+        begun = begun + 1
+        call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[6 + begun])
+      else
+        n = -3 -- read ahead, not begun
+      end
     end
     out[i] = {id, fs, n}
   end
