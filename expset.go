@@ -51,6 +51,7 @@ type Set struct {
 	waiting    waitRoom     // this process's waiters (Quota.AcquireWait)
 	reserves   reservers    // this process's Reserve calls (reserve.go)
 	retryNotes retryBoard   // the retries this process schedules, for its consumers (retry.go)
+	finishes   ackCommit    // the acknowledgements of Reservation.Finish (settle.go)
 	durable    durability   // WithDurability
 	pubsub     atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it

@@ -117,7 +117,7 @@ type reservers struct {
 	mu    sync.Mutex
 	set   *Set                       // the Set whose Reserve calls these are
 	made  map[string][]bool          // group -> the shards where it was made
-	idle  map[[2]string]*consumer    // by group and name: consumers no call uses
+	idle  map[[2]string][]*consumer  // by group and name: consumers no call uses (at most maxIdleReservers each)
 	wakes map[*wakeups]bool          // those of every consumer idle or in a call
 	subs  []*subscription            // the wake-up subscriptions (nil: stopped)
 	calls int                        // Reserve calls running
@@ -126,23 +126,29 @@ type reservers struct {
 	timer *time.Timer                // stops what is unused (expire)
 }
 
-// enter starts a Reserve call of c and returns the consumer it uses: the
-// one the last call of c's group and name left, when it has c's options,
-// else c.
+// maxIdleReservers is the most consumers of one group and name a Set keeps
+// between Reserve calls: as many as there are calls of them at once, up to
+// this.
+const maxIdleReservers = 64
+
+// enter starts a Reserve call of c and returns the consumer it uses: one
+// that an earlier call of c's group and name left, when it has c's options
+// (so that calls at once each go on from where one left off), else c.
 func (r *reservers) enter(s *Set, c *consumer) *consumer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
 	r.set = s
 	if r.subs == nil {
-		r.idle = map[[2]string]*consumer{}
+		r.idle = map[[2]string][]*consumer{}
 		r.wakes = map[*wakeups]bool{}
 		r.held = map[*Reservation]time.Time{}
 		r.subs = s.subscribeWakes("subscribe", func(k *shardKeys) string { return k.evWake }, r.wake)
 	}
 	k := [2]string{c.group, c.name}
-	if old := r.idle[k]; old != nil {
-		delete(r.idle, k)
+	if olds := r.idle[k]; len(olds) > 0 {
+		old := olds[len(olds)-1]
+		r.idle[k] = olds[:len(olds)-1]
 		if old.cfg == c.cfg {
 			return old
 		}
@@ -157,15 +163,14 @@ func (r *reservers) enter(s *Set, c *consumer) *consumer {
 }
 
 // exit ends a Reserve call of c that returned res (nil: none). c waits for
-// the next call of its group and name, unless another call's consumer
-// does already.
+// a next call of its group and name, unless maxIdleReservers do already.
 func (r *reservers) exit(c *consumer, res *Reservation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls--
 	k := [2]string{c.group, c.name}
-	if r.idle[k] == nil {
-		r.idle[k] = c
+	if len(r.idle[k]) < maxIdleReservers {
+		r.idle[k] = append(r.idle[k], c)
 	} else {
 		delete(r.wakes, c.wk)
 		r.set.retryNotes.leave(c)
@@ -243,8 +248,10 @@ func (r *reservers) expire() {
 		r.mu.Unlock()
 		return
 	}
-	for _, c := range r.idle {
-		r.set.retryNotes.leave(c)
+	for _, cs := range r.idle {
+		for _, c := range cs {
+			r.set.retryNotes.leave(c)
+		}
 	}
 	subs := r.subs
 	r.subs, r.idle, r.wakes, r.held = nil, nil, nil, nil
@@ -366,7 +373,7 @@ func (r *Reservation) Finish(ctx context.Context, err error) error {
 	var ferr error
 	if err == nil {
 		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		held, aerr := c.ackNow(wctx, d.shard, d.id, r.token)
+		held, aerr := c.set.finishes.ack(wctx, c, d.shard, d.id, r.token)
 		cancel()
 		switch {
 		case aerr != nil:

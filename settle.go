@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -117,22 +118,6 @@ func (c *consumer) ackCall(shard int, acks []pendingAck) *scriptCall {
 	sk := &c.set.shards[shard]
 	sc, keys := c.withSlots(shard, scriptAck, scriptAckSlots, sk.events, sk.att)
 	return &scriptCall{op: "ack", shard: shard, sc: sc, keys: keys, args: args}
-}
-
-// ackNow acknowledges event id of shard, handled by the call with token, in
-// one round trip, and reports whether the call still held it.
-func (c *consumer) ackNow(ctx context.Context, shard int, id, token string) (bool, error) {
-	a := c.ackCall(shard, []pendingAck{{id, token}})
-	v, err := c.set.run(ctx, a.op, shard, a.sc, a.keys, a.args...)
-	if err != nil {
-		return false, err
-	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 1 {
-		return false, unexpected("ack.lua", v)
-	}
-	n, _ := asInt64(xs[0])
-	return n == 1, nil
 }
 
 // ackDone drops the acknowledgements that went through; those that failed
@@ -314,5 +299,93 @@ func (c *consumer) giveBack(ctx context.Context, taken []takenCall) {
 	defer cancel()
 	for _, tc := range taken {
 		_ = c.releaseShard(wctx, tc.d.shard, []string{tc.d.id}, tc.d.id, tc.token) // ctx has ended: nothing to report to
+	}
+}
+
+// ackCommit acknowledges the events of calls that end one by one
+// (Reservation.Finish) in shared script calls: the first caller sends its
+// acknowledgement at once, and those that come while a send is out wait
+// for it and go together in the next send (group commit), so calls at once
+// share script calls with no added wait. The zero value is ready to use;
+// it is safe for simultaneous use.
+type ackCommit struct {
+	mu      sync.Mutex
+	queue   []*ackWaiter
+	sending bool
+}
+
+// ackWaiter is one acknowledgement waiting in an ackCommit, and its
+// outcome.
+type ackWaiter struct {
+	c        *consumer
+	shard    int
+	ack      pendingAck
+	held     bool
+	err      error
+	finished chan struct{}
+}
+
+// ack acknowledges event id of shard, handled by c's call with token, and
+// reports whether the call still held it.
+func (a *ackCommit) ack(ctx context.Context, c *consumer, shard int, id, token string) (bool, error) {
+	w := &ackWaiter{c: c, shard: shard, ack: pendingAck{id, token}, finished: make(chan struct{})}
+	a.mu.Lock()
+	a.queue = append(a.queue, w)
+	lead := !a.sending
+	a.sending = true
+	a.mu.Unlock()
+	if lead {
+		a.send(ctx)
+	}
+	<-w.finished
+	return w.held, w.err
+}
+
+// send sends what waits, in one pipeline of ack.lua calls (one per group
+// and shard), until nothing does.
+func (a *ackCommit) send(ctx context.Context) {
+	for {
+		a.mu.Lock()
+		batch := a.queue
+		a.queue = nil
+		if len(batch) == 0 {
+			a.sending = false
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		type key struct {
+			group string
+			shard int
+		}
+		var calls []*scriptCall
+		var of [][]*ackWaiter
+		byKey := map[key]int{}
+		for _, w := range batch {
+			k := key{w.c.group, w.shard}
+			j, ok := byKey[k]
+			if !ok || len(of[j]) >= maxBatch {
+				j = len(calls)
+				byKey[k] = j
+				calls = append(calls, w.c.ackCall(w.shard, nil))
+				of = append(of, nil)
+			}
+			calls[j].args = append(calls[j].args, w.ack.id, w.ack.token)
+			of[j] = append(of[j], w)
+		}
+		batch[0].c.set.runPipelined(ctx, calls)
+		for j, call := range calls {
+			xs, ok := call.v.([]any)
+			if call.err == nil && (!ok || len(xs) != len(of[j])) {
+				call.err = unexpected("ack.lua", call.v)
+			}
+			for i, w := range of[j] {
+				if w.err = call.err; w.err == nil {
+					n, _ := asInt64(xs[i])
+					w.held = n == 1
+				}
+				close(w.finished)
+			}
+		}
 	}
 }
