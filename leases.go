@@ -95,6 +95,15 @@ func (k *leaseKeeper) run() {
 	}
 }
 
+// running adds the key (parkKey) of every call under way to keys.
+func (k *leaseKeeper) running(keys map[string]bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for lc := range k.calls {
+		keys[parkKey(delivery{shard: lc.shard, id: lc.id})] = true
+	}
+}
+
 // flush sends every acknowledgement waiting now, with the renewals due.
 func (k *leaseKeeper) flush() { k.send(true) }
 
@@ -151,26 +160,19 @@ func (k *leaseKeeper) send(all bool) {
 	k.sending.Lock()
 	defer k.sending.Unlock()
 	now := time.Now()
-	var due [][]*leaseCall // per renewal call, the leases it renews
-	var calls []*scriptCall
-	byShard := map[int]int{}
+	var due batches[int, *leaseCall] // the renewal calls, and the leases each renews
 	k.mu.Lock()
 	for lc := range k.calls {
 		if lc.next.Sub(now) > c.beat/2 {
 			continue
 		}
-		j, ok := byShard[lc.shard]
-		if !ok || len(due[j]) >= maxBatch {
-			j = len(calls)
-			byShard[lc.shard] = j
+		r := due.add(lc.shard, lc, func() *scriptCall {
 			sc, keys := c.withSlots(lc.shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(lc.shard)...)
-			calls = append(calls, &scriptCall{op: "renew", shard: lc.shard, sc: sc, keys: keys,
-				args: []any{c.group, c.name, c.leaseMs}})
-			due = append(due, nil)
-		}
-		calls[j].args = append(calls[j].args, lc.id, lc.token)
-		due[j] = append(due[j], lc)
+			return &scriptCall{op: "renew", shard: lc.shard, sc: sc, keys: keys, args: []any{c.group, c.name, c.leaseMs}}
+		})
+		r.args = append(r.args, lc.id, lc.token)
 	}
+	calls := due.calls
 	var acks []*scriptCall
 	if all || c.acksDue(now) {
 		acks = c.ackCalls()
@@ -185,7 +187,7 @@ func (k *leaseKeeper) send(all bool) {
 	cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.renewed(calls, due, now)
+	k.renewed(calls, due.items, now)
 	if len(acks) == 0 {
 		return
 	}

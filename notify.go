@@ -154,11 +154,13 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
-	if !p.isReady() {
-		close(p.ready)
-	}
+	// A wake-up may have been lost while not subscribed: said before the
+	// subscription counts as ready, so that what follows ready sees it.
 	if sub.retry && sub.resubscribed != nil {
 		sub.resubscribed()
+	}
+	if !p.isReady() {
+		close(p.ready)
 	}
 	backoff = 10 * time.Millisecond
 	quiet := sub.quiet

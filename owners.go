@@ -149,10 +149,11 @@ func (c *consumer) unpark(now time.Time, budget int) []delivery {
 }
 
 // unique drops from ds[from:] (claimed) the events this consumer holds
-// already, set aside or read ahead (a claim took one again once it had
-// waited a lease TTL unbegun: its turn comes from where it waits), and
-// all but the first of each event, so that no event is begun twice at
-// once.
+// already: set aside or read ahead (a claim took one again once it had
+// waited a lease TTL unbegun: its turn comes from where it waits), or
+// running (its lease lapsed while a renewal was late: the call goes on,
+// and its next renewal takes the lease back), and all but the first of
+// each event, so that this consumer never begins an event twice at once.
 func (c *consumer) unique(ds []delivery, from int) []delivery {
 	if len(ds) == from {
 		return ds
@@ -163,6 +164,9 @@ func (c *consumer) unique(ds []delivery, from int) []delivery {
 	}
 	for _, d := range c.ahead {
 		seen[parkKey(d)] = true
+	}
+	if c.pool != nil {
+		c.pool.leases.running(seen) // never a second call of an event this consumer runs
 	}
 	out := ds[:from]
 	for _, d := range ds[from:] {

@@ -358,7 +358,10 @@ func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
 		w := s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
 		defer w.close()
-		waitFor(t, "the wake-ups subscribed", func() bool { return w.freed.Swap(false) })
+		for _, p := range w.subs {
+			<-p.ready // each says, before, that a wake-up may have been lost
+		}
+		w.freed.Store(false)
 		w.take()
 		expireOwned(t, s, clk, []string{"a"}, 1)
 		waitFor(t, "the sweep's wake-up", func() bool { return len(w.take()) > 0 })

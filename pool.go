@@ -114,12 +114,12 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		var read, visit []int
 		claimed, read, visit = c.survey(ctx, now, free-tried)
 		todo = c.unique(append(todo, claimed...), tried)
-		if len(visit) > 0 {
-			c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
-		}
+		// The safety poll: a plain read and the pending count (a
+		// shard with nothing new costs no script call).
+		todo = append(todo, c.read(ctx, nil, visit, max(free-len(todo), 0))...)
 		var taken []takenCall
 		var rest []delivery
-		taken, rest = c.take(ctx, append(read, visit...), free-len(todo))
+		taken, rest = c.take(ctx, read, free-len(todo))
 		todo = append(todo, rest...)
 		if ctx.Err() != nil {
 			c.giveBack(ctx, taken)

@@ -328,31 +328,25 @@ func (c *consumer) anyBusy() bool {
 // whose owners are at their cap set aside (refused); those another
 // consumer holds are dropped.
 func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
-	var calls []*scriptCall
-	var items [][]takenCall  // per call, what it begins
-	byShard := map[int]int{} // shard -> its call in calls, while it has room
+	var bs batches[int, takenCall] // the begins.lua calls, and what each begins
 	for _, d := range todo {
 		e, ok := c.unbegun(ctx, d)
 		if !ok {
 			continue
 		}
-		k, ok := byShard[d.shard]
-		if !ok || len(items[k]) >= maxBatch {
-			k = len(calls)
-			byShard[d.shard] = k
-			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
-			calls = append(calls, &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
-				args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap}})
-			items = append(items, nil)
-		}
 		token := callToken()
-		calls[k].args = append(calls[k].args, d.id, token)
+		b := bs.add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
+			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
+			return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
+				args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap}}
+		})
+		b.args = append(b.args, d.id, token)
 		if c.cfg.ownerCap > 0 {
 			owner, _ := c.capped(d) // "" for a job: no slot
-			calls[k].args = append(calls[k].args, owner)
+			b.args = append(b.args, owner)
 		}
-		items[k] = append(items[k], takenCall{d: d, e: e, token: token})
 	}
+	calls, items := bs.calls, bs.items
 	if len(calls) == 0 {
 		return nil
 	}

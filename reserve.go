@@ -303,10 +303,8 @@ func (r *reservers) grouped(group string, i, n int, ok bool) {
 func (c *consumer) reserveRound(ctx context.Context) *Reservation {
 	_ = c.flushAcks(ctx) // left over from a failure: before anything else
 	claimed, read, visit := c.survey(ctx, time.Now(), 1)
-	if len(visit) > 0 {
-		c.read(ctx, nil, visit, 0) // the safety poll's pending counts; the shards stay busy
-	}
-	read = append(read, visit...)
+	// The safety poll: a plain read and the pending count.
+	claimed = append(claimed, c.read(ctx, nil, visit, max(1-len(claimed), 0))...)
 	begun := c.beginAll(ctx, claimed)
 	if len(begun) == 0 {
 		var rest []delivery

@@ -220,3 +220,30 @@ func parseMembers(script string, v any) ([]Member, error) {
 	}
 	return out, nil
 }
+
+// batches groups items into script calls of at most maxBatch items each,
+// one open call per key (a shard, or a group and shard): the renewals, the
+// begins and the acknowledgements that go in one pipeline.
+type batches[K comparable, T any] struct {
+	calls []*scriptCall
+	items [][]T
+	open  map[K]int
+}
+
+// add adds item under key to the open call of key, or to a new one that
+// newCall makes when there is none or it is full, and returns the call, to
+// which the caller appends item's arguments.
+func (b *batches[K, T]) add(key K, item T, newCall func() *scriptCall) *scriptCall {
+	if b.open == nil {
+		b.open = map[K]int{}
+	}
+	j, ok := b.open[key]
+	if !ok || len(b.items[j]) >= maxBatch {
+		j = len(b.calls)
+		b.open[key] = j
+		b.calls = append(b.calls, newCall())
+		b.items = append(b.items, nil)
+	}
+	b.items[j] = append(b.items[j], item)
+	return b.calls[j]
+}

@@ -358,21 +358,12 @@ func (a *ackCommit) send(ctx context.Context) {
 			group string
 			shard int
 		}
-		var calls []*scriptCall
-		var of [][]*ackWaiter
-		byKey := map[key]int{}
+		var bs batches[key, *ackWaiter]
 		for _, w := range batch {
-			k := key{w.c.group, w.shard}
-			j, ok := byKey[k]
-			if !ok || len(of[j]) >= maxBatch {
-				j = len(calls)
-				byKey[k] = j
-				calls = append(calls, w.c.ackCall(w.shard, nil))
-				of = append(of, nil)
-			}
-			calls[j].args = append(calls[j].args, w.ack.id, w.ack.token)
-			of[j] = append(of[j], w)
+			a := bs.add(key{w.c.group, w.shard}, w, func() *scriptCall { return w.c.ackCall(w.shard, nil) })
+			a.args = append(a.args, w.ack.id, w.ack.token)
 		}
+		calls, of := bs.calls, bs.items
 		batch[0].c.set.runPipelined(ctx, calls)
 		for j, call := range calls {
 			xs, ok := call.v.([]any)
