@@ -118,9 +118,19 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		// shard with nothing new costs no script call).
 		todo = append(todo, c.read(ctx, nil, visit, max(free-len(todo), 0))...)
 		var taken []takenCall
-		var rest []delivery
-		taken, rest = c.take(ctx, read, free-len(todo))
-		todo = append(todo, rest...)
+		if left := free - len(todo); c.cfg.ownerCap == 0 && left > 0 && left < c.cfg.batch {
+			// Fewer slots than a read batch: a plain read of a batch, the
+			// calls there are slots for begun with beginAll and the rest
+			// read ahead. Cheaper on the server than take.lua, which
+			// turns every entry read into Lua values and back.
+			got := c.read(ctx, read, nil, c.cfg.batch)
+			todo = append(todo, got[:min(left, len(got))]...)
+			c.ahead = append(c.ahead, got[min(left, len(got)):]...)
+		} else {
+			var rest []delivery
+			taken, rest = c.take(ctx, read, free-len(todo))
+			todo = append(todo, rest...)
+		}
 		if ctx.Err() != nil {
 			c.giveBack(ctx, taken)
 			taken = nil
