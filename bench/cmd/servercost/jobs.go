@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/redis/go-redis/v9"
 )
 
 // jobPayload is the payload of every job put: 64 bytes, the largest a
@@ -26,8 +27,16 @@ func jobIDs(prefix string, n int) []string {
 
 // openJobs opens a set for jobs (WithExpiryEvents, WithPayloadStorage) and
 // puts seed jobs with the 64-byte payload, due after delay (not counted).
-func openJobs(ctx context.Context, e *env, seed []string, delay time.Duration) (*expset.Set, error) {
-	s, err := expset.Open(ctx, e.rdb, setName, expset.WithExpiryEvents(), expset.WithPayloadStorage())
+// With once, the set's client never sends a call again (MaxRetries -1):
+// the job calls then write no receipt.
+func openJobs(ctx context.Context, e *env, seed []string, delay time.Duration, once bool) (*expset.Set, error) {
+	rdb := e.rdb
+	if once {
+		o := *e.rdb.Options()
+		o.MaxRetries = -1
+		rdb = redis.NewClient(&o)
+	}
+	s, err := expset.Open(ctx, rdb, setName, expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +68,12 @@ func jobWorkloads(e *env) ([]workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	put := func(name, what string, seeded bool) workload {
+	take, err := e.script("recipes/job-take.lua")
+	if err != nil {
+		return nil, err
+	}
+	bareKeys := []string{"bare:{" + setName + "}:jobs", "bare:{" + setName + "}:p"}
+	put := func(name, what string, seeded, once bool) workload {
 		return workload{name: "job/" + name, unit: "call", vs: "recipe/job-put", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			var seed []string
 			if seeded {
@@ -67,7 +81,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 			}
 			// Seeded jobs are due first: each new one is not its bucket's
 			// earliest.
-			s, err := openJobs(ctx, e, seed, ttl/2)
+			s, err := openJobs(ctx, e, seed, ttl/2, once)
 			if err != nil {
 				return job{}, err
 			}
@@ -81,42 +95,42 @@ func jobWorkloads(e *env) ([]workload, error) {
 			}}, nil
 		}}
 	}
-	onSeeded := func(name, what string, op func(ctx context.Context, s *expset.Set, id string) error) workload {
+	onSeeded := func(name, what string, once bool, op func(ctx context.Context, s *expset.Set, id string) error) workload {
 		return workload{name: "job/" + name, unit: "call", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			ids := jobIDs("job-", e.n)
-			s, err := openJobs(ctx, e, ids, ttl)
+			s, err := openJobs(ctx, e, ids, ttl, once)
 			if err != nil {
 				return job{}, err
 			}
 			return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error { return op(ctx, s, ids[i]) }}, nil
 		}}
 	}
+	cancel := func(ctx context.Context, s *expset.Set, id string) error {
+		ok, err := s.Cancel(ctx, id)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s not cancelled", id)
+		}
+		return err
+	}
 	return []workload{
-		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false),
-		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding jobs due earlier", true),
-		onSeeded("reschedule", "Set.Reschedule of a waiting job to twice its delay", func(ctx context.Context, s *expset.Set, id string) error {
+		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false, false),
+		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding jobs due earlier", true, false),
+		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", true, true),
+		onSeeded("reschedule", "Set.Reschedule of a waiting job to twice its delay", false, func(ctx context.Context, s *expset.Set, id string) error {
 			_, err := s.Reschedule(ctx, id, 2*ttl)
 			return err
 		}),
-		onSeeded("reschedule-now", "Set.Reschedule of a waiting job to now (due at once)", func(ctx context.Context, s *expset.Set, id string) error {
+		onSeeded("reschedule-now", "Set.Reschedule of a waiting job to now (due at once)", false, func(ctx context.Context, s *expset.Set, id string) error {
 			_, err := s.Reschedule(ctx, id, 0)
 			return err
 		}),
-		onSeeded("cancel", "Set.Cancel of a waiting job with its payload", func(ctx context.Context, s *expset.Set, id string) error {
-			ok, err := s.Cancel(ctx, id)
-			if err == nil && !ok {
-				err = fmt.Errorf("%s not cancelled", id)
-			}
-			return err
-		}),
-		{name: "recipe/job-put", unit: "call", vs: "recipe/job-put", what: "bare script: TIME, ZADD NX of the job, HSET of its payload (one sorted set per shard, no wake-up, no retry check)",
+		onSeeded("cancel", "Set.Cancel of a waiting job with its payload", false, cancel),
+		onSeeded("cancel-once", "job/cancel by a client that never sends a call again (MaxRetries -1): no receipt", true, cancel),
+		{name: "recipe/job-put", unit: "call", vs: "recipe/job-put", what: "bare script: TIME, ZADD NX of the job, HSET of its payload (one sorted set and one hash for every job, no wake-up, no retry check)",
 			prep: func(ctx context.Context, e *env) (job, error) {
 				ids := jobIDs("job-", e.n)
-				var seq atomic.Int64
 				call := func(ctx context.Context, id string) error {
-					shard := strconv.FormatInt(seq.Add(1)%16, 10)
-					tag := "bare:{" + setName + ":" + shard + "}:"
-					n, err := bare.Run(ctx, e.rdb, []string{tag + "jobs", tag + "p"}, ttl.Milliseconds(), id, jobPayload).Int64()
+					n, err := bare.Run(ctx, e.rdb, bareKeys, ttl.Milliseconds(), id, jobPayload).Int64()
 					if err == nil && n != 1 {
 						err = fmt.Errorf("%s not put", id)
 					}
@@ -126,6 +140,72 @@ func jobWorkloads(e *env) ([]workload, error) {
 					return job{}, err
 				}
 				return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error { return call(ctx, ids[i]) }}, nil
+			}},
+		{name: "job/life", unit: "job", vs: "recipe/job-life", what: "a job's life: Set.Put (64-byte payload, due at once) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged",
+			prep: func(ctx context.Context, e *env) (job, error) {
+				s, err := openJobs(ctx, e, nil, 0, false)
+				if err != nil {
+					return job{}, err
+				}
+				w, err := expset.NewSweeper(s)
+				if err != nil {
+					return job{}, err
+				}
+				ids := jobIDs("job-", e.n)
+				return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
+					err := run(ctx, e.goroutines, job{calls: e.n, do: func(ctx context.Context, i int) error {
+						_, _, err := s.Put(ctx, ids[i], time.Millisecond, expset.WithPayload(jobPayload))
+						return err
+					}})
+					if err != nil {
+						return err
+					}
+					time.Sleep(2 * time.Millisecond)
+					st, err := w.SweepOnce(ctx)
+					if err != nil {
+						return err
+					}
+					if st.Expired != e.n {
+						return fmt.Errorf("swept %d jobs, want %d", st.Expired, e.n)
+					}
+					var handled atomic.Int64
+					cctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					err = s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
+						if handled.Add(1) == int64(e.n) {
+							cancel()
+						}
+						return nil
+					})
+					if err == nil && handled.Load() != int64(e.n) {
+						err = fmt.Errorf("handled %d jobs, want %d", handled.Load(), e.n)
+					}
+					return err
+				}}, nil
+			}},
+		{name: "recipe/job-life", unit: "job", vs: "recipe/job-life", what: "the bare recipe's life: job-put.lua (due at once), then job-take.lua, 100 jobs a call, until all are taken (at most once)",
+			prep: func(ctx context.Context, e *env) (job, error) {
+				ids := jobIDs("job-", e.n)
+				return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
+					err := run(ctx, e.goroutines, job{calls: e.n, do: func(ctx context.Context, i int) error {
+						return bare.Run(ctx, e.rdb, bareKeys, 1, ids[i], jobPayload).Err()
+					}})
+					if err != nil {
+						return err
+					}
+					time.Sleep(2 * time.Millisecond)
+					for taken := 0; taken < e.n; {
+						xs, err := take.Run(ctx, e.rdb, bareKeys, 100).Slice()
+						if err != nil {
+							return err
+						}
+						if len(xs) == 0 {
+							return fmt.Errorf("took %d jobs, want %d", taken, e.n)
+						}
+						taken += len(xs) / 2
+					}
+					return nil
+				}}, nil
 			}},
 	}, nil
 }
