@@ -150,31 +150,42 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 	shard, owner, keys := s.jobKeys(id)
 	sk := &s.shards[shard]
 	keys = []string{keys[0], sk.due, s.receiptKey(shard)}
-	args := []any{ms, id, owner, s.now(), s.jobReceiptMillis(), "n"}
+	args := s.jobArgs(ms, id, "n")
 	if c.hasPayload {
 		keys = append(keys, sk.payload+owner)
-		args = append(args, c.payload)
+		if len(args) == 4 {
+			args = append(args, c.payload)
+		} else {
+			args[4] = c.payload
+		}
 	}
 	v, durable, err := s.runWrite(ctx, "put", shard, scriptPut, keys, args, true, func(v any) bool {
-		xs, _ := v.([]any)
-		return len(xs) == 2 && xs[1] == int64(1)
+		n, _ := v.(int64)
+		return n&1 == 1
 	})
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 2 {
+	n, ok := v.(int64)
+	if !ok {
 		return time.Time{}, false, unexpected("put.lua", v)
 	}
-	d, ok1 := asInt64(xs[0])
-	put, ok2 := asInt64(xs[1])
-	if !ok1 || !ok2 {
-		return time.Time{}, false, unexpected("put.lua", v)
-	}
-	if put == 1 && s.durable.on() && !durable {
+	d, put := n>>1, n&1 == 1 // 2 x deadline + 1 when put (lua/put.lua)
+	if put && s.durable.on() && !durable {
 		return msTime(d), true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
 	}
-	return msTime(d), put == 1, nil
+	return msTime(d), put, nil
+}
+
+// jobArgs returns put.lua's arguments for a call in mode ("n" or "x") on
+// job id, due after ms: with WithClock, ARGV[5] (a payload's place,
+// empty) and now as ARGV[6].
+func (s *Set) jobArgs(ms int64, id, mode string) []any {
+	args := []any{ms, id, s.jobReceiptMillis(), mode}
+	if s.clock != nil {
+		args = append(args, "", s.now())
+	}
+	return args
 }
 
 // Reschedule makes the waiting job id due after delay instead (earlier or
@@ -188,9 +199,9 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	if err != nil {
 		return time.Time{}, err
 	}
-	shard, owner, keys := s.jobKeys(id)
+	shard, _, keys := s.jobKeys(id)
 	keys = []string{keys[0], s.shards[shard].due, s.receiptKey(shard)}
-	args := []any{ms, id, owner, s.now(), s.jobReceiptMillis(), "x"}
+	args := s.jobArgs(ms, id, "x")
 	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptPut, keys, args, true, func(v any) bool { return v != nil })
 	if err != nil {
 		return time.Time{}, err
