@@ -241,12 +241,10 @@ func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	sk := &s.shards[shard]
 	receipt, ms := s.receiptKey(shard), s.jobReceiptMillis()
 	keys = []string{keys[0], sk.due, receipt}
-	args := []any{id, owner, ms}
 	if s.payloads {
 		keys = append(keys, sk.payload+owner)
-		args = append(args, "p")
 	}
-	v, err := s.run(ctx, "cancel", shard, scriptCancelWaiting, keys, args...)
+	v, err := s.run(ctx, "cancel", shard, scriptCancelWaiting, keys, id, ms)
 	if err != nil {
 		return false, err
 	}
