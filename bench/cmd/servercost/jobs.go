@@ -161,12 +161,10 @@ func jobWorkloads(e *env) ([]workload, error) {
 						return err
 					}
 					time.Sleep(2 * time.Millisecond)
-					st, err := w.SweepOnce(ctx)
-					if err != nil {
+					// (A write may turn its bucket's due jobs into events
+					// itself: the consumer, not the sweep, counts them.)
+					if _, err := w.SweepOnce(ctx); err != nil {
 						return err
-					}
-					if st.Expired != e.n {
-						return fmt.Errorf("swept %d jobs, want %d", st.Expired, e.n)
 					}
 					var handled atomic.Int64
 					cctx, cancel := context.WithCancel(ctx)
