@@ -25,6 +25,31 @@ func jobIDs(prefix string, n int) []string {
 	return ids
 }
 
+// sameBuckets returns, for each of ids, another ID in the same bucket of
+// jobs of a default set (docs/jobs.md: FNV-1a of the ID picks the shard,
+// then one of the shard's 8,192/16 buckets).
+func sameBuckets(ids []string) []string {
+	bucket := func(id string) uint32 {
+		h := uint32(2166136261)
+		for i := 0; i < len(id); i++ {
+			h ^= uint32(id[i])
+			h *= 16777619
+		}
+		return h%16*512 + h/16%512
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		want := bucket(id)
+		for k := 0; ; k++ {
+			if c := "seed-" + strconv.Itoa(i) + "-" + strconv.Itoa(k); bucket(c) == want {
+				out[i] = c
+				break
+			}
+		}
+	}
+	return out
+}
+
 // openJobs opens a set for jobs (WithExpiryEvents, WithPayloadStorage) and
 // puts seed jobs with the 64-byte payload, due after delay (not counted).
 // With once, the set's client never sends a call again (MaxRetries -1):
@@ -77,7 +102,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 		return workload{name: "job/" + name, unit: "call", vs: "recipe/job-put", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			var seed []string
 			if seeded {
-				seed = jobIDs("seed-", e.n)
+				seed = sameBuckets(jobIDs("job-", e.n))
 			}
 			// Seeded jobs are due first: each new one is not its bucket's
 			// earliest.
@@ -114,7 +139,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 	}
 	return []workload{
 		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false, false),
-		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding jobs due earlier", true, false),
+		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding a job due earlier", true, false),
 		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", true, true),
 		onSeeded("reschedule", "Set.Reschedule of a waiting job to twice its delay", false, func(ctx context.Context, s *expset.Set, id string) error {
 			_, err := s.Reschedule(ctx, id, 2*ttl)
