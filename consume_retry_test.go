@@ -40,11 +40,18 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
-// isBeginCall reports whether cmd runs begin.lua in mode b (EVALSHA sha 2
-// stream att group consumer id "b" ...).
+// isBeginCall reports whether cmd runs a script that begins handler calls:
+// take.lua (read and begin) or begins.lua.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 8 && a[0] == "evalsha" && a[1] == scriptBegin.Hash() && a[8] == "b"
+	if len(a) < 2 || a[0] != "evalsha" {
+		return false
+	}
+	switch a[1] {
+	case scriptTake.Hash(), scriptTakeSlots.Hash(), scriptBegins.Hash(), scriptBeginsSlots.Hash():
+		return true
+	}
+	return false
 }
 
 // TestConsumeRetriedBeginCountsOnce: every script call that begins a

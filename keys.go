@@ -29,6 +29,7 @@ const (
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
 //	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
+//	expset:{orders:S}:take      hash    "<group>\x00<consumer>" -> the receipt of its last read (lua/take.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -59,6 +60,7 @@ type shardKeys struct {
 	att     string
 	run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
 	runo    string // their owners and counts: hash
+	take    string // the receipts of the consumers' last reads: hash, see lua/take.lua
 	trimmed string
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
@@ -80,6 +82,7 @@ func newShardKeys(name string, shard int) shardKeys {
 		att:     tag + "att",
 		run:     tag + "run",
 		runo:    tag + "runo",
+		take:    tag + "take",
 		trimmed: tag + "trimmed",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
@@ -95,7 +98,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.run, k.runo, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
+	case k.due, k.events, k.dead, k.att, k.run, k.runo, k.take, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||

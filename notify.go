@@ -154,11 +154,13 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
-	if !p.isReady() {
-		close(p.ready)
-	}
+	// A wake-up may have been lost while not subscribed: said before the
+	// subscription counts as ready, so that what follows ready sees it.
 	if sub.retry && sub.resubscribed != nil {
 		sub.resubscribed()
+	}
+	if !p.isReady() {
+		close(p.ready)
 	}
 	backoff = 10 * time.Millisecond
 	quiet := sub.quiet
@@ -357,6 +359,15 @@ func (w *wakeups) wake(shards []int, d int64) {
 		}
 	}
 	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// poke signals the loop without recording a shard: something other than a
+// wake-up asks it for a round (a retry was scheduled, a call finished).
+func (w *wakeups) poke() {
 	select {
 	case w.signal <- struct{}{}:
 	default:

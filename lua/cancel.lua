@@ -16,7 +16,7 @@
 -- consumer group has begun a handler call of it: each group has not read it yet, or holds it
 -- pending without a call begun (read into a consumer's batch: it is
 -- acknowledged, so that the consumer's begin finds nothing and makes no
--- call; begin.lua replies 0). A call given back as Consume stopped counts
+-- call; begins.lua replies 0). A call given back as Consume stopped counts
 -- as not begun. An entry kicked back from the dead letters (field g) had
 -- its calls: it stays.
 -- The receipt is cancel_waiting.lua's: a call that finds it returns what
