@@ -34,6 +34,7 @@ const (
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
+//	expset:{orders:S}:r:#<token> string a job call's receipt (jobs.go)
 //	expset:{orders:S}:o:\x00job:<b> zset  the jobs of bucket b (Set.Put; jobs.go)
 //	expset:{orders:S}:p:\x00job:<b> hash  their payloads
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)

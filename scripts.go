@@ -63,6 +63,10 @@ var (
 	scriptBurySlots       = script("groups.lua", "slots.lua", "bury.lua")
 	scriptReleaseSlots    = script("groups.lua", "slots.lua", "release.lua")
 	scriptRetrySlots      = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+
+	// The job calls' writes (Set.Put and Set.Reschedule, Set.Cancel's first).
+	scriptPut           = script("put.lua")
+	scriptCancelWaiting = script("cancel_waiting.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove
