@@ -64,7 +64,7 @@ func (s *Set) receiptKey(shard int) string {
 }
 
 // jobReceiptMillis is how long, in ms, the receipt of a job call lasts
-// (see receiptKey): twice the longest its client goes on sending a call
+// (see receiptKey): the longest its client goes on sending a call
 // whose reply it lost again, (attempts) x (ReadTimeout + MaxRetryBackoff)
 // as the client's options say after their defaults, and at least
 // jobReceiptMin; a client of another kind gets jobReceiptMin. It is 0, and
@@ -94,11 +94,13 @@ func (s *Set) jobReceiptMillis() int64 {
 		return 0
 	}
 	span := time.Duration(max(attempts, 1)) * (max(read, 0) + max(backoff, 0))
-	return max(2*span, jobReceiptMin).Milliseconds()
+	return max(span, jobReceiptMin).Milliseconds()
 }
 
-// jobReceiptMin is the shortest a job call's receipt lasts.
-const jobReceiptMin = time.Minute
+// jobReceiptMin is the shortest a job call's receipt lasts: past the
+// client's own retries (24s with go-redis's defaults on one server), a
+// receipt is only memory.
+const jobReceiptMin = 10 * time.Second
 
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return strings.HasPrefix(owner, jobOwnerPrefix) }
