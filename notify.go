@@ -132,8 +132,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 	var ps *redis.PubSub
 	for {
 		var err error
-		ps, err = p.open(ctx, s, sub.channels)
-		if err == nil {
+		if ps, err = p.open(ctx, s, sub.channels); err == nil {
 			break
 		}
 		if !sub.retry || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
@@ -154,8 +153,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
-	// A wake-up may have been lost while not subscribed: said before the
-	// subscription counts as ready, so that what follows ready sees it.
+	// Said before ready, so that what follows ready sees it.
 	if sub.retry && sub.resubscribed != nil {
 		sub.resubscribed()
 	}
