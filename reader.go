@@ -470,7 +470,14 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 			continue
 		}
 		args := make([]any, 0, takeTokens+counts[k])
-		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, max(counts[k], ahead), c.leaseMs)
+		// The first read: a read batch without a cap (what there are no
+		// slots for waits read ahead); with one, what there are slots for,
+		// then on past the owners at their cap.
+		first, limit := max(counts[k], c.cfg.batch), max(counts[k], ahead)
+		if c.cfg.ownerCap > 0 {
+			first = counts[k]
+		}
+		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, limit, c.leaseMs, first)
 		for j := 0; j < counts[k]; j++ {
 			args = append(args, callToken())
 		}
@@ -556,7 +563,7 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 }
 
 // takeTokens is the index of take.lua's first token argument.
-const takeTokens = 6
+const takeTokens = 7
 
 // parseTaken reads one {id, {field, value, ...}, attempt} of take.lua.
 func parseTaken(v any) (id string, values map[string]any, n int64, ok bool) {

@@ -13,10 +13,10 @@
 -- ARGV[2]  consumer
 -- ARGV[3]  the most calls to begin (1 to 1000)
 -- ARGV[4]  the owners' cap, WithOwnerConcurrency (0: none)
--- ARGV[5]  the most entries to read (ARGV[3] to 1000): without a cap, the
---          first read takes this many and begins ARGV[3] of them (see below)
+-- ARGV[5]  the most entries to read (ARGV[3] to 1000)
 -- ARGV[6]  with a cap, the lease TTL in ms: a slot's lease
--- ARGV[7..] one token per call that may be begun (ARGV[3] of them): the
+-- ARGV[7]  how many entries the first read takes (ARGV[3] to ARGV[5])
+-- ARGV[8..] one token per call that may be begun (ARGV[3] of them): the
 --          i-th call begun here gets the i-th
 --
 -- A take the client sends twice (go-redis sends a script again after a
@@ -34,11 +34,11 @@
 -- lacks an event's fields (o, m, d) is returned with attempt 0 and not
 -- begun: the consumer settles it without a handler call.
 --
--- Without a cap, the script reads ARGV[5] entries and begins the first
--- ARGV[3] events among them; the events past those are returned with
--- attempt -3, read ahead and not begun: the consumer begins each with
--- begins.lua when it has a call slot for it (charging no attempt before),
--- unless another consumer claimed it meanwhile. With a
+-- The first read takes ARGV[7] entries and begins the first ARGV[3]
+-- events among them; the events past those whose owners have room are
+-- returned with attempt -3, read ahead and not begun: the consumer begins
+-- each with begins.lua when it has a call slot for it (charging no attempt
+-- before), unless another consumer claimed it meanwhile. With a
 -- cap, a call of an owner (not a job's) takes one of its slots (slot_take),
 -- and an entry whose owner holds every slot, counting those taken here, is
 -- read and not begun (attempt -2): the consumer sets it aside. So that such
@@ -56,9 +56,9 @@ local out, begun = {}, 0
 
 local rfield = group .. '\0' .. consumer
 local last = call('HGET', receipts, rfield)
-if last and string.sub(last, 1, #ARGV[7] + 1) == ARGV[7] .. ' ' then
+if last and string.sub(last, 1, #ARGV[8] + 1) == ARGV[8] .. ' ' then
   -- This take ran before: its reply again.
-  for id, n in string.gmatch(string.sub(last, #ARGV[7] + 2), '([^ :]+):(%S+)') do
+  for id, n in string.gmatch(string.sub(last, #ARGV[8] + 2), '([^ :]+):(%S+)') do
     local e = call('XRANGE', stream, id, id)[1]
     if e then
       out[#out + 1] = {id, e[2], tonumber(n)}
@@ -72,17 +72,14 @@ local function receipt()
   if #out == 0 then
     return
   end
-  local parts = {ARGV[7]}
+  local parts = {ARGV[8]}
   for i, e in ipairs(out) do
     parts[i + 1] = e[1] .. ':' .. string.format('%d', e[3])
   end
   call('HSET', receipts, rfield, table.concat(parts, ' '))
 end
 
-local first = want
-if cap == 0 then
-  first = tonumber(ARGV[5])
-end
+local first = tonumber(ARGV[7])
 local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', first, 'STREAMS', stream, '>')
 if type(r) == 'table' and r.err then
   return redis.error_reply(r.err)
@@ -115,7 +112,7 @@ if cap == 0 then
         local field = att_field(id, group)
         n = att_get(att, field) + 1
         begun = begun + 1
-        call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[6 + begun])
+        call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[7 + begun])
       else
         n = -3 -- read ahead, not begun
       end
@@ -172,12 +169,12 @@ local function take(entries)
     local id, fs = e[1], e[2]
     local n, o = verdict(fs, none)
     if n == 1 and begun == want then
-      n = -2 -- past the look-ahead's reckoning: never so, as both count alike
+      n = -3 -- read ahead (the first read's), not begun
     elseif n == 1 then
       local field = att_field(id, group)
       n = att_get(att, field) + 1
       begun = begun + 1
-      call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[6 + begun])
+      call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[7 + begun])
       if o then
         slot_take(KEYS[4], KEYS[5], field, group, o, cap, vis, now)
         held[o] = held[o] + 1
@@ -210,7 +207,7 @@ end
 -- After the first read, read on past the owners at their cap while calls
 -- are left, the stream had all the first read asked for, and the reads
 -- stay within ARGV[5] entries.
-local es, count = r[1][2], want
+local es, count = r[1][2], first
 take(es)
 while begun < want and #es == count and #out < limit do
   count = ahead(es[#es][1], want - begun, math.min(limit - #out, 100))
