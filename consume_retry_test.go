@@ -73,7 +73,7 @@ func TestConsumeRetriedBeginCountsOnce(t *testing.T) {
 			h := newHandledBy()
 			stop := consumeInBackground(t, retried, "g", "c", func(_ context.Context, e Expiry) error {
 				return h.call("c", e, nil)
-			}, WithMaxAttempts(maxAttempts), WithLeaseTTL(200*time.Millisecond), WithPollInterval(5*time.Millisecond))
+			}, WithMaxAttempts(maxAttempts), WithLeaseTTL(600*time.Millisecond), WithPollInterval(5*time.Millisecond))
 			waitFor(t, "every event handled or dead-lettered", func() bool { return drained(s) })
 			stop()
 			if lost.n.Load() == 0 {

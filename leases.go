@@ -95,12 +95,18 @@ func (k *leaseKeeper) run() {
 	}
 }
 
-// running adds the key (parkKey) of every call under way to keys.
+// running adds to keys the key (parkKey) of every call under way and of
+// every event whose acknowledgement waits.
 func (k *leaseKeeper) running(keys map[string]bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for lc := range k.calls {
 		keys[parkKey(delivery{shard: lc.shard, id: lc.id})] = true
+	}
+	for shard, acks := range k.c.acks {
+		for _, a := range acks {
+			keys[parkKey(delivery{shard: shard, id: a.id})] = true
+		}
 	}
 }
 

@@ -166,7 +166,9 @@ func (c *consumer) unique(ds []delivery, from int) []delivery {
 		seen[parkKey(d)] = true
 	}
 	if c.pool != nil {
-		c.pool.leases.running(seen) // never a second call of an event this consumer runs
+		// Never a second call of an event this consumer runs, or has
+		// handled and not yet acknowledged.
+		c.pool.leases.running(seen)
 	}
 	out := ds[:from]
 	for _, d := range ds[from:] {
