@@ -72,11 +72,12 @@ type LoopOption interface {
 	ReserveOption
 }
 
-// WriteOption configures both writes, Set.Add and Quota.Acquire:
-// WithPayload.
+// WriteOption configures the writes that carry a payload, Set.Add,
+// Quota.Acquire and Set.PutSchedule: WithPayload.
 type WriteOption interface {
 	AddOption
 	AcquireOption
+	ScheduleOption
 }
 
 type (
