@@ -60,12 +60,14 @@ func (f scheduleOption) applySchedule(c *scheduleCall) error { return f(c) }
 func (f writeOption) applySchedule(c *scheduleCall) error    { return f(&c.call) }
 
 // WithCatchUp sets which of a schedule's ticks fire that were missed while
-// nothing swept the set (every Sweeper stopped, or Redis down): the latest
-// n of them, or all with n = -1; default 1 (one catch-up tick), 0 none; -1
-// to 1000. A tick counts as missed when the sweep that reaches it comes
-// more than twice the sweeper's lease TTL (WithLeaseTTL) after it: a
-// running sweeper takes a dead one's shards within about a lease TTL, so a
-// tick swept later than that had no sweeper. Ticks in time always fire.
+// nothing swept the set (every Sweeper stopped): the latest n of them, or
+// all with n = -1; default 1 (one catch-up tick), 0 none; -1 to 1000. A
+// tick counts as missed when the sweep that reaches it comes more than
+// twice the sweeper's lease TTL (WithLeaseTTL) after it, and before the
+// Sweeper.Run that sweeps it began: a running sweeper takes a dead one's
+// shards within about a lease TTL, and one that ran all along (through a
+// failover or a restart of Redis, say) missed nothing. Ticks in time
+// always fire.
 func WithCatchUp(n int) ScheduleOption {
 	return scheduleOption(func(c *scheduleCall) error {
 		c.catchUp = n
@@ -457,5 +459,15 @@ func (w *Sweeper) refillSchedules(ctx context.Context, shard int, now int64, rs 
 }
 
 // grace is how late a tick may be swept and still count as swept in time
-// (WithCatchUp): twice the lease TTL.
-func (w *Sweeper) grace() time.Duration { return 2 * w.cfg.leaseTTL }
+// (WithCatchUp): twice the lease TTL, or longer while a Run goes on: every
+// tick since the Run began came while something ran (a failover or a
+// restart of Redis kept it from sweeping, say).
+func (w *Sweeper) grace() time.Duration {
+	g := 2 * w.cfg.leaseTTL
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.runs > 0 {
+		g = max(g, time.Since(w.since)+time.Second)
+	}
+	return g
+}

@@ -49,6 +49,10 @@ const indexGrace = time.Hour
 type Sweeper struct {
 	set *Set
 	cfg sweeperConfig
+
+	mu    sync.Mutex
+	runs  int       // Run calls under way
+	since time.Time // when the first of them began (see grace)
 }
 
 type sweeperConfig struct {
@@ -435,6 +439,17 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	if err := w.check(); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	if w.runs == 0 {
+		w.since = time.Now()
+	}
+	w.runs++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.runs--
+		w.mu.Unlock()
+	}()
 	shards := make([]shardState, len(w.set.shards))
 	start, safety := time.Now(), safetyEvery(w.cfg.maxIdle, len(shards))
 	for i := range shards {
