@@ -268,12 +268,18 @@ func TestScheduleCronAcrossDST(t *testing.T) {
 
 // TestScheduleChangePauseRemove changes a schedule's spec (it applies from
 // the next tick), pauses it (no tick fires, none is caught up), resumes it
-// and removes it (it fires no more).
+// and removes it (it fires no more), on a set with payloads beside it.
 func TestScheduleChangePauseRemove(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithExpiryEvents(), WithShards(2))
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithShards(2), WithPayloadStorage())
+		// Members expiring beside the schedule, with payloads.
+		for i := range 5 {
+			if _, err := s.Add(ctx, "o"+itoa(int64(i)), "m", time.Duration(i+1)*time.Second, WithPayload([]byte("p"))); err != nil {
+				t.Fatal(err)
+			}
+		}
 		base := clk.Now()
 		w := newSweeper(t, s)
 		step := func(n int) {
@@ -325,6 +331,21 @@ func TestScheduleChangePauseRemove(t *testing.T) {
 			want = append(want, base.Add(time.Duration(k)*time.Second))
 		}
 		sameTimes(t, "ticks", ticksOf(t, s, "job"), want)
+		members := 0
+		for shard := range s.Shards() {
+			es, _, err := s.ReadEvents(ctx, shard, "0", 1000, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				if !e.Tick && e.Member == "m" && string(e.Payload) == "p" {
+					members++
+				}
+			}
+		}
+		if members != 5 {
+			t.Fatalf("%d members' events with their payloads, want 5", members)
+		}
 		if ls, err := s.Schedules(ctx); err != nil || len(ls) != 0 {
 			t.Fatalf("after remove: %+v, %v", ls, err)
 		}
