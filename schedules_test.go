@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -244,7 +245,7 @@ func TestScheduleCronAcrossDST(t *testing.T) {
 				w := newSweeper(t, s)
 				end := c.start.Add(4 * 24 * time.Hour)
 				for clk.Now().Before(end) {
-					clk.Advance(20 * time.Minute)
+					clk.Advance(time.Hour)
 					if _, err := w.SweepOnce(ctx); err != nil {
 						t.Fatal(err)
 					}
@@ -400,6 +401,61 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 		plain, _ := newTestSet(t, b)
 		if _, err := plain.PutSchedule(ctx, "a", "@every 1s"); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "WithExpiryEvents") {
 			t.Fatalf("set without events: %v", err)
+		}
+	})
+}
+
+// TestScheduleCatchUpModel sweeps @every schedules at random moments (gaps
+// from none to a minute, past the ticks one list holds and the grace) and
+// compares the ticks written with a model of the rule: at each sweep, of
+// the ticks come due since the last one, those at most the grace late
+// fire, and of the older ones the latest n (all with -1).
+func TestScheduleCatchUpModel(t *testing.T) {
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		seed := time.Now().UnixNano()
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		t.Logf("seed %d", seed)
+		for round := range 4 {
+			s, clk := newTestSet(t, b, WithExpiryEvents(), WithShards(1))
+			every := time.Duration(1+rng.IntN(3)) * time.Second
+			n := rng.IntN(4) - 1
+			lease := time.Duration(100+rng.IntN(3000)) * time.Millisecond
+			grace := 2 * lease
+			base := clk.Now()
+			if _, err := s.PutSchedule(ctx, "m", "@every "+every.String(), WithCatchUp(n)); err != nil {
+				t.Fatal(err)
+			}
+			w := newSweeper(t, s, WithLeaseTTL(lease))
+			var want []time.Time
+			next := base.Add(every) // the first tick not yet come due
+			for range 30 {
+				clk.Advance(time.Duration(rng.IntN(60_000)) * time.Millisecond)
+				if _, err := w.SweepOnce(ctx); err != nil {
+					t.Fatal(err)
+				}
+				now := clk.Now()
+				var missed []time.Time
+				for ; !next.After(now); next = next.Add(every) {
+					if now.Sub(next) > grace {
+						missed = append(missed, next)
+					} else {
+						if n >= 0 && len(missed) > n {
+							missed = missed[len(missed)-n:]
+						}
+						want = append(want, missed...)
+						missed = nil
+						want = append(want, next)
+					}
+				}
+				if n >= 0 && len(missed) > n {
+					missed = missed[len(missed)-n:]
+				}
+				want = append(want, missed...)
+			}
+			t.Logf("round %d: every %v, catch-up %d, grace %v: %d ticks", round, every, n, grace, len(want))
+			sameTimes(t, fmt.Sprintf("round %d", round), ticksOf(t, s, "m"), want)
 		}
 	})
 }
