@@ -287,9 +287,10 @@ type callConfig struct {
 
 // WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at
 // most 1 MiB; the set needs WithPayloadStorage), or with the schedule of
-// one Set.PutSchedule (which needs no WithPayloadStorage). A nil or empty p stores an
-// empty payload, which Set.Payload reads back as empty, not nil. An upsert
-// without WithPayload (the default) keeps any payload the member already has.
+// one Set.PutSchedule (which needs no WithPayloadStorage). A nil or empty p
+// stores an empty payload, which Set.Payload reads back as empty, not nil.
+// An upsert without WithPayload (the default) keeps any payload the member
+// already has.
 func WithPayload(p []byte) WriteOption {
 	return writeOption(func(c *callConfig) error {
 		c.payload, c.hasPayload = p, true
