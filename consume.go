@@ -35,6 +35,7 @@ type Expiry struct {
 	Member   string
 	Deadline time.Time // the deadline the member had, to the millisecond (not reached when evicted)
 	Evicted  bool      // WithEvictOldest evicted the member before its deadline (false: it reached it)
+	Tick     bool      // a tick of a schedule (Set.PutSchedule): Owner is "", Member the schedule's ID, Deadline the tick's time
 	Attempt  int       // the handler call this is for the event in its group: 1 for the first, 2 for the second, ...
 	Payload  []byte    // the member's payload (WithPayloadStorage), nil when it had none
 	Shard    int       // the shard whose stream carried it
@@ -271,7 +272,8 @@ func parseExpiry(shard int, m redis.XMessage, attempt int) (Expiry, error) {
 	}
 	e.Deadline = msTime(ms)
 	if isJobOwner(e.Owner) {
-		e.Owner = "" // a job of Set.Put
+		e.Tick = e.Owner == scheduleOwner
+		e.Owner = "" // a job of Set.Put, or a schedule's tick
 	}
 	if p, ok := m.Values["p"].(string); ok {
 		e.Payload = []byte(p)

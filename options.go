@@ -72,11 +72,12 @@ type LoopOption interface {
 	ReserveOption
 }
 
-// WriteOption configures both writes, Set.Add and Quota.Acquire:
-// WithPayload.
+// WriteOption configures the writes that carry a payload, Set.Add,
+// Quota.Acquire and Set.PutSchedule: WithPayload.
 type WriteOption interface {
 	AddOption
 	AcquireOption
+	ScheduleOption
 }
 
 type (
@@ -285,9 +286,11 @@ type callConfig struct {
 }
 
 // WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at
-// most 1 MiB; the set needs WithPayloadStorage). A nil or empty p stores an
-// empty payload, which Set.Payload reads back as empty, not nil. An upsert
-// without WithPayload (the default) keeps any payload the member already has.
+// most 1 MiB; the set needs WithPayloadStorage), or with the schedule of
+// one Set.PutSchedule (which needs no WithPayloadStorage). A nil or empty p
+// stores an empty payload, which Set.Payload reads back as empty, not nil.
+// An upsert without WithPayload (the default) keeps any payload the member
+// already has.
 func WithPayload(p []byte) WriteOption {
 	return writeOption(func(c *callConfig) error {
 		c.payload, c.hasPayload = p, true

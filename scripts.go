@@ -40,6 +40,7 @@ var (
 	scriptKick     = script("kick.lua")
 	scriptJob      = script("groups.lua", "jobs.lua", "job.lua")
 	scriptCancel   = script("groups.lua", "jobs.lua", "cancel.lua")
+	scriptSchedule = script("now.lua", "schedule.lua")
 	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 

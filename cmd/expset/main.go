@@ -8,6 +8,7 @@
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
 //	expset job [--redis URL] [--json] NAME ID
+//	expset schedules [--redis URL] [--json] NAME
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
 //	expset version
 //
@@ -121,7 +122,7 @@ func (a *app) rootCmd() *cobra.Command {
 		c.SetOut(a.stderr) // a command's help goes with its diagnostics
 		defaultHelp(c, args)
 	})
-	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.webCmd(), a.versionCmd())
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.schedulesCmd(), a.webCmd(), a.versionCmd())
 	indentExamples(root)
 	return root
 }
@@ -143,7 +144,7 @@ func usage(root *cobra.Command, w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: expset COMMAND [flags] [args]\n\nCommands:")
 	for _, c := range root.Commands() {
 		if c.IsAvailableCommand() {
-			fmt.Fprintf(w, "  %-8s %s\n", c.Name(), c.Short)
+			fmt.Fprintf(w, "  %-9s %s\n", c.Name(), c.Short)
 		}
 	}
 	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[user:password@]host:port[/db]")
