@@ -85,7 +85,7 @@ func TestOwnerCapAcrossProcesses(t *testing.T) {
 	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
-		const owners, per, ownerCap = 8, 40, 2
+		const owners, per, ownerCap = 8, 100, 2
 		const vis = time.Second
 		ctx := context.Background()
 		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
@@ -97,6 +97,9 @@ func TestOwnerCapAcrossProcesses(t *testing.T) {
 		env := append(b.env(s), helperVis+"="+vis.String(), helperOwnerCap+"="+strconv.Itoa(ownerCap))
 		termed := startHelper(t, "pool", env...)
 		killed := startHelper(t, "pool", env...)
+		// This process joins once both helpers are handling events.
+		termed.waitLine("calls of the helper to stop", func(string) bool { return len(termed.calls("ok")) >= 5 })
+		killed.waitLine("calls of the helper to kill", func(string) bool { return len(killed.calls("ok")) >= 5 })
 		var mu sync.Mutex
 		var here []callSpan
 		handled := map[string]bool{}
@@ -109,11 +112,10 @@ func TestOwnerCapAcrossProcesses(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency), WithOwnerConcurrency(ownerCap))
-		termed.waitLine("calls of the helper to stop", func(string) bool { return len(termed.calls("ok")) >= 20 })
 		termed.term()
 		termedAt := time.Now().UnixNano()
-		killed.waitLine("calls of the helper to kill", func(string) bool {
-			return len(killed.calls("ok")) >= 20 && len(killed.calls("call")) > len(killed.calls("ok"))
+		killed.waitLine("calls of the helper to kill under way", func(string) bool {
+			return len(killed.calls("call")) > len(killed.calls("ok"))
 		})
 		killed.kill()
 		killedAt := time.Now().UnixNano()

@@ -819,9 +819,9 @@ func TestKillConsumersTwoGroups(t *testing.T) {
 
 // helperAcker is the acker role of TestHelperProcess: Consume as consumer
 // "dying" of group "g" with WithMaxAttempts(1), a handler that takes 5ms and
-// prints "ok <shard> <ID>" as it returns nil; 15ms after the third such
-// return the process SIGKILLs itself, inside the acknowledgement-batching
-// window (100ms, or the read's events all handled).
+// prints "ok <shard> <ID>" as it returns nil; at the fourth call the
+// process SIGKILLs itself, well inside the acknowledgement-batching window
+// (100ms) of the three before.
 func helperAcker(s *Set, say func(string, ...any)) error {
 	vis, err := time.ParseDuration(os.Getenv(helperVis))
 	if err != nil {
@@ -829,18 +829,23 @@ func helperAcker(s *Set, say func(string, ...any)) error {
 	}
 	calls := 0
 	return s.Consume(context.Background(), "g", "dying", func(_ context.Context, e Expiry) error {
+		if calls++; calls == 4 {
+			// A call begins once the last one's slot is free, which is
+			// once its acknowledgement has gone (a last attempt's goes
+			// at once): the three handled are acknowledged, this one
+			// is cut short.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
 		time.Sleep(5 * time.Millisecond)
 		say("ok %d %s", e.Shard, e.ID)
-		if calls++; calls == 3 {
-			time.AfterFunc(15*time.Millisecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
-		}
 		return nil
 	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithMaxAttempts(1), WithReadBatch(10))
 }
 
 // TestKillAfterHandledNotDeadLettered: a consumer process with
-// WithMaxAttempts(1) is SIGKILLed 15ms after its handler returned nil, with
-// acknowledgements of a batch still waiting in it. A consumer of the group
+// WithMaxAttempts(1) is SIGKILLed a few milliseconds after its handler
+// returned nil three times, inside the acknowledgements' batching window. A consumer of the group
 // in this process then finishes: no event whose handler returned nil is
 // dead-lettered (only one whose call the kill cut short may be), and every
 // event is handled or dead-lettered.
