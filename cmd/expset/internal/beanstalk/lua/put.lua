@@ -1,0 +1,23 @@
+-- put.lua: store a new job in a tube, ready or delayed.
+--
+-- KEYS[1..8]  the tube's keys (see tube.lua)
+-- ARGV[1]  job ID (20-digit zero-padded)
+-- ARGV[2]  priority (0 .. 2^32-1)
+-- ARGV[3]  delay (s)
+-- ARGV[4]  time to run (s, at least 1)
+-- ARGV[5]  body
+-- ARGV[6]  wake-up channel, ARGV[7] tube name (published there)
+--
+-- Reply: 1.
+local delay = tonumber(ARGV[3])
+if delay > 0 then
+  call('ZADD', KEYS[2], now + delay * 1000, ARGV[1])
+else
+  call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+call('HSET', KEYS[5], ARGV[1], ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[3] .. ' ' ..
+  string.format('%.0f', now) .. ' 0 0 0 0 0')
+call('HSET', KEYS[6], ARGV[1], ARGV[5])
+call('HINCRBY', KEYS[8], 'total', 1)
+call('PUBLISH', ARGV[6], ARGV[7])
+return 1
