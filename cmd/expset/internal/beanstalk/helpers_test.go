@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // startBeanstalkd starts Debian's beanstalkd (in memory) on a free loopback
 // port for the test and returns its address. Without it the test skips, or
 // fails when EXPSET_REQUIRE_BEANSTALKD=1 (CI).
-func startBeanstalkd(t *testing.T, args ...string) string {
+func startBeanstalkd(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("beanstalkd")
 	if err != nil {
@@ -69,13 +69,13 @@ func leaks(t *testing.T) {
 var prefixes atomic.Int64
 
 // testPrefix is a key prefix no other test uses.
-func testPrefix(t *testing.T) string {
+func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("bstest%d-%d", os.Getpid(), prefixes.Add(1))
 }
 
 // startFront serves a front on rdb on a free loopback port until the test
 // ends and returns its address.
-func startFront(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config) string {
+func startFront(t testing.TB, rdb redis.UniversalClient, prefix string, cfg Config) string {
 	t.Helper()
 	st, err := NewStore(rdb, prefix)
 	if err != nil {
@@ -103,12 +103,12 @@ func startFront(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Conf
 
 // client is a raw protocol client for tests.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	r  *bufio.Reader
 }
 
-func dial(t *testing.T, addr string) *client {
+func dial(t testing.TB, addr string) *client {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
