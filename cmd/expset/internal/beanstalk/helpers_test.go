@@ -20,7 +20,14 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // the tests report what they meet themselves
+	redistest.Main(m)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // startBeanstalkd starts Debian's beanstalkd (in memory) on a free loopback
 // port for the test and returns its address. Without it the test skips, or
@@ -81,6 +88,7 @@ func startFront(t testing.TB, rdb redis.UniversalClient, prefix string, cfg Conf
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dropKeys(rdb, prefix) }) // after the front has stopped
 	if cfg.Logf == nil {
 		cfg.Logf = func(f string, a ...any) { t.Logf(f, a...) }
 	}
@@ -99,6 +107,24 @@ func startFront(t testing.TB, rdb redis.UniversalClient, prefix string, cfg Conf
 		}
 	})
 	return ln.Addr().String()
+}
+
+// dropKeys deletes the keys under prefix (on every master of a cluster).
+func dropKeys(rdb redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	drop := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, drop)
+	case *redis.Client:
+		_ = drop(ctx, c)
+	}
 }
 
 // client is a raw protocol client for tests.

@@ -1,6 +1,14 @@
 package beanstalk
 
-import "testing"
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
 
 func TestReadTimeout(t *testing.T) {
 	for _, c := range []struct {
@@ -72,6 +80,39 @@ func FuzzCommandLine(f *testing.F) {
 		}
 		if name, _, ok := readPauseArgs(cmd.rest); ok && !validTube(name) {
 			t.Fatalf("readPauseArgs(%q) gave the name %q", cmd.rest, name)
+		}
+	})
+}
+
+// FuzzConnInput: no input makes a front panic, and each connection gets
+// its answers and ends when the client closes its side.
+func FuzzConnInput(f *testing.F) {
+	for _, s := range []string{
+		"put 1 0 1 1\r\nx\r\nreserve\r\ndelete 1\r\n",
+		"put 0 0 0 3\r\nab\r\n\r\nkick -1\r\nstats\r\n",
+		"use t\r\nwatch t\r\nignore default\r\nreserve-with-timeout -1\r\n",
+		"pause-tube default 0\r\nstats-tube default\r\nlist-tubes\r\n",
+		"put 1 0 1 70000\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	mr := miniredis.RunT(f)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	f.Cleanup(func() { rdb.Close() })
+	addr := startFront(f, rdb, "fuzz", Config{MaxJobSize: 1024})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		go func() {
+			_, _ = nc.Write(in)
+			_ = nc.(*net.TCPConn).CloseWrite()
+		}()
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("the front did not end the connection: %v", err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package beanstalk
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -148,4 +149,53 @@ func TestReserveManyClientsNoJobTwice(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestReserveSurvivesRedisRestart: while Redis is down, commands answer
+// INTERNAL_ERROR (and the connection goes on) and a waiting reserve keeps
+// trying, reporting the failure; when Redis is back, it gets the job put
+// then.
+func TestReserveSurvivesRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	var mu sync.Mutex
+	var logged []string
+	addr := startFront(t, rdb, testPrefix(t), Config{Poll: 50 * time.Millisecond, Logf: func(f string, a ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}})
+	waiter, other := dial(t, addr), dial(t, addr)
+	waiter.send("reserve-with-timeout 20\r\n")
+	srv.Stop()
+	if r := other.do("put 0 0 10 1\r\nx\r\n"); r != "INTERNAL_ERROR\r\n" {
+		t.Fatalf("put with Redis down: %q", r)
+	}
+	reported := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(strings.Join(logged, "\n"), "reserve (retrying)")
+	}
+	for wait := time.Now().Add(10 * time.Second); !reported(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("the waiting reserve's failures were not reported: %q", logged)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := other.do("put 0 0 10 1\r\ny\r\n")
+		if strings.HasPrefix(r, "INSERTED ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put after Redis came back: %q", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r, err := waiter.reply(); err != nil || !strings.HasPrefix(r, "RESERVED ") || !strings.HasSuffix(r, "\r\ny\r\n") {
+		t.Fatalf("the waiting reserve after Redis came back: %q, %v", r, err)
+	}
 }
