@@ -17,7 +17,9 @@ import (
 // TestGoBeanstalkClient: github.com/beanstalkd/go-beanstalk, unchanged,
 // through every kind of command it has.
 func TestGoBeanstalkClient(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Parallel()
 		addr := startFront(t, rdb, testPrefix(t), Config{})
 		c, err := gobeanstalk.Dial("tcp", addr)
 		if err != nil {
@@ -190,12 +192,14 @@ c.connect();
 
 // TestNodeClient: the npm client fivebeans, unchanged, against the front.
 func TestNodeClient(t *testing.T) {
+	t.Parallel()
 	dir := nodeClient(t)
 	script := filepath.Join(t.TempDir(), "client.js")
 	if err := os.WriteFile(script, []byte(nodeScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Parallel()
 		addr := startFront(t, rdb, testPrefix(t), Config{})
 		cmd := exec.Command("node", script, addr)
 		cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,17 +220,19 @@ func (s *Server) localTube(tube string) (tubeRef, bool) {
 	return *r, true
 }
 
-// localTubes returns the tubes this front's connections refer to.
+// localTubes returns "default" and, sorted, the other tubes this front's
+// connections refer to.
 func (s *Server) localTubes() []string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	names := []string{"default"}
+	var names []string
 	for t := range s.tubes {
 		if t != "default" {
 			names = append(names, t)
 		}
 	}
-	return names
+	s.mu.Unlock()
+	slices.Sort(names)
+	return append([]string{"default"}, names...)
 }
 
 // errClosed ends a connection's loop without an error to report.

@@ -60,7 +60,9 @@ func TestServeStopsCleanly(t *testing.T) {
 // other, a job held through one is not given by the other, and only the
 // holder's connection may delete it.
 func TestFrontsShareOneQueue(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Parallel()
 		p := testPrefix(t)
 		f1, f2 := startFront(t, rdb, p, Config{}), startFront(t, rdb, p, Config{})
 		a, b, c := dial(t, f1), dial(t, f2), dial(t, f2)
@@ -101,7 +103,9 @@ func TestFrontsShareOneQueue(t *testing.T) {
 // TestReserveManyClientsNoJobTwice: clients on three fronts reserve and
 // delete jobs put concurrently; every job is reserved exactly once.
 func TestReserveManyClientsNoJobTwice(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Parallel()
 		p := testPrefix(t)
 		fronts := []string{startFront(t, rdb, p, Config{}), startFront(t, rdb, p, Config{}), startFront(t, rdb, p, Config{})}
 		const jobs = 120
@@ -156,6 +160,7 @@ func TestReserveManyClientsNoJobTwice(t *testing.T) {
 // trying, reporting the failure; when Redis is back, it gets the job put
 // then.
 func TestReserveSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	var mu sync.Mutex
