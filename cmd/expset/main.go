@@ -9,6 +9,7 @@
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
 //	expset job [--redis URL] [--json] NAME ID
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
+//	expset beanstalkd [--redis URL] [--listen ADDR] [-z BYTES] [--prefix P]
 //	expset version
 //
 // Flags may come before or after the arguments ("--" ends them). Run "expset
@@ -141,9 +142,15 @@ func indentExamples(c *cobra.Command) {
 func usage(root *cobra.Command, w io.Writer) {
 	fmt.Fprintln(w, "expset: bounded pending sets on Redis: demo and operator tool")
 	fmt.Fprintln(w, "\nUsage: expset COMMAND [flags] [args]\n\nCommands:")
+	width := 0
 	for _, c := range root.Commands() {
 		if c.IsAvailableCommand() {
-			fmt.Fprintf(w, "  %-8s %s\n", c.Name(), c.Short)
+			width = max(width, len(c.Name()))
+		}
+	}
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			fmt.Fprintf(w, "  %-*s %s\n", width, c.Name(), c.Short)
 		}
 	}
 	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[user:password@]host:port[/db]")
