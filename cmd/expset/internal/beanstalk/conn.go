@@ -42,21 +42,10 @@ func (c *conn) serve(ctx context.Context) {
 	}
 }
 
-// close puts the jobs the connection holds back ready (beanstalkd does the
-// same when a client goes) and forgets the connection.
+// close forgets the connection and puts the jobs it holds back ready
+// (beanstalkd does the same when a client goes).
 func (c *conn) close(ctx context.Context) {
 	_ = c.nc.Close()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	now := time.Now()
-	for id, h := range c.held {
-		if now.After(h.deadline) {
-			continue
-		}
-		if _, err := c.s.store.Release(rctx, h.tube, id, c.token, 0, 0, false); err != nil {
-			c.s.cfg.Logf("beanstalkd: put job %d back when its client left (it comes back when its time to run ends): %v", id, err)
-		}
-	}
 	s := c.s
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -73,6 +62,17 @@ func (c *conn) close(ctx context.Context) {
 		s.workers--
 	}
 	s.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	now := time.Now()
+	for id, h := range c.held {
+		if now.After(h.deadline) {
+			continue
+		}
+		if _, err := s.store.Release(rctx, h.tube, id, c.token, 0, 0, false); err != nil {
+			s.cfg.Logf("beanstalkd: put job %d back when its client left (it comes back when its time to run ends): %v", id, err)
+		}
+	}
 }
 
 // fill reads more input, sending what is written first.
