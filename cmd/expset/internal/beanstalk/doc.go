@@ -12,7 +12,8 @@
 // jobs come back when their time to run ends.
 //
 // Job IDs come from one counter (INCR) with the map from job ID to tube in
-// a hash beside it; a put is two scripts (the ID, then the job on its tube),
+// a hash beside it; a put is one script on a single Redis server, and two on
+// a cluster (the ID on the counter's slot, then the job on its tube's),
 // a command by ID looks the tube up first (unless the connection holds the
 // job). A waiting reserve wakes on a pub/sub message naming the tube, or when
 // the tube next changes by itself (a delayed job due, a time to run ending),

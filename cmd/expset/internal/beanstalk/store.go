@@ -34,6 +34,7 @@ func script(name string, onTube bool) *redis.Script {
 var (
 	scriptNewID      = script("newid", false)
 	scriptPut        = script("put", true)
+	scriptPutOne     = script("put_one", true)
 	scriptReserve    = script("reserve", true)
 	scriptHead       = script("head", true)
 	scriptReserveJob = script("reserve_job", true)
@@ -106,8 +107,14 @@ func unpad(s string) (uint64, error) {
 }
 
 // Put stores a new job in tube and returns its ID. delay and ttr are in
-// seconds; ttr is at least 1.
+// seconds; ttr is at least 1. On one Redis server (a *redis.Client) it is one
+// script; otherwise two (the ID on the counter's slot, then the job on the
+// tube's), as a cluster needs.
 func (s *Store) Put(ctx context.Context, tube string, pri uint32, delay, ttr uint32, body []byte) (uint64, error) {
+	if _, one := s.rdb.(*redis.Client); one {
+		n, err := scriptPutOne.Run(ctx, s.rdb, append(s.tubeKeys(tube), s.idKeys()...), pri, delay, ttr, body, s.channel, tube).Int64()
+		return uint64(n), err
+	}
 	n, err := scriptNewID.Run(ctx, s.rdb, s.idKeys(), tube).Int64()
 	if err != nil {
 		return 0, err

@@ -9,15 +9,5 @@
 -- ARGV[6]  wake-up channel, ARGV[7] tube name (published there)
 --
 -- Reply: 1.
-local delay = tonumber(ARGV[3])
-if delay > 0 then
-  call('ZADD', KEYS[2], now + delay * 1000, ARGV[1])
-else
-  call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-end
-call('HSET', KEYS[5], ARGV[1], ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[3] .. ' ' ..
-  string.format('%.0f', now) .. ' 0 0 0 0 0')
-call('HSET', KEYS[6], ARGV[1], ARGV[5])
-call('HINCRBY', KEYS[8], 'total', 1)
-call('PUBLISH', ARGV[6], ARGV[7])
+store(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 return 1

@@ -127,6 +127,21 @@ local function take(id, token)
   return {1, id, m[2], call('HGET', KEYS[6], id)}
 end
 
+-- store stores a new job id (padded) with priority pri, delay and ttr
+-- (decimal strings) and body, ready or delayed, and wakes the reserves
+-- waiting on tube through channel.
+local function store(id, pri, delay, ttr, body, channel, tube)
+  if tonumber(delay) > 0 then
+    call('ZADD', KEYS[2], now + tonumber(delay) * 1000, id)
+  else
+    call('ZADD', KEYS[1], pri, id)
+  end
+  call('HSET', KEYS[5], id, pri .. ' ' .. ttr .. ' ' .. delay .. ' ' .. string.format('%.0f', now) .. ' 0 0 0 0 0')
+  call('HSET', KEYS[6], id, body)
+  call('HINCRBY', KEYS[8], 'total', 1)
+  call('PUBLISH', channel, tube)
+end
+
 -- makeready puts job id, with its fields m, in the ready queue.
 local function makeready(id, m)
   call('ZADD', KEYS[1], m[1], id)
