@@ -438,5 +438,14 @@ func TestDiffTimes(t *testing.T) {
 		do(0, "reserve-with-timeout 0\r\n"),
 		do(0, "reserve-with-timeout 3\r\n"),
 		do(0, "stats-job $1\r\n"),
+		// DEADLINE_SOON reaching a reserve that waits: a TTR of 2 s enters its
+		// last second while the holder waits for another job.
+		do(1, "use dl\r\n"),
+		do(1, "watch dl\r\n"),
+		do(1, "ignore default\r\n"),
+		do(1, "put 0 0 2 1\r\ne\r\n"),
+		do(1, "reserve\r\n"),
+		do(1, "reserve-with-timeout 5\r\n"),
+		do(1, "delete $2\r\n"),
 	})
 }
