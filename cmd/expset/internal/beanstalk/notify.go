@@ -3,6 +3,9 @@ package beanstalk
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // notifier wakes the reserves waiting on a tube when a change to it is
@@ -57,21 +60,59 @@ func (n *notifier) fire(tube string) {
 	n.mu.Unlock()
 }
 
-// listen relays the store's wake-up channel to n until ctx ends. go-redis
-// resubscribes after a lost connection by itself; what is published
-// meanwhile is caught by the waiting reserves' bounded poll.
-func (n *notifier) listen(ctx context.Context, s *Store) {
+// fireAll wakes every subscriber.
+func (n *notifier) fireAll() {
+	n.mu.Lock()
+	for _, m := range n.subs {
+		for ch := range m {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	n.mu.Unlock()
+}
+
+// listen relays the store's wake-up channel to n until ctx ends. When the
+// subscription fails it reports the error, keeps trying (go-redis
+// subscribes again on a new connection), and once it is back wakes every
+// waiting reserve, which looks again at what it may have missed; the
+// waiting reserves' bounded poll covers the time between.
+func (n *notifier) listen(ctx context.Context, s *Store, logf func(string, ...any)) {
 	ps := s.rdb.Subscribe(ctx, s.channel)
 	defer ps.Close()
-	msgs := ps.Channel()
+	// A blocked Receive does not see ctx end (go-redis reads without a
+	// deadline); closing the subscription ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	failing := false
+	backoff := 50 * time.Millisecond
 	for {
-		select {
-		case <-ctx.Done():
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
 			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
+		}
+		if err != nil {
+			if !failing {
+				logf("beanstalkd: wake-ups (pub/sub %s, retrying; reserves poll meanwhile): %v", s.channel, err)
 			}
+			failing = true
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		if failing {
+			logf("beanstalkd: wake-ups: subscribed again")
+			failing = false
+			backoff = 50 * time.Millisecond
+			n.fireAll()
+		}
+		if m, ok := msg.(*redis.Message); ok {
 			n.fire(m.Payload)
 		}
 	}

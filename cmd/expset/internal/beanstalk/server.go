@@ -86,7 +86,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.wake.listen(ctx, s.store) }()
+	go func() { defer wg.Done(); s.wake.listen(ctx, s.store, s.cfg.Logf) }()
 	go func() { defer wg.Done(); s.forgetLoop(ctx) }()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()

@@ -179,7 +179,8 @@ func TestReserveSurvivesRedisRestart(t *testing.T) {
 	reported := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return strings.Contains(strings.Join(logged, "\n"), "reserve (retrying)")
+		all := strings.Join(logged, "\n")
+		return strings.Contains(all, "reserve (retrying)") && strings.Contains(all, "wake-ups (pub/sub")
 	}
 	for wait := time.Now().Add(10 * time.Second); !reported(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(wait) {
