@@ -221,8 +221,9 @@ func TestConsumeHandlerContext(t *testing.T) {
 			t.Fatalf("attempts %v, want [1 2]", attempts)
 		}
 
-		// Lease lost: the event is claimed by another consumer under the
-		// handler (as when this one lost Redis past the lease TTL).
+		// Lease lost: another call of the event begins under the handler
+		// (as when this one lost Redis past the lease TTL): the thief
+		// claims it and its begin writes its own token.
 		expire(t, s, clk, 1)
 		inCall := make(chan Expiry, 1)
 		stop = consumeInBackground(t, s, "g", "c", func(hctx context.Context, e Expiry) error {
@@ -233,6 +234,9 @@ func TestConsumeHandlerContext(t *testing.T) {
 		}, WithLeaseTTL(60*time.Millisecond), WithPollInterval(5*time.Millisecond))
 		e := <-inCall
 		if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.events, Group: "g", Consumer: "thief", Messages: []string{e.ID}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.HSet(ctx, sk.att, e.ID+" g", "2 thief").Err(); err != nil {
 			t.Fatal(err)
 		}
 		if c := <-causes; !errors.Is(c, ErrLeaseLost) {

@@ -40,11 +40,18 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
-// isBeginCall reports whether cmd runs begin.lua in mode b (EVALSHA sha 2
-// stream att group consumer id "b" ...).
+// isBeginCall reports whether cmd runs a script that begins handler calls:
+// take.lua (read and begin) or begins.lua.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 8 && a[0] == "evalsha" && a[1] == scriptBegin.Hash() && a[8] == "b"
+	if len(a) < 2 || a[0] != "evalsha" {
+		return false
+	}
+	switch a[1] {
+	case scriptTake.Hash(), scriptTakeSlots.Hash(), scriptBegins.Hash(), scriptBeginsSlots.Hash():
+		return true
+	}
+	return false
 }
 
 // TestConsumeRetriedBeginCountsOnce: every script call that begins a
@@ -66,7 +73,7 @@ func TestConsumeRetriedBeginCountsOnce(t *testing.T) {
 			h := newHandledBy()
 			stop := consumeInBackground(t, retried, "g", "c", func(_ context.Context, e Expiry) error {
 				return h.call("c", e, nil)
-			}, WithMaxAttempts(maxAttempts), WithLeaseTTL(200*time.Millisecond), WithPollInterval(5*time.Millisecond))
+			}, WithMaxAttempts(maxAttempts), WithLeaseTTL(600*time.Millisecond), WithPollInterval(5*time.Millisecond))
 			waitFor(t, "every event handled or dead-lettered", func() bool { return drained(s) })
 			stop()
 			if lost.n.Load() == 0 {

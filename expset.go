@@ -26,28 +26,34 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Set is a named family of per-owner expiring sets. It holds no state of its
-// own besides its configuration: it is safe for simultaneous use by multiple
-// goroutines, and any number of processes may open the same name with the
-// same options. The zero value is not usable; create one with Open.
+// Set is a named family of per-owner expiring sets. What it stores is in
+// Redis; in memory it keeps its configuration and, for this process only,
+// what its Reserve calls share between calls (one wake-up subscription,
+// each consumer's place in the shards) and the retries its consumers
+// scheduled, so that a consumer of the group claims each when it is due.
+// It is safe for simultaneous use by multiple goroutines, and any number
+// of processes may open the same name with the same options. The zero
+// value is not usable; create one with Open.
 // A zero or nil *Set's methods fail with ErrInvalidArgument (those that return
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
-	rdb      redis.UniversalClient
-	name     string
-	shards   []shardKeys
-	clock    func() time.Time
-	events   bool
-	payloads bool
-	index    bool   // the due index is kept: events, or WithSweepIndex
-	flags    string // script flags fixed by the configuration: e, p, i
-	hooks    Hooks
-	groups   []string     // consumer groups declared with WithConsumerGroups
-	errLog   *errorLog    // the default report of errors the loops survive
-	waiting  waitRoom     // this process's waiters (Quota.AcquireWait)
-	reserves reservers    // this process's Reserve calls (reserve.go)
-	durable  durability   // WithDurability
-	pubsub   atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
+	rdb        redis.UniversalClient
+	name       string
+	shards     []shardKeys
+	clock      func() time.Time
+	events     bool
+	payloads   bool
+	index      bool   // the due index is kept: events, or WithSweepIndex
+	flags      string // script flags fixed by the configuration: e, p, i
+	hooks      Hooks
+	groups     []string     // consumer groups declared with WithConsumerGroups
+	errLog     *errorLog    // the default report of errors the loops survive
+	waiting    waitRoom     // this process's waiters (Quota.AcquireWait)
+	reserves   reservers    // this process's Reserve calls (reserve.go)
+	retryNotes retryBoard   // the retries this process schedules, for its consumers (retry.go)
+	finishes   ackCommit    // the acknowledgements of Reservation.Finish (settle.go)
+	durable    durability   // WithDurability
+	pubsub     atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it
 	// returns true for, as a lost notification would.
 	dropWake func(channel string) bool

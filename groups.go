@@ -248,3 +248,79 @@ func (s *Set) eventsOnly(what string) error {
 	}
 	return nil
 }
+
+// WithConsumerGroups declares the consumer groups that consume the set's
+// expiry events (the set needs WithExpiryEvents; names of 1 to
+// 256 bytes). Open creates each group on every shard's stream,
+// starting at the oldest event retained, so that events are kept for a group
+// from then on, even before its first Consume runs: an event leaves its
+// stream only once every group on it has handled or dead-lettered it. A
+// Consume that finds a shard's stream deleted makes it again with these
+// groups and its own. Groups not declared are created by their first
+// Consume, from the oldest event still retained then. Default: none; no
+// names declares none.
+func WithConsumerGroups(groups ...string) OpenOption {
+	return openOption(func(c *setConfig) error {
+		for _, g := range groups {
+			if g == "" || len(g) > maxConsumerLen {
+				return fmt.Errorf("%w: WithConsumerGroups: group %q must be 1 to %d bytes", ErrInvalidArgument, g, maxConsumerLen)
+			}
+		}
+		c.groups = append(c.groups, groups...)
+		return nil
+	})
+}
+
+// createGroups creates group and the set's declared groups on shard i's
+// stream (and the stream, when missing), starting at its oldest entry; a
+// group that exists is left as it is.
+func (s *Set) createGroups(ctx context.Context, i int, group string) error {
+	groups := s.groups
+	if group != "" {
+		groups = append([]string{group}, s.groups...)
+	}
+	key := s.shards[i].events
+	for _, g := range groups {
+		err := s.rdb.XGroupCreateMkStream(ctx, key, g, "0").Err()
+		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return fmt.Errorf("expset: create group %q on %s: %w", g, key, err)
+		}
+	}
+	return nil
+}
+
+// makeGroups creates the consumer's group and the declared groups on shard
+// i's stream (createGroups), unless a Reserve of the set made them there
+// already (the consumer is Reserve's).
+func (c *consumer) makeGroups(ctx context.Context, i int) error {
+	if c.reserving != nil && c.reserving.isGrouped(c.group, i) {
+		return nil
+	}
+	if err := c.set.createGroups(ctx, i, c.group); err != nil {
+		return err
+	}
+	if c.reserving != nil {
+		c.reserving.grouped(c.group, i, len(c.shards), true)
+	}
+	return nil
+}
+
+// declareGroups creates the declared groups on every shard's stream.
+func (s *Set) declareGroups(ctx context.Context) error {
+	if len(s.groups) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for _, sk := range s.shards {
+		for _, g := range s.groups {
+			pipe.XGroupCreateMkStream(ctx, sk.events, g, "0")
+		}
+	}
+	cmds, _ := pipe.Exec(ctx)
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return fmt.Errorf("expset: open %q: create consumer group: %w", s.name, err)
+		}
+	}
+	return nil
+}

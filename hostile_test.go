@@ -960,6 +960,7 @@ func hostileCases() []hostileCase {
 		)
 	}
 	cs = append(cs, hostileJobCases()...)
+	cs = append(cs, hostileScheduleCases()...)
 	return cs
 }
 
@@ -1050,7 +1051,7 @@ differ). ` + "`TestHostileInput`" + ` runs every row on miniredis, a real redis-
 a three-master cluster. A rejected call returns an error matching the sentinel
 shown (` + "`errors.Is`" + `) and changes nothing: the test compares a snapshot of the
 sets' keys before and after. An accepted call gives the result shown (times
-are offsets from the test's fixed clock). Owners and members are any 1 to 1024
+are offsets from the test's fixed clock); inputs split by / share a row. Owners and members are any 1 to 1024
 bytes. A nil ` + "`context.Context`" + ` is the caller's bug, as in the standard library.
 A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` fails every call that reaches Redis with
 ` + "`ErrInvalidArgument`" + `; ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` touch no Redis.
@@ -1087,18 +1088,66 @@ The package ` + "`idcodec`" + ` touches no set and has tests of its own for bad 
 		}
 		calls[l][i] += ", " + call
 	}
+	// Inputs whose calls and outcomes read the same share one row, at the
+	// first one's place.
+	type row struct {
+		inputs         []string
+		cells, outcome string
+	}
+	var rows []*row
+	byCells := map[[2]string]*row{}
 	for _, l := range lines {
-		if l.outcome != "ok" {
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(l.input), strings.Join(calls[l], ", "), l.outcome)
+		cells := strings.Join(calls[l], ", ")
+		if l.outcome == "ok" {
+			parts := make([]string, len(calls[l]))
+			for i, c := range calls[l] {
+				parts[i] = c + ": " + mdCell(results[l][i])
+			}
+			cells = strings.Join(parts, "; ")
+		}
+		k := [2]string{cells, l.outcome}
+		if r := byCells[k]; r != nil {
+			r.inputs = append(r.inputs, l.input)
 			continue
 		}
-		parts := make([]string, len(calls[l]))
-		for i, c := range calls[l] {
-			parts[i] = c + ": " + mdCell(results[l][i])
-		}
-		fmt.Fprintf(&b, "| %s | %s | ok |\n", mdCell(l.input), strings.Join(parts, "; "))
+		byCells[k] = &row{inputs: []string{l.input}, cells: cells, outcome: l.outcome}
+		rows = append(rows, byCells[k])
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(joinInputs(r.inputs)), r.cells, r.outcome)
 	}
 	return b.String()
+}
+
+// joinInputs writes the inputs of one row: "owner `a` / `b`, n 1" when
+// they differ only between a first word and a suffix after a comma that
+// they share, else in full, joined by " / ".
+func joinInputs(in []string) string {
+	if len(in) == 1 {
+		return in[0]
+	}
+	split := func(s string) (head, mid, tail string, ok bool) {
+		head, rest, ok := strings.Cut(s, " ")
+		if !ok || strings.ContainsAny(head, "`(\"") {
+			return "", "", "", false
+		}
+		mid, tail, _ = strings.Cut(rest, ", ")
+		return head, mid, tail, mid != ""
+	}
+	head, _, tail, ok := split(in[0])
+	mids := make([]string, len(in))
+	for i, s := range in {
+		h, m, tl, ok1 := split(s)
+		if !ok || !ok1 || h != head || tl != tail {
+			return strings.Join(in, " / ")
+		}
+		mids[i] = m
+	}
+	out := head + " " + strings.Join(mids, " / ")
+	if tail != "" {
+		out += ", " + tail
+	}
+	return out
 }
 
 func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

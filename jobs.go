@@ -2,10 +2,15 @@ package expset
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Jobs without owners (Set.Put) are members of owners the set makes for
@@ -47,6 +52,56 @@ func (s *Set) jobKeys(id string) (int, string, []string) {
 	return shard, owner, s.keysIn(shard, owner)
 }
 
+// receiptKey returns a key for the receipt of one job call in shard (see
+// lua/put.lua): the shard's receipt prefix, "#" (an eviction receipt's
+// name starts with a digit) and 96 random bits. The call's retries, sent by
+// the client with the same arguments, find it.
+func (s *Set) receiptKey(shard int) string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return s.shards[shard].receipt + "#" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// jobReceiptMillis is how long, in ms, the receipt of a job call lasts
+// (see receiptKey): the longest its client goes on sending a call
+// whose reply it lost again, (attempts) x (ReadTimeout + MaxRetryBackoff)
+// as the client's options say after their defaults, and at least
+// jobReceiptMin; a client of another kind gets jobReceiptMin. It is 0, and
+// the scripts write no receipt, for a *redis.Client or *redis.Ring that
+// never sends a call again (MaxRetries -1) on a set without WithDurability
+// (whose runWrites may).
+func (s *Set) jobReceiptMillis() int64 {
+	attempts := 1
+	var read, backoff time.Duration
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		o := c.Options()
+		attempts, read, backoff = o.MaxRetries+1, o.ReadTimeout, o.MaxRetryBackoff
+	case *redis.Ring:
+		o := c.Options()
+		attempts, read, backoff = o.MaxRetries+1, o.ReadTimeout, o.MaxRetryBackoff
+	case *redis.ClusterClient:
+		// Each of its redirects and retries on a timeout runs the node
+		// client's retries.
+		o := c.Options()
+		attempts, read, backoff = (o.MaxRedirects+1)*(o.MaxRetries+1), o.ReadTimeout, o.MaxRetryBackoff
+		attempts = max(attempts, 2)
+	default:
+		return jobReceiptMin.Milliseconds()
+	}
+	if attempts <= 1 && !s.durable.on() {
+		return 0
+	}
+	span := time.Duration(max(attempts, 1)) * (max(read, 0) + max(backoff, 0))
+	return max(span, jobReceiptMin).Milliseconds()
+}
+
+// jobReceiptMin is the shortest a job call's receipt lasts: past the
+// client's own retries (24s with go-redis's defaults on one server), a
+// receipt is only memory.
+const jobReceiptMin = 10 * time.Second
+
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return strings.HasPrefix(owner, jobOwnerPrefix) }
 
@@ -79,8 +134,12 @@ func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, er
 // needs WithPayloadStorage). The set needs WithExpiryEvents.
 //
 // Put is one round trip: one script that costs O(log n) in the jobs of its
-// bucket (see docs/jobs.md), plus what Add costs for expired members found
-// on the way. It waits for WithDurability's acknowledgements as Add does.
+// bucket (see docs/jobs.md). It waits for WithDurability's
+// acknowledgements as Add does. A Put its client sends again after losing
+// the reply (go-redis retries a call after a read timeout, and the server
+// may have run both) reports what its first run did, by a receipt the call
+// leaves on the server for twice its client's retries (see
+// jobReceiptMillis); so do Reschedule and Cancel.
 func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...AddOption) (time.Time, bool, error) {
 	ms, err := s.checkJob(id, delay, true)
 	if err != nil {
@@ -91,31 +150,44 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 		return time.Time{}, false, err
 	}
 	shard, owner, keys := s.jobKeys(id)
-	args := []any{ms, id, s.flags + "n", s.now(), owner}
+	sk := &s.shards[shard]
+	keys = []string{keys[0], sk.due, s.receiptKey(shard)}
+	args := s.jobArgs(ms, id, "n")
 	if c.hasPayload {
-		args[2] = s.flags + "nP"
-		args = append(args, c.payload)
+		keys = append(keys, sk.payload+owner)
+		if len(args) == 4 {
+			args = append(args, c.payload)
+		} else {
+			args[4] = c.payload
+		}
 	}
-	v, durable, err := s.runWrite(ctx, "put", shard, scriptAdd, keys, args, true, func(v any) bool {
-		xs, _ := v.([]any)
-		return len(xs) == 2 && xs[1] == int64(1)
+	v, durable, err := s.runWrite(ctx, "put", shard, scriptPut, keys, args, true, func(v any) bool {
+		n, _ := v.(int64)
+		return n&1 == 1
 	})
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 2 {
-		return time.Time{}, false, unexpected("add.lua", v)
+	n, ok := v.(int64)
+	if !ok {
+		return time.Time{}, false, unexpected("put.lua", v)
 	}
-	d, ok1 := asInt64(xs[0])
-	put, ok2 := asInt64(xs[1])
-	if !ok1 || !ok2 {
-		return time.Time{}, false, unexpected("add.lua", v)
-	}
-	if put == 1 && s.durable.on() && !durable {
+	d, put := n>>1, n&1 == 1 // 2 x deadline + 1 when put (lua/put.lua)
+	if put && s.durable.on() && !durable {
 		return msTime(d), true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
 	}
-	return msTime(d), put == 1, nil
+	return msTime(d), put, nil
+}
+
+// jobArgs returns put.lua's arguments for a call in mode ("n" or "x") on
+// job id, due after ms: with WithClock, ARGV[5] (a payload's place,
+// empty) and now as ARGV[6].
+func (s *Set) jobArgs(ms int64, id, mode string) []any {
+	args := []any{ms, id, s.jobReceiptMillis(), mode}
+	if s.clock != nil {
+		args = append(args, "", s.now())
+	}
+	return args
 }
 
 // Reschedule makes the waiting job id due after delay instead (earlier or
@@ -129,8 +201,10 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	if err != nil {
 		return time.Time{}, err
 	}
-	shard, owner, keys := s.jobKeys(id)
-	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptAdd, keys, []any{ms, id, s.flags + "x", s.now(), owner}, true, func(v any) bool { return v != nil })
+	shard, _, keys := s.jobKeys(id)
+	keys = []string{keys[0], s.shards[shard].due, s.receiptKey(shard)}
+	args := s.jobArgs(ms, id, "x")
+	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptPut, keys, args, true, func(v any) bool { return v != nil })
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -139,7 +213,7 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	}
 	d, ok := asInt64(v)
 	if !ok {
-		return time.Time{}, unexpected("add.lua", v)
+		return time.Time{}, unexpected("put.lua", v)
 	}
 	if s.durable.on() && !durable {
 		return msTime(d), fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
@@ -157,19 +231,34 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 // newest put of the ID is cancelled.
 //
 // A waiting job costs one round trip: one script, O(log n) in the jobs of
-// its bucket. Any other looks through its shard's event stream, newest
-// first, in one round trip per 1,000 entries it passes (the stream holds
-// the events some group has not finished), as Job does.
+// its bucket. Any other costs one more, and looks through its shard's
+// event stream, newest first, in one round trip per 1,000 entries it
+// passes (the stream holds the events some group has not finished), as
+// Job does.
 func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return false, err
 	}
 	shard, owner, keys := s.jobKeys(id)
 	sk := &s.shards[shard]
-	keys = []string{keys[0], sk.due, sk.events, sk.payload + owner, sk.att}
-	where := ""
+	receipt, ms := s.receiptKey(shard), s.jobReceiptMillis()
+	keys = []string{keys[0], sk.due, receipt}
+	if s.payloads {
+		keys = append(keys, sk.payload+owner)
+	}
+	v, err := s.run(ctx, "cancel", shard, scriptCancelWaiting, keys, id, ms)
+	if err != nil {
+		return false, err
+	}
+	if kind, ok := v.(int64); !ok || kind < 0 || kind > 2 {
+		return false, unexpected("cancel_waiting.lua", v)
+	} else if kind > 0 {
+		return true, nil
+	}
+	keys = []string{sk.events, sk.att, receipt}
+	where := "+"
 	for {
-		v, err := s.run(ctx, "cancel", shard, scriptCancel, keys, id, owner, s.flags, where, jobScanCount)
+		v, err := s.run(ctx, "cancel", shard, scriptCancel, keys, id, owner, where, jobScanCount, ms)
 		if err != nil {
 			return false, err
 		}

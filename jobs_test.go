@@ -114,8 +114,8 @@ func TestJobRescheduleAndCancel(t *testing.T) {
 		// The due index holds each bucket at or before its earliest job.
 		_, owner, keys := s.jobKeys("earlier")
 		shard, _, _ := s.jobKeys("earlier")
-		if sc := b.rdb.ZScore(ctx, s.shards[shard].due, owner).Val(); sc > float64(t0.Add(time.Second).UnixMilli()) {
-			t.Fatalf("due index %s: %s at %v, after the job's new due time", s.shards[shard].due, keys[0], sc)
+		if sc, err := b.rdb.ZScore(ctx, s.shards[shard].due, owner).Result(); err != nil || sc > float64(t0.Add(time.Second).UnixMilli()) {
+			t.Fatalf("due index %s: %s at %v (%v), after the job's new due time", s.shards[shard].due, keys[0], sc, err)
 		}
 		w := newSweeper(t, s)
 		clk.Advance(time.Second)

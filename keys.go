@@ -29,12 +29,16 @@ const (
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
 //	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
+//	expset:{orders:S}:take      hash    "<group>\x00<consumer>" -> the receipt of its last read (lua/take.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
 //	                                    n is len(owner) in decimal
+//	expset:{orders:S}:r:#<token> string a job call's receipt (jobs.go)
 //	expset:{orders:S}:o:\x00job:<b> zset  the jobs of bucket b (Set.Put; jobs.go)
 //	expset:{orders:S}:p:\x00job:<b> hash  their payloads
+//	expset:{orders:S}:o:\x00job:sched zset the shard's schedules: ID -> next tick (Set.PutSchedule; schedules.go)
+//	expset:{orders:S}:sched     hash    their records (lua/schedule.lua)
 //	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
 //	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
 //	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
@@ -58,7 +62,9 @@ type shardKeys struct {
 	att     string
 	run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
 	runo    string // their owners and counts: hash
+	take    string // the receipts of the consumers' last reads: hash, see lua/take.lua
 	trimmed string
+	sched   string // the schedules' records: hash, see lua/schedule.lua
 	line    string // prefix of wait lines: expset:{name:S}:w:
 	leases  string // prefix of ticket leases: expset:{name:S}:wl:
 	wake    string // the shard's wake-up channel
@@ -79,7 +85,9 @@ func newShardKeys(name string, shard int) shardKeys {
 		att:     tag + "att",
 		run:     tag + "run",
 		runo:    tag + "runo",
+		take:    tag + "take",
 		trimmed: tag + "trimmed",
+		sched:   tag + "sched",
 		line:    tag + "w:",
 		leases:  tag + "wl:",
 		wake:    tag + "wake",
@@ -94,7 +102,7 @@ func newShardKeys(name string, shard int) shardKeys {
 // called "name:S", which is not. A key added to shardKeys belongs here too.
 func (k *shardKeys) owns(key string) bool {
 	switch key {
-	case k.due, k.events, k.dead, k.att, k.run, k.runo, k.trimmed, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
+	case k.due, k.events, k.dead, k.att, k.run, k.runo, k.take, k.trimmed, k.sched, k.wake, k.dueWake, k.evWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.owner) || strings.HasPrefix(key, k.payload) || strings.HasPrefix(key, k.receipt) ||
@@ -140,7 +148,7 @@ func validateOwner(owner string) error {
 		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidArgument, len(owner), maxOwnerLen)
 	}
 	if strings.HasPrefix(owner, jobOwnerPrefix) {
-		return fmt.Errorf("%w: owner %q begins with %q, kept for the jobs of Set.Put: use another owner", ErrInvalidArgument, owner, jobOwnerPrefix)
+		return fmt.Errorf("%w: owner %q begins with %q, kept for the jobs of Set.Put and the schedules of Set.PutSchedule: use another owner", ErrInvalidArgument, owner, jobOwnerPrefix)
 	}
 	return nil
 }

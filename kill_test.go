@@ -63,6 +63,7 @@ const killWait = 60 * time.Second
 //   - failer: see helperFailer.
 //   - pool: see helperPool.
 //   - reserver: see helperReserver.
+//   - ticker: see helperTicker.
 //   - worker: Consume as consumer EXPSET_HELPER_NAME of group
 //     EXPSET_HELPER_GROUP (WithMaxAttempts(2)) until SIGTERM, which shuts it
 //     down gracefully; its handler takes 5ms and prints "call <shard> <ID>
@@ -134,6 +135,8 @@ func helperMain(role string) error {
 		return helperPool(s, say)
 	case "reserver":
 		return helperReserver(s, say)
+	case "ticker":
+		return helperTicker(s, say)
 	case "consumer":
 		vis, err := time.ParseDuration(os.Getenv(helperVis))
 		if err != nil {

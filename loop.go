@@ -27,7 +27,7 @@ import (
 // processes that failed together do not retry together.
 const (
 	retryMin = 100 * time.Millisecond
-	retryMax = 5 * time.Second
+	retryMax = time.Second
 )
 
 // errorLogEvery is how often, at most, the default error report (no

@@ -132,8 +132,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 	var ps *redis.PubSub
 	for {
 		var err error
-		ps, err = p.open(ctx, s, sub.channels)
-		if err == nil {
+		if ps, err = p.open(ctx, s, sub.channels); err == nil {
 			break
 		}
 		if !sub.retry || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
@@ -154,11 +153,12 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
-	if !p.isReady() {
-		close(p.ready)
-	}
+	// Said before ready, so that what follows ready sees it.
 	if sub.retry && sub.resubscribed != nil {
 		sub.resubscribed()
+	}
+	if !p.isReady() {
+		close(p.ready)
 	}
 	backoff = 10 * time.Millisecond
 	quiet := sub.quiet
@@ -357,6 +357,15 @@ func (w *wakeups) wake(shards []int, d int64) {
 		}
 	}
 	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// poke signals the loop without recording a shard: something other than a
+// wake-up asks it for a round (a retry was scheduled, a call finished).
+func (w *wakeups) poke() {
 	select {
 	case w.signal <- struct{}{}:
 	default:

@@ -41,8 +41,21 @@ type SweeperOption interface{ applySweeper(*sweeperConfig) error }
 
 // ConsumeOption configures Set.Consume: WithLeaseTTL, WithPollInterval,
 // WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime,
-// WithConcurrency.
+// WithConcurrency, WithOwnerConcurrency, WithShutdownTimeout.
 type ConsumeOption interface{ applyConsume(*consumeConfig) error }
+
+// ReserveOption configures Set.Reserve: WithLeaseTTL, WithPollInterval,
+// WithMaxAttempts, WithRetryBackoff. The options that shape Consume's
+// handler calls (WithReadBatch, WithConcurrency, ...) are not
+// ReserveOptions: Reserve's caller makes the calls.
+type ReserveOption interface{ applyReserve(*consumeConfig) error }
+
+// DeliveryOption configures both fronts on the set's events, Set.Consume
+// and Set.Reserve: WithMaxAttempts, WithRetryBackoff.
+type DeliveryOption interface {
+	ConsumeOption
+	ReserveOption
+}
 
 // AddOption configures one Set.Add: WithPayload.
 type AddOption interface{ applyAdd(*callConfig) error }
@@ -51,42 +64,48 @@ type AddOption interface{ applyAdd(*callConfig) error }
 // of Quota.AcquireMany: WithPayload, WithLimit.
 type AcquireOption interface{ applyAcquire(*callConfig) error }
 
-// LoopOption configures both background loops, NewSweeper's and
-// Set.Consume's: WithLeaseTTL, WithPollInterval.
+// LoopOption configures the background loops, NewSweeper's and
+// Set.Consume's, and Set.Reserve: WithLeaseTTL, WithPollInterval.
 type LoopOption interface {
 	SweeperOption
 	ConsumeOption
+	ReserveOption
 }
 
-// WriteOption configures both writes, Set.Add and Quota.Acquire:
-// WithPayload.
+// WriteOption configures the writes that carry a payload, Set.Add,
+// Quota.Acquire and Set.PutSchedule: WithPayload.
 type WriteOption interface {
 	AddOption
 	AcquireOption
+	ScheduleOption
 }
 
 type (
-	openOption    func(*setConfig) error
-	quotaOption   func(*Quota) error
-	sweeperOption func(*sweeperConfig) error
-	consumeOption func(*consumeConfig) error
-	acquireOption func(*callConfig) error
-	writeOption   func(*callConfig) error
-	loopOption    struct {
+	openOption     func(*setConfig) error
+	quotaOption    func(*Quota) error
+	sweeperOption  func(*sweeperConfig) error
+	consumeOption  func(*consumeConfig) error
+	deliveryOption func(*consumeConfig) error
+	acquireOption  func(*callConfig) error
+	writeOption    func(*callConfig) error
+	loopOption     struct {
 		sweeper func(*sweeperConfig) error
 		consume func(*consumeConfig) error
 	}
 )
 
-func (f openOption) applyOpen(c *setConfig) error           { return f(c) }
-func (f quotaOption) applyQuota(q *Quota) error             { return f(q) }
-func (f sweeperOption) applySweeper(c *sweeperConfig) error { return f(c) }
-func (f consumeOption) applyConsume(c *consumeConfig) error { return f(c) }
-func (f acquireOption) applyAcquire(c *callConfig) error    { return f(c) }
-func (f writeOption) applyAdd(c *callConfig) error          { return f(c) }
-func (f writeOption) applyAcquire(c *callConfig) error      { return f(c) }
-func (o loopOption) applySweeper(c *sweeperConfig) error    { return o.sweeper(c) }
-func (o loopOption) applyConsume(c *consumeConfig) error    { return o.consume(c) }
+func (f openOption) applyOpen(c *setConfig) error            { return f(c) }
+func (f quotaOption) applyQuota(q *Quota) error              { return f(q) }
+func (f sweeperOption) applySweeper(c *sweeperConfig) error  { return f(c) }
+func (f consumeOption) applyConsume(c *consumeConfig) error  { return f(c) }
+func (f acquireOption) applyAcquire(c *callConfig) error     { return f(c) }
+func (f writeOption) applyAdd(c *callConfig) error           { return f(c) }
+func (f writeOption) applyAcquire(c *callConfig) error       { return f(c) }
+func (o loopOption) applySweeper(c *sweeperConfig) error     { return o.sweeper(c) }
+func (o loopOption) applyConsume(c *consumeConfig) error     { return o.consume(c) }
+func (o loopOption) applyReserve(c *consumeConfig) error     { return o.consume(c) }
+func (f deliveryOption) applyConsume(c *consumeConfig) error { return f(c) }
+func (f deliveryOption) applyReserve(c *consumeConfig) error { return f(c) }
 
 // applyOptions applies opts to c in order with apply (an option type's
 // method, as OpenOption.applyOpen), skipping nil options, and returns the
@@ -267,9 +286,11 @@ type callConfig struct {
 }
 
 // WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at
-// most 1 MiB; the set needs WithPayloadStorage). A nil or empty p stores an
-// empty payload, which Set.Payload reads back as empty, not nil. An upsert
-// without WithPayload (the default) keeps any payload the member already has.
+// most 1 MiB; the set needs WithPayloadStorage), or with the schedule of
+// one Set.PutSchedule (which needs no WithPayloadStorage). A nil or empty p
+// stores an empty payload, which Set.Payload reads back as empty, not nil.
+// An upsert without WithPayload (the default) keeps any payload the member
+// already has.
 func WithPayload(p []byte) WriteOption {
 	return writeOption(func(c *callConfig) error {
 		c.payload, c.hasPayload = p, true
@@ -343,7 +364,7 @@ func WithLeaseTTL(d time.Duration) LoopOption {
 			return inRange("WithLeaseTTL", d, 30*time.Millisecond, time.Hour)
 		},
 		consume: func(c *consumeConfig) error {
-			c.visibility = d
+			c.leaseTTL = d
 			return inRange("WithLeaseTTL", d, time.Millisecond, 24*time.Hour)
 		},
 	}

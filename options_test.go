@@ -166,6 +166,8 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 			"_ = s.Consume(ctx, \"g\", \"c\", nil, expset.WithLeaseTTL(time.Second), expset.WithReadBatch(5))"},
 		{"var _ expset.WriteOption = expset.WithLeaseTTL(time.Second)",
 			"var _ expset.AddOption = expset.WithPayload(nil)"},
+		{"_, _ = s.Add(ctx, \"o\", \"m\", time.Minute, expset.WithCatchUp(0))",
+			"_, _ = s.PutSchedule(ctx, \"id\", \"@every 1m\", expset.WithCatchUp(0), expset.WithPayload(nil))"},
 	} {
 		err := check(c.wrong)
 		if err == nil || !strings.Contains(err.Error(), "cannot use") {

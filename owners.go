@@ -148,13 +148,30 @@ func (c *consumer) unpark(now time.Time, budget int) []delivery {
 	return out
 }
 
-// unique drops from ds the events set aside (a claim took one again once
-// it had waited a lease TTL: its turn comes from the events set aside) and
-// all but the first of each event, so that no event is begun twice at once.
-func (c *consumer) unique(ds []delivery) []delivery {
+// unique drops from ds[from:] (claimed) the events this consumer holds
+// already: set aside or read ahead (a claim took one again once it had
+// waited a lease TTL unbegun: its turn comes from where it waits), or
+// running (its lease lapsed while a renewal was late: the call goes on,
+// and its next renewal takes the lease back), and all but the first of
+// each event, so that this consumer never begins an event twice at once.
+func (c *consumer) unique(ds []delivery, from int) []delivery {
+	if len(ds) == from {
+		return ds
+	}
 	seen := make(map[string]bool, len(ds))
-	out := ds[:0]
-	for _, d := range ds {
+	for _, d := range ds[:from] {
+		seen[parkKey(d)] = true
+	}
+	for _, d := range c.ahead {
+		seen[parkKey(d)] = true
+	}
+	if c.pool != nil {
+		// Never a second call of an event this consumer runs, or has
+		// handled and not yet acknowledged.
+		c.pool.leases.running(seen)
+	}
+	out := ds[:from]
+	for _, d := range ds[from:] {
 		k := parkKey(d)
 		if seen[k] || c.parked.ids[k] {
 			continue
@@ -162,6 +179,17 @@ func (c *consumer) unique(ds []delivery) []delivery {
 		seen[k] = true
 		out = append(out, d)
 	}
+	return out
+}
+
+// takeAhead takes up to n of the events read ahead, oldest first.
+func (c *consumer) takeAhead(n int) []delivery {
+	n = min(n, len(c.ahead))
+	if n <= 0 {
+		return nil
+	}
+	out := c.ahead[:n:n]
+	c.ahead = c.ahead[n:]
 	return out
 }
 
@@ -186,13 +214,14 @@ func (c *consumer) slotFreed() {
 	}
 }
 
-// releaseParked releases every event set aside, uncharged (Consume stops).
+// releaseParked releases every event set aside or read ahead, uncharged
+// (Consume stops).
 func (c *consumer) releaseParked(ctx context.Context) {
-	var ds []delivery
+	ds := c.ahead
 	for _, q := range c.parked.byOwner {
 		ds = append(ds, q...)
 	}
-	c.parked = parking{}
+	c.parked, c.ahead = parking{}, nil
 	if len(ds) > 0 {
 		c.release(ctx, ds, nil)
 	}

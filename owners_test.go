@@ -358,7 +358,10 @@ func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
 		w := s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
 		defer w.close()
-		waitFor(t, "the wake-ups subscribed", func() bool { return w.freed.Swap(false) })
+		for _, p := range w.subs {
+			<-p.ready // each says, before, that a wake-up may have been lost
+		}
+		w.freed.Store(false)
 		w.take()
 		expireOwned(t, s, clk, []string{"a"}, 1)
 		waitFor(t, "the sweep's wake-up", func() bool { return len(w.take()) > 0 })
@@ -384,7 +387,8 @@ func TestOwnerUniqueDeliveries(t *testing.T) {
 	if !c.park(delivery{shard: 0, id: "1-0"}, "a", false) {
 		t.Fatal("park refused")
 	}
-	got := c.unique([]delivery{{shard: 1, id: "1-0"}, {shard: 0, id: "1-0"}, {shard: 0, id: "2-0"}, {shard: 1, id: "1-0"}})
+	c.ahead = []delivery{{shard: 2, id: "1-0"}}
+	got := c.unique([]delivery{{shard: 1, id: "1-0"}, {shard: 0, id: "1-0"}, {shard: 0, id: "2-0"}, {shard: 1, id: "1-0"}, {shard: 2, id: "1-0"}}, 0)
 	var keys []string
 	for _, d := range got {
 		keys = append(keys, parkKey(d))

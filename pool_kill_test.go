@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,10 +38,16 @@ func helperPool(s *Set, say func(string, ...any)) error {
 		}
 		opts = append(opts, WithOwnerConcurrency(n))
 	}
-	return s.Consume(context.Background(), "g", "pooled", func(_ context.Context, e Expiry) error {
-		say("call %d %s %d", e.Shard, e.ID, e.Attempt)
+	// SIGTERM stops it as a service stops: Consume returns once its calls
+	// have; SIGKILL kills it mid-call.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return s.Consume(ctx, "g", "pooled", func(_ context.Context, e Expiry) error {
+		// call and ok carry the owner and when the call began and ended
+		// (Unix ns), for the samplers of calls at once.
+		say("call %d %s %d %s %d", e.Shard, e.ID, e.Attempt, e.Owner, time.Now().UnixNano())
 		time.Sleep(time.Duration(10+len(e.Owner)*e.Shard%7*5) * time.Millisecond) // 10-40ms: the calls do not end together
-		say("ok %d %s %d", e.Shard, e.ID, e.Attempt)
+		say("ok %d %s %d %s %d", e.Shard, e.ID, e.Attempt, e.Owner, time.Now().UnixNano())
 		return nil
 	}, opts...)
 }

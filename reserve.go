@@ -18,8 +18,9 @@ type Reservation struct {
 	mu    sync.Mutex
 	c     *consumer // the consumer that holds it: Reserve's, whose next call may run meanwhile
 	d     delivery
-	token string // the attempt's call token (begin.lua)
+	token string // the attempt's call token: its lease is the token's
 	done  bool   // Finish went through
+	lost  error  // the lease was found lost (ErrLeaseLost)
 }
 
 // Reserve returns one expiry event of the set's, leased to consumer
@@ -41,10 +42,9 @@ type Reservation struct {
 // may reserve many events; the name must not be a running Consume's.
 //
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff (they apply to
-// the reservation's Finish) and WithPollInterval; WithReadBatch,
-// WithMaxHandlingTime, WithConcurrency and WithOwnerConcurrency are refused with
-// ErrInvalidArgument, as are a bad group, consumer or option, or a set
-// without expiry events.
+// the reservation's Finish) and WithPollInterval. A bad group, consumer or
+// option, or a set without expiry events, is refused with
+// ErrInvalidArgument.
 //
 // Cost: a Set's Reserve calls in one process share one subscription to
 // the shards' wake-ups (one connection, one per shard on Redis Cluster),
@@ -64,8 +64,13 @@ type Reservation struct {
 // subscriptions' PINGs, and a claim scan while the group has events
 // pending. Redis failures are reported to Hooks.OnError and retried with
 // backoff until ctx ends.
-func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ConsumeOption) (*Reservation, error) {
-	c, err := s.newConsumer(group, consumerName, nil, opts, true)
+func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ReserveOption) (*Reservation, error) {
+	cfg := defaultConsumeConfig()
+	cfg.batch = 1 // one event a read, so that none waits unhandled
+	if err := applyOptions(opts, &cfg, ReserveOption.applyReserve); err != nil {
+		return nil, err
+	}
+	c, err := s.newConsumer(group, consumerName, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +115,9 @@ const reserveLinger = 100 * time.Millisecond
 // The zero value is ready to use.
 type reservers struct {
 	mu    sync.Mutex
+	set   *Set                       // the Set whose Reserve calls these are
 	made  map[string][]bool          // group -> the shards where it was made
-	idle  map[[2]string]*consumer    // by group and name: consumers no call uses
+	idle  map[[2]string][]*consumer  // by group and name: consumers no call uses (at most maxIdleReservers each)
 	wakes map[*wakeups]bool          // those of every consumer idle or in a call
 	subs  []*subscription            // the wake-up subscriptions (nil: stopped)
 	calls int                        // Reserve calls running
@@ -120,50 +126,59 @@ type reservers struct {
 	timer *time.Timer                // stops what is unused (expire)
 }
 
-// enter starts a Reserve call of c and returns the consumer it uses: the
-// one the last call of c's group and name left, when it has c's options,
-// else c.
+// maxIdleReservers is the most consumers of one group and name a Set keeps
+// between Reserve calls: as many as there are calls of them at once, up to
+// this.
+const maxIdleReservers = 64
+
+// enter starts a Reserve call of c and returns the consumer it uses: one
+// that an earlier call of c's group and name left, when it has c's options
+// (so that calls at once each go on from where one left off), else c.
 func (r *reservers) enter(s *Set, c *consumer) *consumer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
+	r.set = s
 	if r.subs == nil {
-		r.idle = map[[2]string]*consumer{}
+		r.idle = map[[2]string][]*consumer{}
 		r.wakes = map[*wakeups]bool{}
 		r.held = map[*Reservation]time.Time{}
 		r.subs = s.subscribeWakes("subscribe", func(k *shardKeys) string { return k.evWake }, r.wake)
 	}
 	k := [2]string{c.group, c.name}
-	if old := r.idle[k]; old != nil {
-		delete(r.idle, k)
+	if olds := r.idle[k]; len(olds) > 0 {
+		old := olds[len(olds)-1]
+		r.idle[k] = olds[:len(olds)-1]
 		if old.cfg == c.cfg {
 			return old
 		}
 		delete(r.wakes, old.wk)
+		s.retryNotes.leave(old)
 	}
 	c.reserving = r
 	c.wk = newWakeups()
 	r.wakes[c.wk] = true
+	s.retryNotes.join(c)
 	return c
 }
 
 // exit ends a Reserve call of c that returned res (nil: none). c waits for
-// the next call of its group and name, unless another call's consumer
-// does already.
+// a next call of its group and name, unless maxIdleReservers do already.
 func (r *reservers) exit(c *consumer, res *Reservation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls--
 	k := [2]string{c.group, c.name}
-	if r.idle[k] == nil {
-		r.idle[k] = c
+	if len(r.idle[k]) < maxIdleReservers {
+		r.idle[k] = append(r.idle[k], c)
 	} else {
 		delete(r.wakes, c.wk)
+		r.set.retryNotes.leave(c)
 	}
 	now := time.Now()
 	r.lapse(now)
 	if res != nil {
-		r.held[res] = now.Add(c.cfg.visibility)
+		r.held[res] = now.Add(c.cfg.leaseTTL)
 	}
 	r.used()
 }
@@ -233,6 +248,11 @@ func (r *reservers) expire() {
 		r.mu.Unlock()
 		return
 	}
+	for _, cs := range r.idle {
+		for _, c := range cs {
+			r.set.retryNotes.leave(c)
+		}
+	}
 	subs := r.subs
 	r.subs, r.idle, r.wakes, r.held = nil, nil, nil, nil
 	r.mu.Unlock()
@@ -278,30 +298,30 @@ func (r *reservers) grouped(group string, i, n int, ok bool) {
 }
 
 // reserveRound is one round of Reserve: like Consume's, it claims what is
-// due and reads the shards woken, busy or due a safety poll, but takes one
-// event at most, and begins its attempt instead of a handler call.
+// due and reads the shards woken, busy or due a safety poll, but begins one
+// event at most, whose attempt it hands to the caller.
 func (c *consumer) reserveRound(ctx context.Context) *Reservation {
 	_ = c.flushAcks(ctx) // left over from a failure: before anything else
-	todo, read, visit := c.survey(ctx, time.Now(), 1)
-	todo = append(todo, c.read(ctx, read, visit, 1-len(todo))...)
-	for k, d := range todo {
-		if ctx.Err() != nil {
-			c.release(ctx, todo[k:], nil)
-			return nil
-		}
-		e, _, token, err := c.start(ctx, d)
-		if err != nil {
-			if !errors.Is(err, errAcksPending) { // else reported
-				c.fail(ctx, d.shard, err)
-			}
-			continue
-		}
-		if e.Attempt > 0 {
-			c.release(ctx, todo[k+1:], nil)
-			return &Reservation{Expiry: e, c: c, d: d, token: token}
+	claimed, read, visit := c.survey(ctx, time.Now(), 1)
+	// The safety poll: a plain read and the pending count.
+	claimed = append(claimed, c.read(ctx, nil, visit, max(1-len(claimed), 0))...)
+	begun := c.beginAll(ctx, claimed)
+	if len(begun) == 0 {
+		var rest []delivery
+		begun, rest = c.take(ctx, read, 1)
+		c.beginAll(ctx, rest) // settles what is not for the group or not an event
+	} else {
+		for _, i := range read {
+			c.shards[i].busy = true // read them at the next call
 		}
 	}
-	return nil
+	_ = c.flushAcks(ctx)
+	if len(begun) == 0 {
+		return nil
+	}
+	c.giveBack(ctx, begun[1:]) // none: one event at most
+	tc := begun[0]
+	return &Reservation{Expiry: tc.e, c: c, d: tc.d, token: tc.token}
 }
 
 // errReservation is the error of a Reservation misused.
@@ -309,14 +329,17 @@ func errReservation(what string) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, what)
 }
 
-// check returns an error for a nil or zero Reservation, or one finished.
-// r.mu is held, but for a nil r.
+// check returns an error for a zero Reservation, one finished, or one
+// whose lease was found lost. r.mu is held.
 func (r *Reservation) check(op string) error {
 	if r.c == nil {
 		return errReservation(op + " of a zero Reservation: use one Reserve returned")
 	}
 	if r.done {
 		return errReservation(op + " of a Reservation already finished: Finish once, and Touch only before")
+	}
+	if r.lost != nil {
+		return r.lost
 	}
 	return nil
 }
@@ -326,11 +349,13 @@ func (r *Reservation) check(op string) error {
 // delivers it again after d; Bury(err) dead-letters it at once; any other
 // error is a failed attempt, delivered again after WithRetryBackoff's delay
 // or dead-lettered when it was the last attempt (WithMaxAttempts). It costs
-// one round trip and runs even when ctx has just ended (for at most 5s). A
-// reservation whose lease lapsed and went to another consumer is left to
-// that consumer by a failure; nil acknowledges it still, as under Consume.
-// When Finish returns a Redis error, the reservation stays open and Finish
-// may be called again; once it returned nil, Finish and Touch return
+// one round trip and runs even when ctx has just ended (for at most 5s).
+// Finish acts on this reservation's own lease only: once another call of
+// the event has begun (the lease lapsed and another consumer took it), or
+// it was dead-lettered meanwhile, Finish changes nothing and returns an
+// error matching ErrLeaseLost, as do Finish and Touch after it. When Finish
+// returns a Redis error, the reservation stays open and Finish may be
+// called again; once it returned nil, Finish and Touch return
 // ErrInvalidArgument, as they do for a nil or zero Reservation.
 func (r *Reservation) Finish(ctx context.Context, err error) error {
 	if r == nil {
@@ -345,35 +370,38 @@ func (r *Reservation) Finish(ctx context.Context, err error) error {
 	ctx = context.WithoutCancel(ctx)
 	var ferr error
 	if err == nil {
-		c.event(ctx, d.shard, r.Expiry.Attempt, nil, false)
-		a := c.acker()
-		a.addAck(d.shard, d.id, time.Now())
-		ferr = a.flushAcks(ctx)
+		wctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		held, aerr := c.set.finishes.ack(wctx, c, d.shard, d.id, r.token)
+		cancel()
+		switch {
+		case aerr != nil:
+			ferr = aerr
+		case !held:
+			ferr = leaseLost(d.shard, d.id)
+		default:
+			c.event(ctx, d.shard, r.Expiry.Attempt, nil, false)
+		}
 	} else {
 		ferr = c.failed(ctx, d, r.Expiry.Attempt, r.token, err)
 	}
-	if ferr != nil {
+	switch {
+	case errors.Is(ferr, ErrLeaseLost):
+		r.lost = ferr
+	case ferr != nil:
 		return ferr
+	default:
+		r.done = true
 	}
-	r.done = true
 	c.reserving.hold(r, time.Time{})
-	return nil
-}
-
-// acker returns a consumer that acknowledges c's events beside c's next
-// Reserve call: c's group, name and options, with an acknowledgement
-// buffer and shard state of its own.
-func (c *consumer) acker() *consumer {
-	n := len(c.set.shards)
-	return &consumer{set: c.set, group: c.group, name: c.name, cfg: c.cfg, visMs: c.visMs, beat: c.beat,
-		shards: make([]consumerShard, n), acks: make([][]string, n), reserving: c.reserving}
+	return ferr
 }
 
 // Touch renews the reservation's lease for another lease TTL, one round
-// trip. It returns ErrLeaseLost when the lease was lost: it lapsed and
-// another consumer took the event, or it was acknowledged or dead-lettered.
-// Touch after Finish returned nil, or of a nil or zero Reservation, returns
-// ErrInvalidArgument.
+// trip. It returns an error matching ErrLeaseLost when the lease is no
+// longer this reservation's: it lapsed and another call of the event has
+// begun, or it was acknowledged or dead-lettered; Finish then changes
+// nothing either. Touch after Finish returned nil, or of a nil or zero
+// Reservation, returns ErrInvalidArgument.
 func (r *Reservation) Touch(ctx context.Context) error {
 	if r == nil {
 		return errReservation("Touch of a nil *Reservation")
@@ -384,13 +412,31 @@ func (r *Reservation) Touch(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	held, err := r.c.renew(ctx, r.d.shard, r.d.id)
+	held, err := r.c.renewNow(ctx, r.d.shard, r.d.id, r.token)
 	if err != nil {
 		return err
 	}
 	if !held {
-		return fmt.Errorf("%w: event %s of shard %d is no longer this reservation's", ErrLeaseLost, r.d.id, r.d.shard)
+		r.lost = leaseLost(r.d.shard, r.d.id)
+		r.c.reserving.hold(r, time.Time{})
+		return r.lost
 	}
-	r.c.reserving.hold(r, sent.Add(r.c.cfg.visibility))
+	r.c.reserving.hold(r, sent.Add(r.c.cfg.leaseTTL))
 	return nil
+}
+
+// renewNow renews the lease of event id of shard held by the call with
+// token, in one round trip, and reports whether the call still held it.
+func (c *consumer) renewNow(ctx context.Context, shard int, id, token string) (bool, error) {
+	sc, keys := c.withSlots(shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(shard)...)
+	v, err := c.set.run(ctx, "renew", shard, sc, keys, c.group, c.name, c.leaseMs, id, token)
+	if err != nil {
+		return false, err
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 1 {
+		return false, unexpected("renew.lua", v)
+	}
+	n, _ := asInt64(xs[0])
+	return n == 1, nil
 }

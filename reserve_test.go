@@ -14,11 +14,46 @@ import (
 
 // reserve calls s.Reserve, failing t after 30s without an event (a test
 // that hangs otherwise; no timing is asserted).
+// reserveOpts returns opts as Reserve takes them: each must be a
+// ReserveOption too (WithLeaseTTL, WithPollInterval, WithMaxAttempts,
+// WithRetryBackoff), as the options a test shares between Consume and
+// Reserve are.
+func reserveOpts(opts []ConsumeOption) []ReserveOption {
+	out := make([]ReserveOption, len(opts))
+	for i, o := range opts {
+		out[i] = o.(ReserveOption)
+	}
+	return out
+}
+
+// TestReserveOptionsCompile: the options that shape Consume's handler calls
+// are not ReserveOptions (a Reserve given one does not compile); those
+// both take are both.
+func TestReserveOptionsCompile(t *testing.T) {
+	for name, o := range map[string]ConsumeOption{
+		"WithReadBatch": WithReadBatch(1), "WithMaxHandlingTime": WithMaxHandlingTime(time.Second),
+		"WithConcurrency": WithConcurrency(1), "WithOwnerConcurrency": WithOwnerConcurrency(1),
+		"WithShutdownTimeout": WithShutdownTimeout(time.Second),
+	} {
+		if _, ok := o.(ReserveOption); ok {
+			t.Errorf("%s is a ReserveOption: Reserve's caller makes the calls it shapes", name)
+		}
+	}
+	for name, o := range map[string]ConsumeOption{
+		"WithLeaseTTL": WithLeaseTTL(time.Second), "WithPollInterval": WithPollInterval(time.Second),
+		"WithMaxAttempts": WithMaxAttempts(1), "WithRetryBackoff": WithRetryBackoff(0, 0),
+	} {
+		if _, ok := o.(ReserveOption); !ok {
+			t.Errorf("%s is not a ReserveOption", name)
+		}
+	}
+}
+
 func reserve(t *testing.T, s *Set, consumer string, opts ...ConsumeOption) *Reservation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := s.Reserve(ctx, "g", consumer, opts...)
+	r, err := s.Reserve(ctx, "g", consumer, reserveOpts(opts)...)
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
@@ -77,7 +112,7 @@ func TestReserveFinish(t *testing.T) {
 		// Nothing left: Reserve waits until its context ends.
 		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		if r, err := s.Reserve(cctx, "g", "c", opts...); r != nil || !errors.Is(err, context.DeadlineExceeded) {
+		if r, err := s.Reserve(cctx, "g", "c", reserveOpts(opts)...); r != nil || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Reserve with nothing to reserve: %v, %v; want nil, DeadlineExceeded", r, err)
 		}
 	})
@@ -105,7 +140,7 @@ func TestReserveLeaseLapse(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _ := s.Reserve(octx, "g", "c2", opts...)
+			r, _ := s.Reserve(octx, "g", "c2", reserveOpts(opts)...)
 			other <- r
 		}()
 		// Touched for three lease TTLs: c2 gets nothing meanwhile.
@@ -134,8 +169,8 @@ func TestReserveLeaseLapse(t *testing.T) {
 		if err := r1.Touch(ctx); !errors.Is(err, ErrLeaseLost) {
 			t.Errorf("Touch of the lapsed reservation: %v, want ErrLeaseLost", err)
 		}
-		if err := r1.Finish(ctx, errors.New("late")); err != nil {
-			t.Errorf("late Finish: %v", err)
+		if err := r1.Finish(ctx, errors.New("late")); !errors.Is(err, ErrLeaseLost) {
+			t.Errorf("late Finish: %v, want ErrLeaseLost", err)
 		}
 		// Nor did the late failure take it from c2.
 		if err := r2.Touch(ctx); err != nil {
@@ -210,7 +245,7 @@ func TestReserveWithConsume(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					r, err := s.Reserve(ctx, "g", name, opts...)
+					r, err := s.Reserve(ctx, "g", name, reserveOpts(opts)...)
 					if err != nil {
 						return
 					}
@@ -282,7 +317,7 @@ func checkFirstFails(t *testing.T, done map[string][]int) {
 // reserveHostileRows adds Reserve's and Reservation's rows to the
 // hostile-input table.
 func reserveHostileRows(row func(call, input string, want error, got string, run func(e *hostileEnv) (string, error))) {
-	ended := func(e *hostileEnv, group, consumer string, opts ...ConsumeOption) error {
+	ended := func(e *hostileEnv, group, consumer string, opts ...ReserveOption) error {
 		s, err := Open(context.Background(), e.rdb, e.named("reserve"), WithExpiryEvents())
 		if err != nil {
 			return err
@@ -295,18 +330,14 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 	for _, c := range []struct {
 		desc            string
 		group, consumer string
-		opts            []ConsumeOption
+		opts            []ReserveOption
 		want            error
 	}{
 		{`group ""`, "", "c", nil, ErrInvalidArgument},
 		{"consumer of 257 bytes", "g", strings.Repeat("c", maxConsumerLen+1), nil, ErrInvalidArgument},
 		{`consumer "` + retryHolder + `" (reserved)`, "g", retryHolder, nil, ErrInvalidArgument},
-		{"WithReadBatch(1) (refused)", "g", "c", []ConsumeOption{WithReadBatch(1)}, ErrInvalidArgument},
-		{"WithMaxHandlingTime(1m) (refused)", "g", "c", []ConsumeOption{WithMaxHandlingTime(time.Minute)}, ErrInvalidArgument},
-		{"WithConcurrency(1) (refused)", "g", "c", []ConsumeOption{WithConcurrency(1)}, ErrInvalidArgument},
-		{"WithOwnerConcurrency(0) (refused)", "g", "c", []ConsumeOption{WithOwnerConcurrency(0)}, ErrInvalidArgument},
-		{"WithMaxAttempts(0)", "g", "c", []ConsumeOption{WithMaxAttempts(0)}, ErrInvalidArgument},
-		{"WithRetryBackoff(-1ns, 1s)", "g", "c", []ConsumeOption{WithRetryBackoff(-1, time.Second)}, ErrInvalidArgument},
+		{"WithMaxAttempts(0)", "g", "c", []ReserveOption{WithMaxAttempts(0)}, ErrInvalidArgument},
+		{"WithRetryBackoff(-1ns, 1s)", "g", "c", []ReserveOption{WithRetryBackoff(-1, time.Second)}, ErrInvalidArgument},
 	} {
 		row("Set.Reserve", c.desc, c.want, "", func(e *hostileEnv) (string, error) {
 			return "", ended(e, c.group, c.consumer, c.opts...)
@@ -526,7 +557,7 @@ func TestReserveFinishBesideReserve(t *testing.T) {
 			defer wg.Done()
 			for {
 				slots <- struct{}{}
-				r, err := s.Reserve(ctx, "g", "c", opts...)
+				r, err := s.Reserve(ctx, "g", "c", reserveOpts(opts)...)
 				if err != nil {
 					return
 				}

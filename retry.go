@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,8 +54,8 @@ const maxRetryDues = 1000
 // value, or limit below first, is an error. The lease TTL (WithLeaseTTL)
 // no longer sets when a failed event returns: only a consumer that dies
 // mid-call leaves its event to come back after the lease TTL.
-func WithRetryBackoff(first, limit time.Duration) ConsumeOption {
-	return consumeOption(func(c *consumeConfig) error {
+func WithRetryBackoff(first, limit time.Duration) DeliveryOption {
+	return deliveryOption(func(c *consumeConfig) error {
 		c.retryFirst, c.retryLimit = first, limit
 		if err := inRange("WithRetryBackoff first", first, 0, maxRetryLimit); err != nil {
 			return err
@@ -156,24 +157,27 @@ func backoffDelay(first, limit time.Duration, attempt int, jitter func(time.Dura
 }
 
 // retry schedules the next handler call of event id of shard, whose call
-// failed, after delay (retry.lua), and notes when it is due, for
-// takeRetries. It touches nothing of the consumer but the notes (the calls
-// of a Consume WithConcurrency run it on their own goroutines).
-func (c *consumer) retry(ctx context.Context, shard int, id string, delay time.Duration) error {
+// with token failed, after delay (retry.lua), and notes when it is due for
+// the set's consumers of the group in this process (retryBoard). It
+// reports false when the call's lease is no longer its own (nothing
+// changed). It touches nothing of the consumer (a Consume's calls run it on
+// their own goroutines).
+func (c *consumer) retry(ctx context.Context, shard int, id, token string, delay time.Duration) (bool, error) {
 	delay = min(delay, maxTTL)
 	ms := delay.Milliseconds()
 	if delay > time.Duration(ms)*time.Millisecond {
 		ms++ // never early
 	}
 	sc, keys := c.withSlots(shard, scriptRetry, scriptRetrySlots, c.leaseKeys(shard)...)
-	_, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.visMs)
+	v, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.leaseMs, token)
 	if err != nil {
-		return err
+		return false, err
 	}
-	c.retryMu.Lock()
-	c.retryNotes = append(c.retryNotes, retryNote{shard, time.Now().Add(time.Duration(ms) * time.Millisecond)})
-	c.retryMu.Unlock()
-	return nil
+	if n, _ := asInt64(v); n != 1 {
+		return false, nil
+	}
+	c.set.retryNotes.note(c.group, retryNote{shard, time.Now().Add(time.Duration(ms) * time.Millisecond)})
+	return true, nil
 }
 
 // retryNote is a retry scheduled on shard, due at due.
@@ -182,8 +186,9 @@ type retryNote struct {
 	due   time.Time
 }
 
-// takeRetries makes Consume's goroutine claim the retries noted since its
-// last round when they are due. Only Consume's goroutine calls it.
+// takeRetries makes the consumer claim the retries noted since its last
+// round when they are due. Only the goroutine that runs the consumer's
+// rounds calls it.
 func (c *consumer) takeRetries() {
 	c.retryMu.Lock()
 	notes := c.retryNotes
@@ -202,6 +207,82 @@ func (c *consumer) takeRetries() {
 		if len(r.dues) < maxRetryDues {
 			k, _ := slices.BinarySearchFunc(r.dues, n.due, time.Time.Compare)
 			r.dues = slices.Insert(r.dues, k, n.due)
+		}
+	}
+}
+
+// retryBoard passes the retries a process schedules to every consumer of
+// the group in that process (Consume's, and Reserve's between and during
+// calls), so that whichever reads next claims each when it is due: the
+// consumer whose call failed may be gone by then, or busy. A consumer that
+// joins later (a Reserve after a pause) is given the retries of its group
+// not yet due. The zero value is ready to use; it is safe for simultaneous
+// use.
+type retryBoard struct {
+	mu        sync.Mutex
+	consumers map[*consumer]bool
+	kept      map[string][]retryNote // per group: retries noted, for consumers that join later
+}
+
+// join makes c receive the retries of its group, starting with those kept;
+// leave stops it.
+func (b *retryBoard) join(c *consumer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.consumers == nil {
+		b.consumers = map[*consumer]bool{}
+	}
+	b.consumers[c] = true
+	kept := b.prune(c.group)
+	c.retryMu.Lock()
+	c.retryNotes = append(c.retryNotes, kept...)
+	c.retryMu.Unlock()
+}
+
+// prune drops the retries of group that were due a while ago (b.mu held)
+// and returns the rest.
+func (b *retryBoard) prune(group string) []retryNote {
+	old := time.Now().Add(-time.Second)
+	kept := b.kept[group][:0]
+	for _, n := range b.kept[group] {
+		if n.due.After(old) {
+			kept = append(kept, n)
+		}
+	}
+	if len(kept) == 0 {
+		delete(b.kept, group)
+		return nil
+	}
+	b.kept[group] = kept
+	return kept
+}
+
+func (b *retryBoard) leave(c *consumer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.consumers, c)
+}
+
+// note gives n, a retry of group, to each of the group's consumers, and
+// wakes them.
+func (b *retryBoard) note(group string, n retryNote) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.kept == nil {
+		b.kept = map[string][]retryNote{}
+	}
+	if kept := b.prune(group); len(kept) < maxRetryDues {
+		b.kept[group] = append(kept, n)
+	}
+	for c := range b.consumers {
+		if c.group != group {
+			continue
+		}
+		c.retryMu.Lock()
+		c.retryNotes = append(c.retryNotes, n)
+		c.retryMu.Unlock()
+		if c.wk != nil {
+			c.wk.poke()
 		}
 	}
 }

@@ -40,11 +40,12 @@ var (
 	scriptKick     = script("kick.lua")
 	scriptJob      = script("groups.lua", "jobs.lua", "job.lua")
 	scriptCancel   = script("groups.lua", "jobs.lua", "cancel.lua")
+	scriptSchedule = script("now.lua", "schedule.lua")
 	scriptRenew    = script("now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptLeave    = script("now.lua", "wait_gate.lua", "wait_leave.lua")
 
 	scriptAck         = script("groups.lua", "ack.lua")
-	scriptBegin       = script("groups.lua", "begin.lua")
+	scriptLeaseRenew  = script("groups.lua", "renew.lua")
 	scriptBegins      = script("groups.lua", "begins.lua")
 	scriptTake        = script("groups.lua", "take.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
@@ -56,13 +57,17 @@ var (
 	scriptRunning     = script("now.lua", "groups.lua", "running.lua")
 
 	// The same with the owner slots of WithOwnerConcurrency (slots.lua).
-	scriptAckSlots     = script("groups.lua", "slots.lua", "ack.lua")
-	scriptBeginSlots   = script("groups.lua", "slots.lua", "begin.lua")
-	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
-	scriptTakeSlots    = script("groups.lua", "slots.lua", "take.lua")
-	scriptBurySlots    = script("groups.lua", "slots.lua", "bury.lua")
-	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
-	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+	scriptAckSlots        = script("groups.lua", "slots.lua", "ack.lua")
+	scriptLeaseRenewSlots = script("groups.lua", "slots.lua", "renew.lua")
+	scriptBeginsSlots     = script("groups.lua", "slots.lua", "begins.lua")
+	scriptTakeSlots       = script("groups.lua", "slots.lua", "take.lua")
+	scriptBurySlots       = script("groups.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots    = script("groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots      = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+
+	// The job calls' writes (Set.Put and Set.Reschedule, Set.Cancel's first).
+	scriptPut           = script("put.lua")
+	scriptCancelWaiting = script("cancel_waiting.lua")
 )
 
 // maxBatch is the most items one script call takes: members removed (Remove
@@ -219,4 +224,31 @@ func parseMembers(script string, v any) ([]Member, error) {
 		out = append(out, Member{ID: id, Deadline: msTime(ms)})
 	}
 	return out, nil
+}
+
+// batches groups items into script calls of at most maxBatch items each,
+// one open call per key (a shard, or a group and shard): the renewals, the
+// begins and the acknowledgements that go in one pipeline.
+type batches[K comparable, T any] struct {
+	calls []*scriptCall
+	items [][]T
+	open  map[K]int
+}
+
+// add adds item under key to the open call of key, or to a new one that
+// newCall makes when there is none or it is full, and returns the call, to
+// which the caller appends item's arguments.
+func (b *batches[K, T]) add(key K, item T, newCall func() *scriptCall) *scriptCall {
+	if b.open == nil {
+		b.open = map[K]int{}
+	}
+	j, ok := b.open[key]
+	if !ok || len(b.items[j]) >= maxBatch {
+		j = len(b.calls)
+		b.open[key] = j
+		b.calls = append(b.calls, newCall())
+		b.items = append(b.items, nil)
+	}
+	b.items[j] = append(b.items[j], item)
+	return b.calls[j]
 }

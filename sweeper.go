@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -48,6 +49,10 @@ const indexGrace = time.Hour
 type Sweeper struct {
 	set *Set
 	cfg sweeperConfig
+
+	mu    sync.Mutex
+	runs  int       // Run calls under way
+	since time.Time // when the first of them began (see grace)
 }
 
 type sweeperConfig struct {
@@ -148,6 +153,7 @@ type sweepReply struct {
 	now, earliest int64 // ms; earliest is -1 when the index is empty
 	stats         SweepStats
 	due           []string
+	refills       []scheduleRefill // schedules short of ticks (schedules.go)
 }
 
 func parseSweep(v any) (sweepReply, error) {
@@ -171,6 +177,13 @@ func parseSweep(v any) (sweepReply, error) {
 		Trimmed:     int(n[7]),
 	}
 	for _, e := range xs[8:] {
+		if rs, ok := e.([]any); ok {
+			var err error
+			if r.refills, err = parseRefills(v, rs); err != nil {
+				return sweepReply{}, err
+			}
+			continue
+		}
 		o, ok := asString(e)
 		if !ok {
 			return sweepReply{}, unexpected("sweep.lua", v)
@@ -183,6 +196,15 @@ func parseSweep(v any) (sweepReply, error) {
 // sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
 // due).
 func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
+	// The schedules' owner goes last, with the keys of flag s (schedules.go).
+	sched := false
+	for i, o := range owners {
+		if o == scheduleOwner {
+			owners = append(owners[:i:i], owners[i+1:]...)
+			sched = true
+			break
+		}
+	}
 	// Payload keys are declared only for a set with payloads: the server
 	// builds a string for every key it is given.
 	nk := 3 + len(owners)
@@ -203,6 +225,11 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 			keys = append(keys, sk.payload+o)
 		}
 	}
+	if sched {
+		keys = append(keys, sk.owner+scheduleOwner, sk.sched)
+		args[1] = w.set.flags + "s"
+		args = append(args, w.grace().Milliseconds())
+	}
 	// With WithDurability, a batch that wrote events waits for them.
 	wroteEvents := func(v any) bool {
 		r, err := parseSweep(v)
@@ -219,10 +246,16 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 	if w.set.durable.on() && wroteEvents(v) && !durable {
 		r.stats.NotDurable = r.stats.Expired
 	}
-	if len(owners) > 0 {
+	if len(owners) > 0 || sched {
 		r.stats.Batches = 1
 	}
-	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
+	if len(r.refills) > 0 {
+		err = w.refillSchedules(ctx, sk.shard, r.now, r.refills)
+		if !slices.Contains(r.due, scheduleOwner) {
+			r.due = append(r.due, scheduleOwner) // look again: the refill may have made ticks due
+		}
+	}
+	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || sched || r.stats.Trimmed > 0) {
 		var st SweepStats
 		st.add(r.stats) // computes MeanLateness
 		h(ctx, CallInfo{Set: w.set.name, Op: "sweep", Shard: sk.shard}, st)
@@ -242,10 +275,10 @@ func (w *Sweeper) sweepShard(ctx context.Context, i int, keep func(context.Conte
 			return st, sweepReply{}, err
 		}
 		r, err := w.sweepBatch(ctx, sk, owners)
+		st.add(r.stats) // a schedule's refill may fail after the sweep
 		if err != nil {
 			return st, r, err
 		}
-		st.add(r.stats)
 		owners = r.due
 		if len(owners) == 0 {
 			st.Shards = 1
@@ -406,6 +439,17 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	if err := w.check(); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	if w.runs == 0 {
+		w.since = time.Now()
+	}
+	w.runs++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.runs--
+		w.mu.Unlock()
+	}()
 	shards := make([]shardState, len(w.set.shards))
 	start, safety := time.Now(), safetyEvery(w.cfg.maxIdle, len(shards))
 	for i := range shards {

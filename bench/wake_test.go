@@ -166,7 +166,13 @@ func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts 
 		go func() {
 			defer wg.Done()
 			if kind == "reserve" {
-				_, _ = s.Reserve(ctx, "bench", "c"+strconv.Itoa(i), opts...)
+				var ropts []expset.ReserveOption
+				for _, o := range opts {
+					if ro, ok := o.(expset.ReserveOption); ok {
+						ropts = append(ropts, ro)
+					}
+				}
+				_, _ = s.Reserve(ctx, "bench", "c"+strconv.Itoa(i), ropts...)
 				return
 			}
 			if kind == "sweeper" {

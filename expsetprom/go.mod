@@ -11,6 +11,7 @@ require (
 
 require (
 	github.com/kr/text v0.2.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 )
 

@@ -1,23 +1,44 @@
 -- ack.lua: acknowledge expiry events a group has finished with: handled, or
--- not meant for it (Set.Consume).
+-- not meant for it (Set.Consume, Reservation.Finish).
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
 -- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
 -- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
 -- ARGV[1]  consumer group
--- ARGV[2..] entry IDs (at most 1000)
+-- ARGV[2..] pairs (at most 1000): an entry ID, and the token of the handler
+--          call that handled it ("" for an entry not meant for the group,
+--          which no call began)
 --
--- The entries leave the group's pending list and their attempts are
--- cleared; each is deleted from the stream once no group still needs it
--- (see forget in groups.lua), so with one group a handled event goes at once.
--- Reply: how many entries were still pending (integer); 0 means another
--- consumer acknowledged them first.
+-- An entry is acknowledged only while its attempts field carries the
+-- call's token: a call whose lease lapsed and whose event another call
+-- has begun since (or that was dead-lettered meanwhile) acknowledges
+-- nothing. The entries acknowledged leave the group's pending list, their
+-- attempts are cleared and their owner slots freed; each is deleted from
+-- the stream once no group still needs it (see forget in groups.lua), so
+-- with one group a handled event goes at once.
+-- Reply: one item per pair, in order: 1 when acknowledged, 0 when the call
+-- no longer held it.
 local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
-local ids, fields = {}, {}
-for i = 2, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-  fields[#fields + 1] = att_field(ARGV[i], group)
+local ids, fields, out = {}, {}, {}
+for i = 2, #ARGV - 1, 2 do
+  local id, tok = ARGV[i], ARGV[i + 1]
+  local field = att_field(id, group)
+  local mine = tok == ''
+  if not mine then
+    local _, token = att_get(att, field)
+    mine = token == tok
+  end
+  if mine then
+    ids[#ids + 1] = id
+    fields[#fields + 1] = field
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if #ids == 0 then
+  return out
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
@@ -31,4 +52,4 @@ if n > 0 then
   -- is gone, deleted with its events.)
   forget(stream, ids, group)
 end
-return n
+return out

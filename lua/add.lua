@@ -9,7 +9,7 @@
 -- ARGV[2]  member
 -- The common call (no flags, the server's clock) sends those two; #ARGV
 -- says whether the rest follow:
--- ARGV[3]  flags (see prelude: e, i, p, P, n, x)
+-- ARGV[3]  flags (see prelude: e, i, p, P)
 -- ARGV[4]  now in ms, or "" for the server's TIME
 -- ARGV[5]  owner (the index member and the events' o field)
 -- ARGV[6]  payload, when flags has P
@@ -18,16 +18,10 @@
 -- wake-up on KEYS[3] .. ':wake'). When the owner is filed in the index as
 -- its head (the shard's next deadline moved earlier), its deadline is
 -- published on KEYS[2] .. ':wake' (notify.go). Reply: the new
--- deadline in ms (integer). With flag n (Set.Put) the member is written
--- only when it is not in the set (live, or expired and not yet swept); the
--- reply is then {deadline, 1} when written, {its deadline, 0} when not.
--- With flag x (Set.Reschedule) only a member in the set is moved (the
--- reply is false when there is none), before expired members are dropped:
--- moved to now or earlier, it is dropped with its event at once.
+-- deadline in ms (integer).
 local key, member, flags = KEYS[1], ARGV[2], ARGV[3]
 local now
 local events, payloads, index = false, false, false
-local absent, present = false, false
 if flags then
   if ARGV[4] ~= '' then
     now = tonumber(ARGV[4])
@@ -36,8 +30,6 @@ if flags then
   events = find(flags, 'e', 1, true) ~= nil
   payloads = find(flags, 'p', 1, true) ~= nil
   index = find(flags, 'i', 1, true) ~= nil
-  absent = find(flags, 'n', 1, true) ~= nil
-  present = find(flags, 'x', 1, true) ~= nil
 end
 if not now then
   local t = call('TIME')
@@ -48,21 +40,6 @@ local ttl = tonumber(ARGV[1])
 local d = now + ttl
 local ds = string.format('%d', d)
 
-if absent or present then
-  -- Before expired members are dropped: a member still in the set, due or
-  -- not, is there for n and x alike (the sweeper has not taken it).
-  local cur = call('ZSCORE', key, member)
-  if absent and cur then
-    return {tonumber(cur), 0}
-  elseif present then
-    if not cur then
-      return false
-    end
-    -- Moved first, so that a due member moved later is not dropped below;
-    -- one moved to now or earlier is, with its event, and not added again.
-    call('ZADD', key, ds, member)
-  end
-end
 local first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
 local more = false
 if first[2] and tonumber(first[2]) <= now then
@@ -75,11 +52,8 @@ if first[2] and tonumber(first[2]) <= now then
 end
 local empty = first[1] == nil
 
-if not present then
-  call('ZADD', key, ds, member)
-end
--- (x: the member is filed anew, unless it has just been dropped as due)
-if index and (empty ~= present or (not empty and d < tonumber(first[2]))) then
+call('ZADD', key, ds, member)
+if index and (empty or d < tonumber(first[2])) then
   lib().file_owner(KEYS[2], owner, ds, ttl, now, events)
 end
 if not events then
@@ -98,8 +72,5 @@ if flags and string.find(flags, 'P', 1, true) then
   lib().put_payload(KEYS[4], member, ARGV[6], ttl, events)
 elseif payloads and not empty then
   lib().stretch_payload(KEYS[4], ttl, events)
-end
-if absent then
-  return {d, 1}
 end
 return d

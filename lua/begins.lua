@@ -1,6 +1,8 @@
--- begins.lua: start handler calls of several expiry events of one shard at
--- once (Set.Consume WithConcurrency): each as begin.lua mode b starts one,
--- in one script call instead of one per event.
+-- begins.lua: start handler calls of expiry events of one shard that a
+-- consumer holds already: claimed (their lease lapsed elsewhere) or set
+-- aside before (their owner was at its cap). New events are read and begun
+-- by take.lua; Set.Consume and Set.Reserve begin every call through these
+-- two.
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
@@ -8,23 +10,29 @@
 -- KEYS[4]  their owners          expset:{name:S}:runo   only; see slots.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
--- ARGV[3]  visibility timeout in ms
+-- ARGV[3]  lease TTL in ms
 -- ARGV[4]  attempts allowed, WithMaxAttempts
 -- ARGV[5]  idle time in ms under which this consumer's own lease is kept as
---          it is (a sixth of the visibility timeout)
+--          it is (a sixth of the lease TTL)
 -- ARGV[6]  the owners' cap, WithOwnerConcurrency (0: none)
 -- ARGV[7..] pairs (at most 1000): an entry ID, and the token of its call
 --          (unique to the handler call, so that a begin run twice counts once);
 --          with a cap, triples: and the event's owner ("" for a job: no slot)
 --
--- Each pair is begun on its own, exactly as begin.lua mode b begins one (see
--- there): the consumer makes every call it begins at once, so a count raised
--- here is a call made.
+-- An entry is begun when it is pending in the group, held by this consumer
+-- or idle at least the lease TTL (then nobody else may take it now), with
+-- attempts left and, with a cap, a free slot of its owner: its attempts
+-- field becomes "<calls begun + 1> <token>", and it is taken (XCLAIM ...
+-- JUSTID: idle 0, the delivery count left alone) unless this consumer took
+-- it less than ARGV[5] ms ago, whose lease then runs on. A pair whose token
+-- is already the last call's is that begin sent again: its attempt number
+-- is returned as it was, counted once. The consumer makes every call it
+-- begins at once, so a count raised here is a call made.
 -- Reply: one item per pair, in order: {the attempt number of the call, 1 when
 -- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on}, or 0
 -- (another consumer holds the event, it was acknowledged or trimmed), or -1
--- (every attempt is used), or -2 (the owner holds its every slot: nothing
--- changed, as in begin.lua).
+-- (every attempt is used: a claim buries it), or -2 (the owner holds its
+-- every slot: nothing changed).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local vis, max, keep, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local step = 2

@@ -12,23 +12,31 @@
 -- ARGV[4]  attempts the entry must have used: WithMaxAttempts (0 for an
 --          entry that cannot be read as an event)
 -- ARGV[5]  the last error's text
+-- ARGV[6]  the token of the handler call that failed, or "" for an entry
+--          that cannot be read as an event (no call began it)
 --
--- Only an entry still pending, held by this consumer (so no other handler
--- call of it can be under way) and with every attempt used is buried: else
--- nothing changes. An entry retention trimmed from the stream meanwhile is
+-- Only the call's own lease is buried: the entry's attempts field must
+-- carry its token (no other call of it has begun since, and it was not
+-- acknowledged); an entry without a call must be pending and held by this
+-- consumer. It must also have every attempt used: else nothing changes. An entry retention trimmed from the stream meanwhile is
 -- only acknowledged, with its attempts cleared. The dead letter keeps the event's fields (o, m, d, p, r) and
 -- adds id, g, c, a and err (see bury in groups.lua).
 -- Reply: 1 when buried, 0 when not.
 local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]
-if pending_of(stream, group, id) ~= consumer then
+local field = att_field(id, group)
+local used, token = att_get(att, field)
+if ARGV[6] == '' then
+  if pending_of(stream, group, id) ~= consumer then
+    return 0
+  end
+elseif token ~= ARGV[6] then
+  return 0
+end
+if used < tonumber(ARGV[4]) then
   return 0
 end
 if KEYS[4] then
-  slot_drop(KEYS[4], KEYS[5], att_field(id, group), group)
-end
-local used = att_get(att, att_field(id, group))
-if used < tonumber(ARGV[4]) then
-  return 0
+  slot_drop(KEYS[4], KEYS[5], field, group)
 end
 local e = call('XRANGE', stream, id, id)[1]
 if not e then

@@ -1,48 +1,40 @@
 -- cancel.lua: cancel one job put with Set.Put (Set.Cancel), until a
 -- handler call of it begins.
 --
--- KEYS[1]  the job's bucket       expset:{name:S}:o:\0job:<b>
--- KEYS[2]  shard due index        expset:{name:S}:due
--- KEYS[3]  shard event stream     expset:{name:S}:ev
--- KEYS[4]  the bucket's payloads  expset:{name:S}:p:\0job:<b>
--- KEYS[5]  shard attempts hash    expset:{name:S}:att
+-- KEYS[1]  shard event stream     expset:{name:S}:ev
+-- KEYS[2]  shard attempts hash    expset:{name:S}:att
+-- KEYS[3]  the call's receipt     expset:{name:S}:r:#<token>
 -- ARGV[1]  job ID (the member)
 -- ARGV[2]  the bucket's owner name (the events' o field)
--- ARGV[3]  flags (see prelude: p)
--- ARGV[4]  where to look: "" first (the bucket, then the stream from its
---          newest entry), or an entry ID to go on in the stream below it
---          (a cursor this script returned)
--- ARGV[5]  entries to look through in this call (1 to 1000)
+-- ARGV[3]  where to look: "+" from the stream's newest entry, or an
+--          entry ID to go on below it (a cursor this script returned)
+-- ARGV[4]  entries to look through in this call (1 to 1000)
+-- ARGV[5]  how long the receipt lasts, in ms; 0: no receipt
 --
--- A job in its bucket, due or not, is removed with its payload (and the
--- bucket's index entry when the bucket is left empty): the sweeper finds
--- nothing of it, no event is written. Else the newest entry of the
--- shard's stream that carries the job is deleted, if no consumer group has
--- begun a handler call of it: each group has not read it yet, or holds it
+-- Called after cancel_waiting.lua found no job in its bucket: the newest
+-- entry of the shard's stream that carries the job is deleted, if no
+-- consumer group has begun a handler call of it: each group has not read it yet, or holds it
 -- pending without a call begun (read into a consumer's batch: it is
 -- acknowledged, so that the consumer's begin finds nothing and makes no
--- call; begin.lua replies 0). A call given back as Consume stopped counts
+-- call; begins.lua replies 0). A call given back as Consume stopped counts
 -- as not begun. An entry kicked back from the dead letters (field g) had
 -- its calls: it stays.
--- Reply: {1} removed from the bucket, {2} its event deleted, {0} nothing
+-- The receipt is cancel_waiting.lua's: a call that finds it returns what
+-- it says and writes nothing, and the call that deletes an event writes
+-- "2" there.
+-- Reply: {1} or {2} what the receipt says, {2} its event deleted, {0} nothing
 -- cancelled (no such job, or a call of its newest event begun), or {4,
--- cursor} to call again with ARGV[4] = cursor.
-local key, id, owner, where = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
-if where == '' then
-  if call('ZREM', key, id) == 1 then
-    if string.find(ARGV[3], 'p', 1, true) then
-      call('HDEL', KEYS[4], id)
-    end
-    if call('EXISTS', key) == 0 then
-      call('ZREM', KEYS[2], owner)
-    end
-    return {1}
+-- cursor} to call again with ARGV[3] = cursor.
+local id, owner, where = ARGV[1], ARGV[2], ARGV[3]
+if ARGV[5] ~= '0' then
+  local receipt = call('GET', KEYS[3])
+  if receipt then
+    return {tonumber(receipt)}
   end
-  where = '+'
 end
 
-local stream, att = KEYS[3], KEYS[5]
-local eid, last, g = job_find(stream, owner, id, where, tonumber(ARGV[5]))
+local stream, att = KEYS[1], KEYS[2]
+local eid, last, g = job_find(stream, owner, id, where, tonumber(ARGV[4]))
 if not eid then
   if last then
     return {4, last}
@@ -62,4 +54,7 @@ for _, f in ipairs(fresh) do
   end
 end
 call('XDEL', stream, eid)
+if ARGV[5] ~= '0' then
+  call('SET', KEYS[3], '2', 'PX', ARGV[5])
+end
 return {2}

@@ -1,5 +1,5 @@
 -- claim.lua: take over expiry events left pending longer than the
--- visibility timeout, and bury those whose every attempt was used
+-- lease TTL, and bury those whose every attempt was used
 -- (Set.Consume).
 --
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
@@ -7,19 +7,19 @@
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that takes them
--- ARGV[3]  visibility timeout in ms (XAUTOCLAIM's min-idle-time)
+-- ARGV[3]  lease TTL in ms (XAUTOCLAIM's min-idle-time)
 -- ARGV[4]  cursor: the ID to scan the pending list from ("0-0" to start)
 -- ARGV[5]  the most entries to claim
 -- ARGV[6]  attempts allowed, WithMaxAttempts
 -- ARGV[7]  the reason a buried entry's dead letter gives
 --
 -- An entry idle that long has no handler call under way: a live handler
--- call's lease keeps its idle time under the visibility timeout. Attempts
+-- call's lease keeps its idle time under the lease TTL. Attempts
 -- come from the attempts hash (handler calls begun), not from delivery
 -- counts, which reads and claims raise. An entry with every attempt used is
 -- buried here, in the same step that found it idle: its last handler call
 -- never finished (the consumer died, or lost Redis for longer than the
--- visibility timeout). An entry whose retry delay has not ended (its
+-- lease TTL). An entry whose retry delay has not ended (its
 -- attempts field keeps a time not reached: see retry.lua) is held again by
 -- RETRY_HOLDER and left out.
 -- Reply: {cursor, {id, attempts used, buried (0/1), {field, value, ...}}...}
@@ -49,7 +49,7 @@ for _, e in ipairs(r[2]) do
       now = now or now_ms('')
       if not_before > now then
         -- Its retry delay runs on (retry.lua): held again, claimable when
-        -- it ends or after another visibility timeout, whichever is first.
+        -- it ends or after another lease TTL, whichever is first.
         hold(stream, att, group, RETRY_HOLDER, e[1], math.max(tonumber(ARGV[3]) - (not_before - now), 0))
         waits = true
       end

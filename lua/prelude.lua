@@ -19,8 +19,6 @@
 --       P  this call carries a payload
 --       v  (acquire) evict the earliest-deadline members instead of denying
 --       r  (acquire) a live re-acquire refreshes the deadline
---       n  (add) write only a member not live already (Set.Put)
---       x  (add) write only a member live already (Set.Reschedule)
 local call = redis.call
 
 -- Every redis.call, every closure and every global lookup costs measurable

@@ -7,7 +7,7 @@
 -- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
--- ARGV[3]  idle time to give them in ms: the visibility timeout, so that any
+-- ARGV[3]  idle time to give them in ms: the lease TTL, so that any
 --          consumer's next claim takes them
 -- ARGV[4]  an entry ID whose last attempt is given back (its handler call
 --          failed because Consume was stopping, or its begin's reply was
@@ -19,13 +19,14 @@
 --
 -- Only entries still pending and held by this consumer change: XCLAIM ...
 -- IDLE JUSTID sets their idle time without counting a delivery. No attempt
--- is charged for them.
+-- is charged for them. Only the call given back (ARGV[4], while its token is
+-- the last call's) frees an owner slot: the other entries began no call.
 -- Reply: how many entries were released (integer).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local n = 0
 for i = 6, #ARGV do
   local id = ARGV[i]
-  if KEYS[3] then
+  if id == ARGV[4] and KEYS[3] and select(2, att_get(att, att_field(id, group))) == ARGV[5] then
     slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
   end
   if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then

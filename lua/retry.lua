@@ -9,28 +9,32 @@
 -- ARGV[2]  consumer whose handler call failed
 -- ARGV[3]  entry ID
 -- ARGV[4]  the retry delay in ms (>= 0)
--- ARGV[5]  visibility timeout in ms (the lease TTL): claim.lua takes entries
+-- ARGV[5]  lease TTL in ms (the lease TTL): claim.lua takes entries
 --          idle at least this long
+-- ARGV[6]  the token of the call that failed
 --
--- Only an entry still pending and held by ARGV[2] changes (else its lease
--- was lost and another consumer has it). It moves to RETRY_HOLDER, a
+-- Only the call's own lease changes: the entry's attempts field must carry
+-- its token (else another call of it has begun since, or it was
+-- acknowledged or dead-lettered). It moves to RETRY_HOLDER, a
 -- consumer that never reads, without counting a delivery (XCLAIM ... JUSTID):
--- - a delay shorter than the visibility timeout becomes its idle time:
+-- - a delay shorter than the lease TTL becomes its idle time:
 --   ARGV[5] - ARGV[4], so that any consumer's claim takes it ARGV[4] ms
 --   from now;
 -- - a longer one is kept in its attempts field as the time it may be
 --   delivered again (not before; the server's TIME plus the delay), and its
---   idle time is 0: claim.lua finds it after the visibility timeout and
+--   idle time is 0: claim.lua finds it after the lease TTL and
 --   holds it again, with the idle time that makes it claimable then.
 -- A consumer that dies before this runs leaves the entry idle since its
 -- last lease renewal: it comes back after the lease TTL at the latest.
--- Reply: 1 when scheduled, 0 when the entry is not this consumer's.
-local stream, att, group, consumer, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
-if pending_of(stream, group, id) ~= consumer then
+-- Reply: 1 when scheduled, 0 when the lease is no longer the call's.
+local stream, att, group, id = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
+local field = att_field(id, group)
+local used, token = att_get(att, field)
+if token ~= ARGV[6] then
   return 0
 end
 if KEYS[3] then
-  slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
+  slot_drop(KEYS[3], KEYS[4], field, group)
 end
 local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])
 if delay < vis then
@@ -42,7 +46,5 @@ end
 if not hold(stream, att, group, RETRY_HOLDER, id, 0) then
   return 0
 end
-local field = att_field(id, group)
-local used, token = att_get(att, field)
-call('HSET', att, field, string.format('%d', used) .. ' ' .. (token or '-') .. ' ' .. string.format('%.0f', now_ms('') + delay))
+call('HSET', att, field, string.format('%d', used) .. ' ' .. token .. ' ' .. string.format('%.0f', now_ms('') + delay))
 return 1

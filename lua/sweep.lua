@@ -15,6 +15,12 @@
 -- ARGV[7]         retention max bytes (flag e): the stream's memory, as
 --                 Redis estimates it (MEMORY USAGE), stays at most this
 -- ARGV[8..7+n]    owners read from the due index by the previous call (n may be 0)
+-- With flag s (the shard's schedules are due: schedules.go), two more keys
+-- and one more argument, last:
+-- KEYS[#KEYS-1]   the schedules        expset:{name:S}:o:\0job:sched
+-- KEYS[#KEYS]     their records        expset:{name:S}:sched (see schedule.lua)
+-- ARGV[#ARGV]     grace in ms: a tick more than this late was missed while
+--                 nothing swept (see "Schedules" below)
 --
 -- The owners were read from the index before this call, so each one's actual
 -- state is read again here. For each owner, in order, while the budget
@@ -66,6 +72,19 @@
 --   trimmed   events retention removed from the stream in this call
 --   due...    up to batch owners whose score is <= now, lowest score first:
 --             the owners to pass to the next call (none: the shard is swept)
+--   refills   (flag s, when some schedule is short of ticks) last, a list:
+--             ID, generation, tail, configuration, per schedule to refill
+--
+-- Schedules (flag s): each due schedule's ticks at or before now leave its
+-- list in order. Those on time (at most grace late) become events; of the
+-- missed ones (older), the latest `catch` do (all with catch -1), the
+-- others are skipped. Each event is an entry like an expiry's: o the
+-- schedules' owner, m the ID, d the tick, p the payload. The schedule is
+-- then filed at its next tick. A list that runs out is refilled by Go
+-- from the reply: when every tick left is a missed one (nothing swept for
+-- a while) and catch >= 0, none fires yet: the latest `catch` stay listed
+-- and the schedule is parked PARK ms ahead, so that the refill, which
+-- drops older missed ticks, decides which fire.
 local tonumber, unpack = tonumber, unpack -- read once, not per owner
 local due, stream, flags = KEYS[1], KEYS[2], ARGV[2]
 local now = now_ms(ARGV[1])
@@ -73,6 +92,10 @@ local NOW = string.format('%d', now)
 local budget = tonumber(ARGV[3])
 local events, payloads = string.find(flags, 'e', 1, true) ~= nil, string.find(flags, 'p', 1, true) ~= nil
 local n = #ARGV - 7
+local sched = string.find(flags, 's', 1, true) ~= nil
+if sched then
+  n = n - 1
+end
 
 -- PEEK (a read) and POP (a pop, see below): the expired members the first
 -- read of an owner takes before a second read is needed.
@@ -223,6 +246,121 @@ for i = 1, n do
     gone[ng] = owner
   end
 end
+local refills
+if sched and budget > 0 and bytes > 0 then
+  local SCHED, PARK, LOW, F = '\0job:sched', 1000, 8, '%d'
+  local skey, shash = KEYS[#KEYS - 1], KEYS[#KEYS]
+  local cutoff = now - tonumber(ARGV[#ARGV])
+  local ids = call('ZRANGE', skey, '-inf', NOW, 'BYSCORE', 'LIMIT', '0', string.format(F, budget))
+  local fired_any = false
+  for _, id in ipairs(ids) do
+    if budget <= 0 or bytes <= 0 then
+      break
+    end
+    local r = call('HGET', shash, 't:' .. id)
+    local v, nv = {}, 0
+    if r then
+      for w in string.gmatch(r, '%S+') do
+        nv = nv + 1
+        v[nv] = tonumber(w)
+      end
+    end
+    if nv < 5 or v[3] == 1 then
+      -- Removed, or paused: not a schedule to fire.
+      call('ZREM', skey, id)
+      stale = stale + 1
+    else
+      -- v: gen, catch, paused, fired, seen, ticks v[6..nv]; v[6..k-1] are due.
+      local catch, k, j = v[2], 6, 6
+      while k <= nv and v[k] <= now do
+        k = k + 1
+      end
+      local dry = k > nv
+      if dry and k > 6 and v[nv] < cutoff and catch >= 0 then
+        -- Every tick listed was missed: keep the latest catch for the refill.
+        j = nv + 1 - catch
+        if j < 6 then
+          j = 6
+        end
+      else
+        -- Missed ticks are v[6..m-1]: skip all but the latest catch.
+        local m = 6
+        while m < k and v[m] < cutoff do
+          m = m + 1
+        end
+        j = 6
+        if catch >= 0 and m - 6 > catch then
+          j = m - catch
+        end
+        local p
+        if j < k then
+          p = call('HGET', shash, 'p:' .. id)
+        end
+        local c = ENTRY_COST + #SCHED + #id + #(p or '')
+        while j < k and budget > 0 and bytes > 0 do
+          local d = string.format(F, v[j])
+          if p then
+            call('XADD', stream, '*', 'o', SCHED, 'm', id, 'd', d, 'p', p)
+          else
+            call('XADD', stream, '*', 'o', SCHED, 'm', id, 'd', d)
+          end
+          local late = now - v[j]
+          late_sum = late_sum + late
+          if late > late_max then
+            late_max = late
+          end
+          bytes = bytes - c
+          budget = budget - 1
+          expired = expired + 1
+          fired_any = true
+          v[4] = v[j]
+          j = j + 1
+        end
+        dry = j > nv
+      end
+      -- v[6..j-1] leave the list (fired or skipped).
+      local parts = {string.format(F, v[1]), string.format(F, catch), '0', string.format(F, v[4])}
+      local seen = v[5]
+      if j > 6 then
+        seen = v[j - 1]
+      end
+      parts[5] = string.format(F, seen)
+      for i = j, nv do
+        parts[#parts + 1] = string.format(F, v[i])
+      end
+      call('HSET', shash, 't:' .. id, table.concat(parts, ' '))
+      local at, parked = now + PARK, true
+      if j <= nv and not (dry and v[j] <= now) then
+        at, parked = v[j], false
+      end
+      call('ZADD', skey, string.format(F, at), id)
+      if parked or nv - j + 1 < LOW then
+        refills = refills or {}
+        local tail = seen
+        if j <= nv then
+          tail = v[nv]
+        end
+        local nf = #refills
+        refills[nf + 1] = id
+        refills[nf + 2] = v[1]
+        refills[nf + 3] = tail
+        refills[nf + 4] = call('HGET', shash, 'c:' .. id) or ''
+      end
+    end
+  end
+  if fired_any then
+    owners = owners + 1
+  end
+  local head = call('ZRANGE', skey, '0', '0', 'WITHSCORES')
+  if head[2] then
+    refile[nr + 1] = head[2]
+    refile[nr + 2] = SCHED
+    nr = nr + 2
+  else
+    ng = ng + 1
+    gone[ng] = SCHED
+  end
+end
 if ng > 0 then
   call('ZREM', due, unpack(gone))
 end
@@ -293,5 +431,8 @@ end
 local reply = {now, expired, late_sum, late_max, owners, stale, earliest, trimmed}
 for i = 1, #next do
   reply[8 + i] = next[i]
+end
+if refills then
+  reply[#reply + 1] = refills
 end
 return reply

@@ -8,6 +8,7 @@
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
 //	expset job [--redis URL] [--json] NAME ID
+//	expset schedules [--redis URL] [--json] NAME
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
 //	expset beanstalkd [--redis URL] [--listen ADDR] [-z BYTES] [--prefix P]
 //	expset version
@@ -122,7 +123,7 @@ func (a *app) rootCmd() *cobra.Command {
 		c.SetOut(a.stderr) // a command's help goes with its diagnostics
 		defaultHelp(c, args)
 	})
-	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.webCmd(), a.beanstalkdCmd(), a.versionCmd())
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.schedulesCmd(), a.webCmd(), a.beanstalkdCmd(), a.versionCmd())
 	indentExamples(root)
 	return root
 }

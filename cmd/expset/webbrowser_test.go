@@ -123,6 +123,7 @@ func TestWebBrowser(t *testing.T) {
 	}
 	t.Cleanup(func() { expset.Drop(context.Background(), rdb, name) })
 	fillForBrowser(t, rdb, set)
+	nightly := putSchedules(t, set)
 
 	// Read-only: the numbers shown are the library's.
 	base, _, _ := webServe(t, rdb, set, webOpts{})
@@ -156,6 +157,16 @@ func TestWebBrowser(t *testing.T) {
 	}
 	if got := b.text(`#groups tr[data-group="billing"] [data-k="lag"]`); got != "10" {
 		t.Errorf("billing's lag shown %q; want 10", got)
+	}
+	// The schedules, with their next tick (none while paused).
+	if got, want := b.text(`#schedules tr[data-schedule="nightly"] [data-k="next"]`), nightly.UTC().Format("2006-01-02 15:04:05.000Z"); !strings.HasPrefix(got, want+" in ") {
+		t.Errorf("nightly's next tick shown %q; want %s in ...", got, want)
+	}
+	if got := b.text(`#schedules tr[data-schedule="beat"] [data-k="next"]`); got != "paused" {
+		t.Errorf("beat's next tick shown %q; want paused", got)
+	}
+	if got := b.text(`#schedules tr[data-schedule="beat"] [data-k="last"]`); got != "–" {
+		t.Errorf("beat's last tick shown %q; want –", got)
 	}
 	// The page refreshes itself and draws the rates once it has samples.
 	waitFor(t, "a live refresh and three charts", func() bool {

@@ -22,18 +22,19 @@ import (
 // selects in the same pass as its first page, stopping after
 // webCountBudget entries.
 const (
-	webPageSize      = 50               // dead letters or members on one page
-	webScanBatch     = 1000             // stream entries one deadscan.lua reads (a few ms of the server)
-	webPageBudget    = 100000           // entries a page reads before it offers to go on
-	webCountBudget   = 1000000          // entries a filtered count reads before it says "at least"
-	webCountKept     = 15 * time.Second // how long a filtered count serves the next pages
-	webActionBatch   = 500              // dead letters kicked or deleted by one library call
-	webOwnersShown   = 20               // owners listed on a set's page
-	webRunningShown  = 10               // owners with calls running listed per group
-	webSampleEvery   = 2 * time.Second
-	webSamplesKept   = 150 // five minutes of samples
-	webMaxFilterText = 1024
-	webLagCount      = 1000 // entries counted per shard and group where Redis cannot tell the lag
+	webPageSize       = 50               // dead letters or members on one page
+	webScanBatch      = 1000             // stream entries one deadscan.lua reads (a few ms of the server)
+	webPageBudget     = 100000           // entries a page reads before it offers to go on
+	webCountBudget    = 1000000          // entries a filtered count reads before it says "at least"
+	webCountKept      = 15 * time.Second // how long a filtered count serves the next pages
+	webActionBatch    = 500              // dead letters kicked or deleted by one library call
+	webOwnersShown    = 20               // owners listed on a set's page
+	webSchedulesShown = 50               // schedules listed on a set's page
+	webRunningShown   = 10               // owners with calls running listed per group
+	webSampleEvery    = 2 * time.Second
+	webSamplesKept    = 150 // five minutes of samples
+	webMaxFilterText  = 1024
+	webLagCount       = 1000 // entries counted per shard and group where Redis cannot tell the lag
 )
 
 // webSet is one set the page shows, opened once at start.

@@ -109,8 +109,16 @@ func (a *app) webDemo(ctx context.Context, names []string) (*conn, []string, err
 }
 
 // seedDemo places a few hundred orders over a hundred users, some with a
-// JSON payload, some without, their deadlines from a few seconds to an hour.
+// JSON payload, some without, their deadlines from a few seconds to an hour,
+// and two recurring schedules.
 func seedDemo(ctx context.Context, set *expset.Set) error {
+	report := expset.WithPayload([]byte(`{"to":"ops@example.com"}`))
+	if _, err := set.PutSchedule(ctx, "stale-cart-report", "@every 30s", report); err != nil {
+		return err
+	}
+	if _, err := set.PutSchedule(ctx, "nightly-invoices", "CRON_TZ=Europe/Paris 0 3 * * *", report); err != nil {
+		return err
+	}
 	for u := 1; u <= 120; u++ {
 		owner := "user-" + strconv.Itoa(u)
 		for o := 1; o <= 1+u%5; o++ {

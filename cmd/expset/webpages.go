@@ -269,6 +269,9 @@ type overviewData struct {
 	Known   bool // the server counts the streams' entries (not miniredis)
 	RErr    string
 	Owners  []ownerDue
+
+	Schedules     []expset.Schedule // the first webSchedulesShown, by ID
+	MoreSchedules int64             // those not shown
 }
 
 func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
@@ -297,6 +300,15 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 	if d.Owners, err = ws.nextOwners(r.Context(), s.rdb, d.Shards, webOwnersShown); err != nil {
 		s.fail(w, err)
 		return
+	}
+	if ws.cfg.Events {
+		if d.Schedules, err = ws.set.Schedules(r.Context()); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if n := len(d.Schedules); n > webSchedulesShown {
+			d.Schedules, d.MoreSchedules = d.Schedules[:webSchedulesShown], int64(n-webSchedulesShown)
+		}
 	}
 	p := s.page(r, ws.name, ws, d)
 	p.Live = true

@@ -55,6 +55,26 @@ func retryWorkload(name, what string, groups []string, delay time.Duration, opts
 		}}
 }
 
+// reserveWorkload is a loop of Set.Reserve and Reservation.Finish(nil) per
+// event, from the env's goroutines at once under one consumer name.
+func reserveWorkload() workload {
+	return workload{name: "consume/reserve", unit: "event", vs: "consume/bare",
+		what: "Set.Reserve then Reservation.Finish(nil) per event, the env's goroutines at once, one consumer name",
+		prep: func(ctx context.Context, e *env) (job, error) {
+			s, n, err := seedEvents(ctx, e, nil)
+			if err != nil {
+				return job{}, err
+			}
+			return job{calls: n, units: n, do: func(ctx context.Context, _ int) error {
+				r, err := s.Reserve(ctx, consumeGroup, "c1")
+				if err != nil {
+					return err
+				}
+				return r.Finish(ctx, nil)
+			}}, nil
+		}}
+}
+
 // errFirst fails the first call of each event of a retry workload.
 var errFirst = errors.New("first call")
 
@@ -110,8 +130,8 @@ func seedEvents(ctx context.Context, e *env, groups []string) (*expset.Set, int,
 }
 
 // consumeWorkloads are the bare floor and Consume with its defaults, with
-// WithReadBatch(100), WithConcurrency(16), and with a second group declared (fan-out: each event
-// stays for it).
+// WithReadBatch(100), WithConcurrency(16), owner caps, a second group
+// declared (fan-out: each event stays for it), retries, and Reserve.
 func consumeWorkloads() []workload {
 	return []workload{
 		bareConsumeWorkload(),
@@ -119,6 +139,10 @@ func consumeWorkloads() []workload {
 		consumeWorkload("batch100", "Set.Consume, WithReadBatch(100), no-op handler", nil, expset.WithReadBatch(100)),
 		consumeWorkload("concurrency16", "Set.Consume, WithConcurrency(16), no-op handler", nil, expset.WithConcurrency(16)),
 		consumeWorkload("owner-cap", "Set.Consume, WithOwnerConcurrency(1), one event per owner (none refused): the owner slots' cost", nil, expset.WithOwnerConcurrency(1)),
+		consumeWorkload("owner-cap2", "Set.Consume, WithOwnerConcurrency(2), one event per owner (none refused)", nil, expset.WithOwnerConcurrency(2)),
+		consumeWorkload("owner-cap2-c16", "Set.Consume, WithOwnerConcurrency(2) and WithConcurrency(16), one event per owner (none refused)", nil,
+			expset.WithOwnerConcurrency(2), expset.WithConcurrency(16)),
+		reserveWorkload(),
 		consumeWorkload("fan-out", "Set.Consume, defaults, a second group declared and not consuming", []string{"other"}),
 		retryWorkload("retry", "Set.Consume, defaults, each event's first call fails with RetryAfter 1ms: one retry per event", nil, time.Millisecond),
 		retryWorkload("retry-long", "Set.Consume, WithLeaseTTL(1s), each event's first call fails with RetryAfter 1.5s (past the lease TTL: held again once)", nil,

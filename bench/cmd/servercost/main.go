@@ -143,6 +143,11 @@ func workloads(e *env, levers bool) ([]workload, error) {
 	ws = append(ws, sweepWorkloads()...)
 	ws = append(ws, consumeWorkloads()...)
 	ws = append(ws, lifeWorkload())
+	jw, err := jobWorkloads(e)
+	if err != nil {
+		return nil, err
+	}
+	ws = append(ws, jw...)
 	ws = append(ws, recipes...)
 	lw, err := limitWorkloads(e)
 	if err != nil {

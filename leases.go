@@ -1,0 +1,281 @@
+package expset
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// leaseKeeper is the lease side of Consume's engine: it renews the leases
+// of the running handler calls and sends the acknowledgements of the
+// handled events, on a goroutine of its own, so that neither waits for the
+// reader. It is the one place acknowledgements are batched. Each of its
+// sends is one pipeline: a renewal (renew.lua, one per shard) of every
+// call due within half a beat, and the acknowledgements waiting when they
+// are due (ack.lua, one per shard), so n calls cost about one round trip a
+// beat instead of n. While Consume runs, the consumer's acknowledgement
+// buffer (c.acks, c.ackDue) is the keeper's, under mu.
+type leaseKeeper struct {
+	c       *consumer
+	ctx     context.Context // Consume's: errors are reported with it
+	mu      sync.Mutex
+	calls   map[*leaseCall]struct{}
+	failing bool          // the last acknowledgements sent failed
+	bo      backoff       // how soon acknowledgements that failed are sent again
+	closed  bool          // close was called: calls left running settle nothing
+	kick    chan struct{} // a call joined or an acknowledgement came (buffer 1)
+	sending sync.Mutex    // held while a send is out
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// leaseCall is one running handler call's lease.
+type leaseCall struct {
+	shard  int
+	id     string
+	token  string    // the call's token: the lease is the call's while the event's attempts field carries it
+	leased time.Time // when the last renewal that succeeded was sent (or the lease taken)
+	next   time.Time // when the next renewal is due
+	gone   bool      // a renewal found the lease no longer the call's
+	lost   context.CancelCauseFunc
+}
+
+func newLeaseKeeper(c *consumer) *leaseKeeper {
+	return &leaseKeeper{c: c, calls: map[*leaseCall]struct{}{}, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		bo: backoff{max: min(c.beat, time.Second)}}
+}
+
+// start starts the keeper's goroutine; close stops it (what is still
+// waiting to be acknowledged stays in the buffer, for Consume's stop, and
+// the calls still running settle nothing).
+func (k *leaseKeeper) start(ctx context.Context) {
+	k.ctx = ctx
+	go k.run()
+}
+
+func (k *leaseKeeper) close() {
+	k.mu.Lock()
+	k.closed = true
+	k.mu.Unlock()
+	close(k.stop)
+	<-k.done
+}
+
+func (k *leaseKeeper) wake() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (k *leaseKeeper) run() {
+	defer close(k.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		k.mu.Lock()
+		wait := time.Hour
+		for lc := range k.calls {
+			wait = min(wait, time.Until(lc.next))
+		}
+		if due := k.c.ackDue; !due.IsZero() {
+			wait = min(wait, time.Until(due))
+		}
+		k.mu.Unlock()
+		timer.Reset(max(wait, 0))
+		select {
+		case <-k.stop:
+			return
+		case <-k.kick:
+			continue // Reset above drops a timer that fired meanwhile (Go 1.23 timers)
+		case <-timer.C:
+		}
+		k.send(false)
+	}
+}
+
+// running adds to keys the key (parkKey) of every call under way and of
+// every event whose acknowledgement waits.
+func (k *leaseKeeper) running(keys map[string]bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for lc := range k.calls {
+		keys[parkKey(delivery{shard: lc.shard, id: lc.id})] = true
+	}
+	for shard, acks := range k.c.acks {
+		for _, a := range acks {
+			keys[parkKey(delivery{shard: shard, id: a.id})] = true
+		}
+	}
+}
+
+// flush sends every acknowledgement waiting now, with the renewals due.
+func (k *leaseKeeper) flush() { k.send(true) }
+
+// acksFailing reports whether the last acknowledgements sent failed.
+func (k *leaseKeeper) acksFailing() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.failing
+}
+
+// ack adds the acknowledgement of event id of shard, handled by the call
+// with token under a lease started at leased, to those waiting (addAck).
+// It reports false, adding nothing, once the keeper is closed.
+func (k *leaseKeeper) ack(shard int, id, token string, leased time.Time) bool {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return false
+	}
+	full := k.c.addAck(shard, id, token, leased)
+	k.mu.Unlock()
+	if full {
+		k.flush()
+	} else {
+		k.wake()
+	}
+	return true
+}
+
+// handled settles a handler call of attempt, with token, that returned nil
+// under a lease last renewed at leased: its acknowledgement waits with
+// others, but for a last attempt (a claim of the event after a crash would
+// take its call for one that never returned and bury it) and a call
+// holding an owner slot (the slot frees with it), which go at once, with
+// those waiting.
+func (k *leaseKeeper) handled(ctx context.Context, shard int, id, token string, attempt int, leased time.Time) {
+	k.c.event(ctx, shard, attempt, nil, false)
+	if k.ack(shard, id, token, leased) && (attempt >= k.c.cfg.maxAttempts || k.c.cfg.ownerCap > 0) {
+		k.flush()
+	}
+}
+
+// send sends, in one pipeline, the renewals of every lease due within half
+// a beat (one renew.lua call per shard) and the acknowledgements waiting,
+// when they are due or all is set. A renewal that finds the lease no longer
+// the call's (another call of the event has begun, or it was acknowledged
+// or dead-lettered) ends the call's context with ErrLeaseLost; one that
+// fails for a Redis error is reported and tried again soon (within a
+// second, and a beat at most). Acknowledgements that fail are reported and
+// kept, and sent again after a backoff of at most a second; meanwhile
+// acksFailing holds the reader back.
+func (k *leaseKeeper) send(all bool) {
+	c := k.c
+	k.sending.Lock()
+	defer k.sending.Unlock()
+	now := time.Now()
+	var due batches[int, *leaseCall] // the renewal calls, and the leases each renews
+	k.mu.Lock()
+	for lc := range k.calls {
+		if lc.next.Sub(now) > c.beat/2 {
+			continue
+		}
+		r := due.add(lc.shard, lc, func() *scriptCall {
+			sc, keys := c.withSlots(lc.shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(lc.shard)...)
+			return &scriptCall{op: "renew", shard: lc.shard, sc: sc, keys: keys, args: []any{c.group, c.name, c.leaseMs}}
+		})
+		r.args = append(r.args, lc.id, lc.token)
+	}
+	calls := due.calls
+	var acks []*scriptCall
+	if all || c.acksDue(now) {
+		acks = c.ackCalls()
+		c.clearAcks()
+	}
+	k.mu.Unlock()
+	if len(calls)+len(acks) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), max(c.beat, time.Second))
+	c.set.runPipelined(sctx, append(calls, acks...))
+	cancel()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.renewed(calls, due.items, now)
+	if len(acks) == 0 {
+		return
+	}
+	failed := c.requeueAcks(acks)
+	wasFailing := k.failing
+	k.failing = false
+	for _, a := range failed {
+		if !isNoGroup(a.err) {
+			k.failing = true
+		}
+	}
+	if !k.failing {
+		k.bo.ok()
+		if wasFailing && c.wk != nil {
+			c.wk.poke() // the reader waits for this
+		}
+		return
+	}
+	wait := k.bo.fail()
+	c.ackDue = now.Add(wait)
+	for _, a := range failed {
+		c.set.reportError(k.ctx, "consume", a.shard, a.err, wait)
+	}
+}
+
+// renewed settles the renewals sent at now: calls, each renewing the
+// leases of due (k.mu held).
+func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.Time) {
+	c := k.c
+	again := min(c.beat, time.Second)
+	for j, r := range calls {
+		held, ok := r.v.([]any)
+		if r.err == nil && (!ok || len(held) != len(due[j])) {
+			r.err = unexpected("renew.lua", r.v)
+		}
+		for i, lc := range due[j] {
+			if r.err != nil {
+				lc.next = now.Add(again)
+				continue
+			}
+			if n, _ := asInt64(held[i]); n != 1 {
+				lc.gone = true
+				lc.lost(ErrLeaseLost)
+				lc.next = now.Add(c.beat)
+				continue
+			}
+			lc.leased, lc.next = now, now.Add(c.beat)
+		}
+		if r.err != nil {
+			c.set.reportError(k.ctx, "consume", r.shard, r.err, again)
+		}
+	}
+}
+
+// call makes one handler call of e, with token, whose lease was taken at
+// leased, its renewals sent by the keeper. The handler's context ends with
+// ctx, when a renewal finds the lease no longer the call's (cause
+// ErrLeaseLost), or after WithMaxHandlingTime (context.DeadlineExceeded).
+// Renewals go on after that until the handler returns: no other consumer
+// takes an event whose call still runs. call returns when the last renewal
+// that succeeded was sent, whether the lease was found lost (the call's
+// outcome then changes nothing), and the handler's error.
+func (k *leaseKeeper) call(ctx context.Context, shard int, id, token string, e Expiry, leased time.Time) (time.Time, bool, error) {
+	c := k.c
+	hctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	hctx, cancel := context.WithTimeout(hctx, c.cfg.maxHandling)
+	defer cancel()
+	lc := &leaseCall{shard: shard, id: id, token: token, leased: leased, next: leased.Add(c.beat), lost: lost}
+	k.mu.Lock()
+	k.calls[lc] = struct{}{}
+	k.mu.Unlock()
+	k.wake()
+
+	err := c.handle(hctx, e)
+
+	// A send under way may hold this call: wait for it (sending), so that
+	// no renewal lands after the call is settled.
+	k.sending.Lock()
+	defer k.sending.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.calls, lc)
+	return lc.leased, lc.gone, err
+}

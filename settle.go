@@ -1,0 +1,382 @@
+package expset
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// maxAckDelay is the longest an acknowledgement waits in a consumer's
+// buffer while handler calls go on: the acknowledgements of handled events
+// are sent in batches, one script per shard, when a round's events are all
+// handled, when one has waited this long or its lease has run for a third
+// of the lease TTL (with the next handler call's start, or during
+// a handler call that lasts), and when Consume stops.
+const maxAckDelay = 100 * time.Millisecond
+
+// finishTimeout bounds the Redis calls that settle an event after its
+// handler returned, and those of a stopping Consume: they run even when ctx
+// has just ended.
+const finishTimeout = 5 * time.Second
+
+// failed settles a handler call of d, attempt, whose call token is token,
+// that returned herr (not nil), even when ctx has just ended: the event is
+// dead-lettered (Bury, or its last attempt), given back (Consume is
+// stopping) or delivered again after its retry delay. It touches nothing of
+// the consumer but Redis and its retry notes (a Consume's calls run it on
+// their own goroutines) and returns Redis errors, and an error matching
+// ErrLeaseLost when the call's lease is no longer its own (nothing
+// changed then).
+func (c *consumer) failed(ctx context.Context, d delivery, attempt int, token string, herr error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	done := true
+	var err error
+	switch {
+	case handlerBuries(herr):
+		// The handler buried it (Bury): at once, whatever attempts are left.
+		done, err = c.bury(wctx, d.shard, d.id, 0, herr.Error(), token)
+		c.event(ctx, d.shard, attempt, herr, done)
+	case ctx.Err() != nil:
+		// Consume is stopping: the failure is not the event's, so the
+		// attempt is given back and the event released.
+		c.event(ctx, d.shard, attempt, herr, false)
+		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id, token)
+	case attempt >= c.cfg.maxAttempts:
+		done, err = c.bury(wctx, d.shard, d.id, c.cfg.maxAttempts, herr.Error(), token)
+		c.event(ctx, d.shard, attempt, herr, done)
+	default:
+		// Delivered again after its retry delay (retry.go).
+		c.event(ctx, d.shard, attempt, herr, false)
+		done, err = c.retry(wctx, d.shard, d.id, token, c.retryDelay(herr, attempt))
+	}
+	if err == nil && !done {
+		err = leaseLost(d.shard, d.id)
+	}
+	return err
+}
+
+// leaseLost is the error of a call whose lease is no longer its own.
+func leaseLost(shard int, id string) error {
+	return fmt.Errorf("%w: event %s of shard %d: another call of it has begun, or it was acknowledged or dead-lettered", ErrLeaseLost, id, shard)
+}
+
+func (c *consumer) leaseKeys(shard int) []string {
+	sk := &c.set.shards[shard]
+	return []string{sk.events, sk.att}
+}
+
+// pendingAck is an acknowledgement waiting in a consumer's buffer: the
+// event's ID and the token of the call that handled it ("" for an event
+// not meant for the group, which no call began).
+type pendingAck struct{ id, token string }
+
+// addAck adds the acknowledgement of event id of shard, handled by the
+// call with token under a lease started at leased, to those waiting, to be
+// sent within maxAckDelay and before the lease has run for a third of the
+// lease TTL, and reports whether its shard's batch is full.
+func (c *consumer) addAck(shard int, id, token string, leased time.Time) (full bool) {
+	c.acks[shard] = append(c.acks[shard], pendingAck{id, token})
+	due := time.Now().Add(maxAckDelay)
+	if l := leased.Add(c.beat); l.Before(due) {
+		due = l
+	}
+	if c.ackDue.IsZero() || due.Before(c.ackDue) {
+		c.ackDue = due
+	}
+	return len(c.acks[shard]) >= maxBatch
+}
+
+// acksDue reports whether acknowledgements wait and must be sent at now.
+func (c *consumer) acksDue(now time.Time) bool {
+	return !c.ackDue.IsZero() && !now.Before(c.ackDue)
+}
+
+// ackCalls returns the ack.lua calls for the acknowledgements waiting.
+func (c *consumer) ackCalls() []*scriptCall {
+	var calls []*scriptCall
+	for i, acks := range c.acks {
+		for len(acks) > 0 {
+			batch := acks[:min(len(acks), maxBatch)]
+			acks = acks[len(batch):]
+			calls = append(calls, c.ackCall(i, batch))
+		}
+	}
+	return calls
+}
+
+// ackCall returns the ack.lua call that acknowledges acks (at most
+// maxBatch) of shard.
+func (c *consumer) ackCall(shard int, acks []pendingAck) *scriptCall {
+	args := make([]any, 0, 2*len(acks)+1)
+	args = append(args, c.group)
+	for _, a := range acks {
+		args = append(args, a.id, a.token)
+	}
+	sk := &c.set.shards[shard]
+	sc, keys := c.withSlots(shard, scriptAck, scriptAckSlots, sk.events, sk.att)
+	return &scriptCall{op: "ack", shard: shard, sc: sc, keys: keys, args: args}
+}
+
+// ackDone drops the acknowledgements that went through; those that failed
+// stay, their shards back off, and the first error is returned.
+func (c *consumer) ackDone(ctx context.Context, calls []*scriptCall) error {
+	var first error
+	for _, a := range c.ackSettle(calls) {
+		c.fail(ctx, a.shard, a.err)
+		if first == nil {
+			first = a.err
+		}
+	}
+	return first
+}
+
+// ackSettle drops the acknowledgements of calls (all of them, when calls
+// holds every one waiting, as ackCalls made them) that went through, keeps
+// those that failed and returns their calls.
+func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	c.clearAcks()
+	return c.requeueAcks(calls)
+}
+
+// clearAcks empties the acknowledgement buffer.
+func (c *consumer) clearAcks() {
+	for i := range c.acks {
+		c.acks[i] = c.acks[i][:0]
+	}
+	c.ackDue = time.Time{}
+}
+
+// requeueAcks puts the acknowledgements of the calls that failed back in
+// the buffer, due at once (but those of a stream that is gone: nothing to
+// acknowledge there), and returns the calls that failed.
+func (c *consumer) requeueAcks(calls []*scriptCall) []*scriptCall {
+	var failed []*scriptCall
+	for _, a := range calls {
+		if a.err == nil {
+			continue
+		}
+		failed = append(failed, a)
+		if isNoGroup(a.err) {
+			// The stream is gone, and the event with it: nothing to
+			// acknowledge.
+			continue
+		}
+		for j := 1; j+1 < len(a.args); j += 2 {
+			c.acks[a.shard] = append(c.acks[a.shard], pendingAck{a.args[j].(string), a.args[j+1].(string)})
+		}
+	}
+	if c.acksWaiting() && c.ackDue.IsZero() {
+		c.ackDue = time.Now()
+	}
+	return failed
+}
+
+// acksWaiting reports whether any acknowledgement waits.
+func (c *consumer) acksWaiting() bool {
+	for _, ids := range c.acks {
+		if len(ids) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flushAcks sends the acknowledgements waiting, even when ctx has just
+// ended; a failure is reported (its shard backs off), and the first is
+// returned.
+func (c *consumer) flushAcks(ctx context.Context) error {
+	acks := c.ackCalls()
+	if len(acks) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	c.set.runPipelined(wctx, acks)
+	return c.ackDone(ctx, acks)
+}
+
+// bury dead-letters d if it is still this consumer's with at least need
+// attempts used.
+func (c *consumer) bury(ctx context.Context, shard int, id string, need int, reason, token string) (bool, error) {
+	sk := &c.set.shards[shard]
+	sc, keys := c.withSlots(shard, scriptBury, scriptBurySlots, sk.events, sk.dead, sk.att)
+	v, err := c.set.run(ctx, "bury", shard, sc, keys, c.group, c.name, id, need, reason, token)
+	n, _ := asInt64(v)
+	return n == 1, err
+}
+
+// release hands the deliveries of the shards not failed back for prompt
+// redelivery, even when ctx has just ended.
+func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bool) {
+	byShard := map[int][]string{}
+	for _, d := range ds {
+		if !failed[d.shard] {
+			byShard[d.shard] = append(byShard[d.shard], d.id)
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	for i, ids := range byShard {
+		_ = c.releaseShard(wctx, i, ids, "", "") // ctx has ended: nothing to report to
+	}
+}
+
+// releaseShard releases ids of shard (see release.lua), and gives back the
+// attempt of refund's call whose token is token.
+func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund, token string) error {
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), maxBatch)]
+		ids = ids[len(batch):]
+		args := []any{c.group, c.name, c.leaseMs, refund, token}
+		for _, id := range batch {
+			args = append(args, id)
+		}
+		sc, keys := c.withSlots(shard, scriptRelease, scriptReleaseSlots, c.leaseKeys(shard)...)
+		if _, err := c.set.run(ctx, "release", shard, sc, keys, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prune removes the group's consumers of shard i that hold nothing and were
+// idle at least idleMs (< 0: none by idle time), and leaving if it holds
+// nothing there.
+func (c *consumer) prune(ctx context.Context, i int, idleMs int64, leaving string) error {
+	p := c.pruneCall(i, idleMs, leaving)
+	_, err := c.set.run(ctx, p.op, p.shard, p.sc, p.keys, p.args...)
+	return err
+}
+
+func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
+	idle := ""
+	if idleMs >= 0 {
+		idle = strconv.FormatInt(idleMs, 10)
+	}
+	sk := &c.set.shards[i]
+	return &scriptCall{op: "prune", shard: i, sc: scriptPrune, keys: []string{sk.events, sk.take}, args: []any{c.group, idle, leaving}}
+}
+
+// stop settles what a stopping Consume leaves: acknowledgements waiting,
+// and its own entry in each shard's group when it holds nothing there (one
+// pipeline for every shard).
+func (c *consumer) stop(ctx context.Context) {
+	_ = c.flushAcks(ctx)
+	c.releaseParked(ctx)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	var calls []*scriptCall
+	for i := range c.shards {
+		if c.shards[i].grouped {
+			calls = append(calls, c.pruneCall(i, -1, c.name))
+		}
+	}
+	if len(calls) > 0 {
+		// Best effort: ctx has ended, so there is no one to report to; a
+		// periodic prune of another consumer finishes what fails here.
+		c.set.runPipelined(wctx, calls)
+	}
+}
+
+// event reports one handler call, or one burial without a call, to
+// Hooks.OnEvent.
+func (c *consumer) event(ctx context.Context, shard, attempt int, err error, buried bool) {
+	if h := c.set.hooks.OnEvent; h != nil {
+		h(ctx, CallInfo{Set: c.set.name, Op: "event", Shard: shard, Err: err}, EventInfo{Group: c.group, Attempt: attempt, DeadLettered: buried})
+	}
+}
+
+// giveBack releases events take.lua began and no call was started for
+// (Consume is stopping), giving their attempts back.
+func (c *consumer) giveBack(ctx context.Context, taken []takenCall) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	for _, tc := range taken {
+		_ = c.releaseShard(wctx, tc.d.shard, []string{tc.d.id}, tc.d.id, tc.token) // ctx has ended: nothing to report to
+	}
+}
+
+// ackCommit acknowledges the events of calls that end one by one
+// (Reservation.Finish) in shared script calls: the first caller sends its
+// acknowledgement at once, and those that come while a send is out wait
+// for it and go together in the next send (group commit), so calls at once
+// share script calls with no added wait. The zero value is ready to use;
+// it is safe for simultaneous use.
+type ackCommit struct {
+	mu      sync.Mutex
+	queue   []*ackWaiter
+	sending bool
+}
+
+// ackWaiter is one acknowledgement waiting in an ackCommit, and its
+// outcome.
+type ackWaiter struct {
+	c        *consumer
+	shard    int
+	ack      pendingAck
+	held     bool
+	err      error
+	finished chan struct{}
+}
+
+// ack acknowledges event id of shard, handled by c's call with token, and
+// reports whether the call still held it.
+func (a *ackCommit) ack(ctx context.Context, c *consumer, shard int, id, token string) (bool, error) {
+	w := &ackWaiter{c: c, shard: shard, ack: pendingAck{id, token}, finished: make(chan struct{})}
+	a.mu.Lock()
+	a.queue = append(a.queue, w)
+	lead := !a.sending
+	a.sending = true
+	a.mu.Unlock()
+	if lead {
+		a.send(ctx)
+	}
+	<-w.finished
+	return w.held, w.err
+}
+
+// send sends what waits, in one pipeline of ack.lua calls (one per group
+// and shard), until nothing does.
+func (a *ackCommit) send(ctx context.Context) {
+	for {
+		a.mu.Lock()
+		batch := a.queue
+		a.queue = nil
+		if len(batch) == 0 {
+			a.sending = false
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		type key struct {
+			group string
+			shard int
+		}
+		var bs batches[key, *ackWaiter]
+		for _, w := range batch {
+			a := bs.add(key{w.c.group, w.shard}, w, func() *scriptCall { return w.c.ackCall(w.shard, nil) })
+			a.args = append(a.args, w.ack.id, w.ack.token)
+		}
+		calls, of := bs.calls, bs.items
+		batch[0].c.set.runPipelined(ctx, calls)
+		for j, call := range calls {
+			xs, ok := call.v.([]any)
+			if call.err == nil && (!ok || len(xs) != len(of[j])) {
+				call.err = unexpected("ack.lua", call.v)
+			}
+			for i, w := range of[j] {
+				if w.err = call.err; w.err == nil {
+					n, _ := asInt64(xs[i])
+					w.held = n == 1
+				}
+				close(w.finished)
+			}
+		}
+	}
+}
