@@ -10,6 +10,7 @@
 //	expset job [--redis URL] [--json] NAME ID
 //	expset schedules [--redis URL] [--json] NAME
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
+//	expset beanstalkd [--redis URL] [--listen ADDR] [-z BYTES] [--prefix P]
 //	expset version
 //
 // Flags may come before or after the arguments ("--" ends them). Run "expset
@@ -122,7 +123,7 @@ func (a *app) rootCmd() *cobra.Command {
 		c.SetOut(a.stderr) // a command's help goes with its diagnostics
 		defaultHelp(c, args)
 	})
-	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.schedulesCmd(), a.webCmd(), a.versionCmd())
+	root.AddCommand(a.demoCmd(), a.inspectCmd(), a.statsCmd(), a.sweepCmd(), a.eventsCmd(), a.groupsCmd(), a.jobCmd(), a.schedulesCmd(), a.webCmd(), a.beanstalkdCmd(), a.versionCmd())
 	indentExamples(root)
 	return root
 }
@@ -142,9 +143,15 @@ func indentExamples(c *cobra.Command) {
 func usage(root *cobra.Command, w io.Writer) {
 	fmt.Fprintln(w, "expset: bounded pending sets on Redis: demo and operator tool")
 	fmt.Fprintln(w, "\nUsage: expset COMMAND [flags] [args]\n\nCommands:")
+	width := 0
 	for _, c := range root.Commands() {
 		if c.IsAvailableCommand() {
-			fmt.Fprintf(w, "  %-9s %s\n", c.Name(), c.Short)
+			width = max(width, len(c.Name()))
+		}
+	}
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			fmt.Fprintf(w, "  %-*s %s\n", width, c.Name(), c.Short)
 		}
 	}
 	fmt.Fprintln(w, "\nRedis is given with --redis URL (or REDIS_URL): redis://[user:password@]host:port[/db]")
