@@ -75,6 +75,7 @@ func deadKeys(t *testing.T, s *Set) map[string]DeadLetter {
 // failed on, and every event's first handler call sees Attempt 1 (also with
 // the default 5 attempts).
 func TestConsumeUnhandledNeverBuried(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, maxAttempts := range []int{1, defaultMaxAttempts} {
@@ -145,6 +146,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 // events queued behind it at attempt 1, and no event is both handled and
 // dead-lettered, or dead-lettered at all.
 func TestConsumeHungHandlerKeepsLease(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 500 * time.Millisecond // renewed every third: enough on a loaded machine
@@ -190,6 +192,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 // after WithMaxHandlingTime (cause context.DeadlineExceeded); a call that fails so
 // used its attempt. A lease is renewed while the call runs.
 func TestConsumeHandlerContext(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
@@ -250,6 +253,7 @@ func TestConsumeHandlerContext(t *testing.T) {
 // handler call and by the claim of an event whose last handler call never
 // returned (its consumer died) each reach Hooks.OnEvent exactly once.
 func TestConsumeEveryBurialReachesOnEvent(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hr hookRecorder
@@ -283,6 +287,7 @@ func TestConsumeEveryBurialReachesOnEvent(t *testing.T) {
 // it: the groups are made again, declared groups too, and later events are
 // handled.
 func TestConsumeSurvivesDeletedStream(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -321,6 +326,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 // group whose consumers were all stopped while another group handled
 // everything; an event leaves its stream once every group has handled it.
 func TestConsumeFanOut(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
@@ -368,6 +374,7 @@ func TestConsumeFanOut(t *testing.T) {
 // has handled or buried it; a dead letter kicked back reaches only the group
 // that buried it.
 func TestConsumeDeclaredGroups(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -445,6 +452,7 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 // keeps handling the other shard's events, and takes the shard up again
 // once it heals.
 func TestConsumeShardFailureIsolated(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -502,6 +510,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 // are removed by a later worker once it has claimed their events. Nothing is
 // left behind, and every event was handled.
 func TestConsumeLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())

@@ -6,7 +6,6 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.22.0
-	go.uber.org/goleak v1.3.0
 )
 
 require (

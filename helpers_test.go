@@ -35,7 +35,8 @@ type backend struct {
 // overlap such a test), and then with its backends taking turns where they
 // would clash: the script cache of a shared server may be flushed (each
 // backend has its own), slog's default logger is captured one backend at a
-// time (captureSlog), goleak's checks (noLeaks) run once all are done. A
+// time (captureSlog). The goroutine check (noLeaks) knows a test's goroutines
+// by a label, so it runs in parallel tests too, once all subtests are done. A
 // deferred call in the test that calls eachBackend runs before the subtests
 // do; use t.Cleanup instead.
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {

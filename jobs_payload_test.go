@@ -30,6 +30,7 @@ func jobPayload(n int) []byte {
 // and Cancel of waiting jobs leaves the set's keys as they were before the
 // Puts, with no field or member of theirs behind.
 func TestJobPayloadSizes(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

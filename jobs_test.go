@@ -13,6 +13,7 @@ import (
 // TestJobsSpreadOverShards: 400 jobs land on every one of 8 shards, in
 // several buckets each, and none on one owner's key alone.
 func TestJobsSpreadOverShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(8), WithExpiryEvents())
@@ -48,6 +49,7 @@ func TestJobsSpreadOverShards(t *testing.T) {
 // its due time, not its payload, also once it is due and not yet swept;
 // after delivery the ID may be put again.
 func TestJobPutIfAbsent(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
@@ -95,6 +97,7 @@ func readAll(t *testing.T, s *Set) []Expiry {
 // time, one moved earlier is delivered at its new one, a cancelled job is
 // never delivered, and Reschedule of a job not waiting finds nothing.
 func TestJobRescheduleAndCancel(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
@@ -155,6 +158,7 @@ func TestJobRescheduleAndCancel(t *testing.T) {
 // a job put an hour ahead and moved to 50ms is handled at once: the move
 // woke the sleeping sweeper.
 func TestJobRescheduledEarlierWakesTheSweeper(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -173,6 +177,7 @@ func TestJobRescheduledEarlierWakesTheSweeper(t *testing.T) {
 // attempt and dead after its last; every consumer group gets each job, with
 // an empty Owner, its ID and its payload.
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -243,6 +248,7 @@ func TestJobLifecycle(t *testing.T) {
 
 // TestJobOwnerPrefixRefused: no owner can pass for a bucket of jobs.
 func TestJobOwnerPrefixRefused(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithExpiryEvents())
 		if _, err := s.Add(context.Background(), jobOwnerPrefix+"0", "m", time.Minute); !errors.Is(err, ErrInvalidArgument) {

@@ -687,6 +687,7 @@ func (h *helper) calls(prefixes ...string) []string {
 // kills cut short were handled afterwards at attempt 2, every other event
 // (also those the graceful shutdown released) at attempt 1.
 func TestKillConsumersTwoGroups(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		const n = 60

@@ -77,6 +77,7 @@ func slotsLeft(t *testing.T, s *Set) int {
 // charged), but every fifth, whose first call fails (its slot freed by the
 // retry), at attempts 1 and 2.
 func TestOwnerConcurrencyCap(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const perOwner = 20
@@ -143,6 +144,7 @@ func TestOwnerConcurrencyCap(t *testing.T) {
 // only call waits for it, so a quiet event held up behind the busy ones
 // would never be handled.
 func TestOwnerConcurrencyQuietOwner(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
@@ -180,6 +182,7 @@ func TestOwnerConcurrencyQuietOwner(t *testing.T) {
 // handles the owner's events: the dead call's event at attempt 2 (its first
 // call counted), the others at attempt 1.
 func TestOwnerConcurrencyCrashFreesSlots(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
@@ -246,6 +249,7 @@ func TestOwnerConcurrencyOption(t *testing.T) {
 // busy event; the events set aside are tried again every 20 ms, a begin
 // call each time).
 func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var takes, handled atomic.Int64
@@ -301,6 +305,7 @@ func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
 // begun, its next two set aside, then two of x, y and z fill the slots and
 // the third stays unread, for any other consumer to take.
 func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -353,6 +358,7 @@ func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
 // wake-up channel, and a Consume's wake-ups take it for a freed slot, not
 // for new events.
 func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
