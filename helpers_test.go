@@ -137,38 +137,62 @@ func setKeys(t testing.TB, rdb redis.UniversalClient, name string) []string {
 }
 
 // snapshot captures every key of a set and its serialized value, to check
-// that a rejected call wrote nothing.
+// that a rejected call wrote nothing. It reads the keys' types in one
+// pipeline and their values in a second.
 func snapshot(t testing.TB, rdb redis.UniversalClient, name string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
-	for _, k := range setKeys(t, rdb, name) {
-		typ := rdb.Type(ctx, k).Val()
-		var v string
-		switch typ {
+	keys := setKeys(t, rdb, name)
+	if len(keys) == 0 {
+		return out
+	}
+	types := make([]*redis.StatusCmd, len(keys))
+	pipe := rdb.Pipeline()
+	for i, k := range keys {
+		types[i] = pipe.Type(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	values := make([]redis.Cmder, len(keys))
+	pipe = rdb.Pipeline()
+	for i, k := range keys {
+		switch types[i].Val() {
 		case "zset":
-			zs := rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
-			for _, z := range zs {
-				v += z.Member.(string) + "=" + time.UnixMilli(int64(z.Score)).String() + ";"
-			}
+			values[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
 		case "hash":
-			m := rdb.HGetAll(ctx, k).Val()
-			keys := make([]string, 0, len(m))
-			for f := range m {
-				keys = append(keys, f)
-			}
-			sort.Strings(keys)
-			for _, f := range keys {
-				v += f + "=" + m[f] + ";"
-			}
+			values[i] = pipe.HGetAll(ctx, k)
 		case "stream":
-			for _, e := range rdb.XRange(ctx, k, "-", "+").Val() {
-				v += e.ID + ";"
-			}
+			values[i] = pipe.XRange(ctx, k, "-", "+")
 		default:
-			v = rdb.Get(ctx, k).Val()
+			values[i] = pipe.Get(ctx, k)
 		}
-		out[k] = typ + ":" + v
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, k := range keys {
+		var v strings.Builder
+		switch c := values[i].(type) {
+		case *redis.ZSliceCmd:
+			for _, z := range c.Val() {
+				v.WriteString(z.Member.(string) + "=" + time.UnixMilli(int64(z.Score)).String() + ";")
+			}
+		case *redis.MapStringStringCmd:
+			m := c.Val()
+			fields := make([]string, 0, len(m))
+			for f := range m {
+				fields = append(fields, f)
+			}
+			sort.Strings(fields)
+			for _, f := range fields {
+				v.WriteString(f + "=" + m[f] + ";")
+			}
+		case *redis.XMessageSliceCmd:
+			for _, e := range c.Val() {
+				v.WriteString(e.ID + ";")
+			}
+		case *redis.StringCmd:
+			v.WriteString(c.Val())
+		}
+		out[k] = types[i].Val() + ":" + v.String()
 	}
 	return out
 }
