@@ -2,10 +2,12 @@ package expset
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,4 +247,36 @@ func newSweeper(t testing.TB, s *Set, opts ...SweeperOption) *Sweeper {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// concurrently calls fn(0) to fn(n-1) from 8 goroutines, for tests that
+// write many keys that do not depend on one another: their round trips
+// overlap instead of adding up. It fails t with the first error once all
+// have returned (a goroutine stops at its first error).
+func concurrently(t testing.TB, n int, fn func(i int) error) {
+	t.Helper()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range min(8, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("call %d: %w", i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+	}
 }

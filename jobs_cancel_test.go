@@ -139,9 +139,10 @@ func TestJobCancelBelowManyEvents(t *testing.T) {
 			must[SweepStats](t)(w.SweepOnce(ctx))
 		}
 		const newer = jobScanCount + 500
-		for i := range newer {
-			must[time.Time](t)(func() (time.Time, error) { d, _, err := s.Put(ctx, fmt.Sprintf("n-%d", i), time.Second); return d, err }())
-		}
+		concurrently(t, newer, func(i int) error {
+			_, _, err := s.Put(ctx, fmt.Sprintf("n-%d", i), time.Second)
+			return err
+		})
 		clk.Advance(time.Second)
 		if st := must[SweepStats](t)(w.SweepOnce(ctx)); st.Expired != newer {
 			t.Fatalf("swept %+v, want %d", st, newer)

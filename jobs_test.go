@@ -17,15 +17,17 @@ func TestJobsSpreadOverShards(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(8), WithExpiryEvents())
-		for i := range 400 {
+		concurrently(t, 400, func(i int) error {
 			if _, put, err := s.Put(ctx, fmt.Sprintf("job-%d", i), time.Hour); err != nil || !put {
-				t.Fatalf("Put job-%d: %v %v", i, put, err)
+				return fmt.Errorf("Put job-%d: %v %v", i, put, err)
 			}
-		}
+			return nil
+		})
 		perShard := map[int]int64{}
 		buckets := 0
+		keys := setKeys(t, b.rdb, s.name)
 		for i, sk := range s.shards {
-			for _, k := range setKeys(t, b.rdb, s.name) {
+			for _, k := range keys {
 				if strings.HasPrefix(k, sk.owner+jobOwnerPrefix) {
 					perShard[i] += b.rdb.ZCard(ctx, k).Val()
 					buckets++

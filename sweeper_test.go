@@ -23,18 +23,19 @@ func seedStaggered(t *testing.T, s *Set, owners, per, spread int) map[string]map
 	ctx := context.Background()
 	out := map[string]map[string]time.Time{}
 	for i := 0; i < owners; i++ {
-		o := "o" + strconv.Itoa(i)
-		out[o] = map[string]time.Time{}
-		for j := 0; j < per; j++ {
-			m := "m" + strconv.Itoa(j)
-			ttl := time.Duration((i+j)%spread+1) * time.Second
-			d, err := s.Add(ctx, o, m, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[o][m] = d
-		}
+		out["o"+strconv.Itoa(i)] = map[string]time.Time{}
 	}
+	var mu sync.Mutex
+	concurrently(t, owners*per, func(k int) error {
+		i, j := k/per, k%per
+		o, m := "o"+strconv.Itoa(i), "m"+strconv.Itoa(j)
+		ttl := time.Duration((i+j)%spread+1) * time.Second
+		d, err := s.Add(ctx, o, m, ttl)
+		mu.Lock()
+		out[o][m] = d
+		mu.Unlock()
+		return err
+	})
 	return out
 }
 
@@ -81,8 +82,14 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 	t.Helper()
 	ctx := context.Background()
 	idx := indexOf(t, s)
+	reads := map[string]*redis.ZSliceCmd{} // one pipeline for every owner
+	pipe := s.rdb.Pipeline()
+	for o := range seeded {
+		reads[o] = pipe.ZRangeWithScores(ctx, s.OwnerKey(o), 0, -1)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is checked below
 	for o, ms := range seeded {
-		zs, err := s.rdb.ZRangeWithScores(ctx, s.OwnerKey(o), 0, -1).Result()
+		zs, err := reads[o].Result()
 		if err != nil {
 			t.Fatal(err)
 		}
