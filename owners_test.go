@@ -406,8 +406,18 @@ func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
 		w := s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
 		defer w.close()
-		waitFor(t, "the wake-ups subscribed", func() bool { return w.freed.Swap(false) })
-		w.take()
+		// Every shard's subscription up (one per shard on a cluster, each
+		// setting freed when it comes): only then does freed start clear.
+		subscribed := map[int]bool{}
+		waitFor(t, "the wake-ups subscribed", func() bool {
+			for i, d := range w.take() {
+				if d == wakeLost {
+					subscribed[i] = true
+				}
+			}
+			return len(subscribed) == len(s.shards)
+		})
+		w.freed.Store(false)
 		expireOwned(t, s, clk, []string{"a"}, 1)
 		waitFor(t, "the sweep's wake-up", func() bool { return len(w.take()) > 0 })
 		if w.freed.Load() {

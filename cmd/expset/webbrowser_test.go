@@ -111,6 +111,7 @@ func shownNumbers(b *browser) []map[string]int64 {
 }
 
 func TestWebBrowser(t *testing.T) {
+	t.Parallel()
 	b := startBrowser(t)
 	addr := redistest.Addr(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
