@@ -123,16 +123,15 @@ func uniqueName(t testing.TB, rdb redis.UniversalClient) string {
 	return name
 }
 
-// setKeys lists every key of the set called name, sorted.
+// setKeys lists every key of the set called name, sorted: those of its
+// shards (expset:{name:shard}...) and of the whole set (expset:{name}...),
+// in one SCAN (one per master of a cluster). A set's name holds none of
+// the pattern's special characters.
 func setKeys(t testing.TB, rdb redis.UniversalClient, name string) []string {
 	t.Helper()
-	var out []string
-	for _, pat := range []string{keyPrefix + "{" + name + ":*", keyPrefix + "{" + name + "}*"} {
-		keys, err := scanKeys(context.Background(), rdb, pat)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, keys...)
+	out, err := scanKeys(context.Background(), rdb, keyPrefix+"{"+name+"[:}]*")
+	if err != nil {
+		t.Fatal(err)
 	}
 	sort.Strings(out)
 	return out
