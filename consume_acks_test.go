@@ -49,6 +49,7 @@ func oneShardEvents(t *testing.T, b backend, n int) *Set {
 // call per shard (here one; a few more on a slow machine), not one per
 // event, and every event is handled once, acknowledged and deleted.
 func TestConsumeAcksInBatches(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 20
@@ -86,6 +87,7 @@ func TestConsumeAcksInBatches(t *testing.T) {
 // at least once holds, nothing is lost or dead-lettered, and the counts stay
 // exact.
 func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 5
@@ -133,6 +135,7 @@ func TestConsumeCrashBeforeAckFlushRedelivers(t *testing.T) {
 // Consume's context ends are sent before it returns: nothing is left
 // pending or in the stream, and nothing is handled twice.
 func TestConsumeShutdownFlushesAcks(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 5
@@ -163,6 +166,7 @@ func TestConsumeShutdownFlushesAcks(t *testing.T) {
 // that call runs, not after it: another consumer of the group never claims
 // it, and with WithMaxAttempts(1) it is never dead-lettered.
 func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 600 * time.Millisecond // renewed every third: enough on a loaded machine
@@ -221,6 +225,7 @@ func TestConsumeLongCallKeepsAcksFlowing(t *testing.T) {
 // those have finished them, instead of waiting for retention (which would
 // count them as trimmed).
 func TestConsumeDestroyedGroupLeavesNothing(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -265,6 +270,7 @@ func TestConsumeDestroyedGroupLeavesNothing(t *testing.T) {
 // acknowledged at once, so the heir handles the rest and dead-letters only
 // the event whose call the crash cut short.
 func TestConsumeLastAttemptAckNotDeferred(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 5

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,65 +76,75 @@ func deadKeys(t *testing.T, s *Set) map[string]DeadLetter {
 // failed on, and every event's first handler call sees Attempt 1 (also with
 // the default 5 attempts).
 func TestConsumeUnhandledNeverBuried(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
-	eachBackend(t, func(t *testing.T, b backend) {
-		for _, maxAttempts := range []int{1, defaultMaxAttempts} {
-			// One stuck handler call with 10 events read: the 9 behind it go
-			// to another consumer, each at attempt 1.
-			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-			expire(t, s, clk, 10)
-			// The lease is long enough for its renewals to keep it on a
-			// loaded machine (they run every third of it).
-			opts := []ConsumeOption{WithLeaseTTL(600 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
-				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
-			h := newHandledBy()
-			stuck := make(chan struct{})
-			var once sync.Once
-			stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
-				once.Do(func() { close(stuck); time.Sleep(2 * time.Second) }) // past 3 lease TTLs
-				return h.call("a", e, nil)
-			}, opts...)
-			<-stuck
-			stopB := consumeInBackground(t, s, "g", "b", func(_ context.Context, e Expiry) error {
-				return h.call("b", e, nil)
-			}, opts...)
-			waitFor(t, "10 events handled", func() bool { return h.count() == 10 && shardsIdle(s, 0) })
-			stopA()
-			stopB()
-			for _, e := range h.events() {
-				if e.Attempt != 1 {
-					t.Errorf("max %d: %s: handler call with attempt %d, want 1: %v", maxAttempts, eventKey(e), e.Attempt, h.calls[eventKey(e)])
-				}
-			}
-			if d := deadKeys(t, s); len(d) != 0 {
-				t.Fatalf("max %d: %d dead letters of events no handler call failed on: %v", maxAttempts, len(d), d)
-			}
+	for _, maxAttempts := range []int{1, defaultMaxAttempts} {
+		t.Run("max"+strconv.Itoa(maxAttempts), func(t *testing.T) {
+			t.Parallel()
+			testConsumeUnhandledNeverBuried(t, maxAttempts)
+		})
+	}
+}
 
-			// A graceful shutdown after the first event, then a restart: the
-			// 9 read and not handed out come back at once (the lease TTL
-			// is a minute), at attempt 1.
-			s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-			expire(t, s, clk, 10)
-			opts = []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
-				WithMaxAttempts(maxAttempts), WithReadBatch(10)}
-			h = newHandledBy()
-			ctx, shutdown := context.WithCancel(context.Background())
-			err := s.Consume(ctx, "g", "w1", func(_ context.Context, e Expiry) error {
-				shutdown()
-				return h.call("w1", e, nil)
-			}, opts...)
-			if err != nil || h.count() != 1 {
-				t.Fatalf("max %d: first run: %v, %d handled", maxAttempts, err, h.count())
+// testConsumeUnhandledNeverBuried is TestConsumeUnhandledNeverBuried with
+// maxAttempts attempts.
+func testConsumeUnhandledNeverBuried(t *testing.T, maxAttempts int) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		// One stuck handler call with 10 events read: the 9 behind it go
+		// to another consumer, each at attempt 1.
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 10)
+		// The lease is long enough for its renewals to keep it on a
+		// loaded machine (they run every third of it).
+		opts := []ConsumeOption{WithLeaseTTL(600 * time.Millisecond), WithPollInterval(5 * time.Millisecond),
+			WithMaxAttempts(maxAttempts), WithReadBatch(10)}
+		h := newHandledBy()
+		stuck := make(chan struct{})
+		var once sync.Once
+		stopA := consumeInBackground(t, s, "g", "a", func(_ context.Context, e Expiry) error {
+			once.Do(func() { close(stuck); time.Sleep(2 * time.Second) }) // past 3 lease TTLs
+			return h.call("a", e, nil)
+		}, opts...)
+		<-stuck
+		stopB := consumeInBackground(t, s, "g", "b", func(_ context.Context, e Expiry) error {
+			return h.call("b", e, nil)
+		}, opts...)
+		waitFor(t, "10 events handled", func() bool { return h.count() == 10 && shardsIdle(s, 0) })
+		stopA()
+		stopB()
+		for _, e := range h.events() {
+			if e.Attempt != 1 {
+				t.Errorf("max %d: %s: handler call with attempt %d, want 1: %v", maxAttempts, eventKey(e), e.Attempt, h.calls[eventKey(e)])
 			}
-			stop := consumeInBackground(t, s, "g", "w1", func(_ context.Context, e Expiry) error {
-				return h.call("w1", e, nil)
-			}, opts...)
-			waitFor(t, "the other 9 events after the restart", func() bool { return h.count() == 10 && shardsIdle(s, 0) })
-			stop()
-			for _, e := range h.events() {
-				if e.Attempt != 1 {
-					t.Errorf("max %d: after the restart %s: attempt %d, want 1", maxAttempts, eventKey(e), e.Attempt)
-				}
+		}
+		if d := deadKeys(t, s); len(d) != 0 {
+			t.Fatalf("max %d: %d dead letters of events no handler call failed on: %v", maxAttempts, len(d), d)
+		}
+
+		// A graceful shutdown after the first event, then a restart: the
+		// 9 read and not handed out come back at once (the lease TTL
+		// is a minute), at attempt 1.
+		s, clk = newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+		expire(t, s, clk, 10)
+		opts = []ConsumeOption{WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond),
+			WithMaxAttempts(maxAttempts), WithReadBatch(10)}
+		h = newHandledBy()
+		ctx, shutdown := context.WithCancel(context.Background())
+		err := s.Consume(ctx, "g", "w1", func(_ context.Context, e Expiry) error {
+			shutdown()
+			return h.call("w1", e, nil)
+		}, opts...)
+		if err != nil || h.count() != 1 {
+			t.Fatalf("max %d: first run: %v, %d handled", maxAttempts, err, h.count())
+		}
+		stop := consumeInBackground(t, s, "g", "w1", func(_ context.Context, e Expiry) error {
+			return h.call("w1", e, nil)
+		}, opts...)
+		waitFor(t, "the other 9 events after the restart", func() bool { return h.count() == 10 && shardsIdle(s, 0) })
+		stop()
+		for _, e := range h.events() {
+			if e.Attempt != 1 {
+				t.Errorf("max %d: after the restart %s: attempt %d, want 1", maxAttempts, eventKey(e), e.Attempt)
 			}
 		}
 	})
@@ -145,6 +156,7 @@ func TestConsumeUnhandledNeverBuried(t *testing.T) {
 // events queued behind it at attempt 1, and no event is both handled and
 // dead-lettered, or dead-lettered at all.
 func TestConsumeHungHandlerKeepsLease(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const vis = 500 * time.Millisecond // renewed every third: enough on a loaded machine
@@ -190,6 +202,7 @@ func TestConsumeHungHandlerKeepsLease(t *testing.T) {
 // after WithMaxHandlingTime (cause context.DeadlineExceeded); a call that fails so
 // used its attempt. A lease is renewed while the call runs.
 func TestConsumeHandlerContext(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
@@ -250,6 +263,7 @@ func TestConsumeHandlerContext(t *testing.T) {
 // handler call and by the claim of an event whose last handler call never
 // returned (its consumer died) each reach Hooks.OnEvent exactly once.
 func TestConsumeEveryBurialReachesOnEvent(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var hr hookRecorder
@@ -283,6 +297,7 @@ func TestConsumeEveryBurialReachesOnEvent(t *testing.T) {
 // it: the groups are made again, declared groups too, and later events are
 // handled.
 func TestConsumeSurvivesDeletedStream(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -321,6 +336,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 // group whose consumers were all stopped while another group handled
 // everything; an event leaves its stream once every group has handled it.
 func TestConsumeFanOut(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
@@ -368,6 +384,7 @@ func TestConsumeFanOut(t *testing.T) {
 // has handled or buried it; a dead letter kicked back reaches only the group
 // that buried it.
 func TestConsumeDeclaredGroups(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -445,6 +462,7 @@ func TestConsumeDeclaredGroups(t *testing.T) {
 // keeps handling the other shard's events, and takes the shard up again
 // once it heals.
 func TestConsumeShardFailureIsolated(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -502,6 +520,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 // are removed by a later worker once it has claimed their events. Nothing is
 // left behind, and every event was handled.
 func TestConsumeLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())

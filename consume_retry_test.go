@@ -60,6 +60,7 @@ func isBeginCall(cmd redis.Cmder) bool {
 // WithMaxAttempts(1) every event is handled and none is dead-lettered, and
 // with 5 every first call sees Attempt 1.
 func TestConsumeRetriedBeginCountsOnce(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		for _, maxAttempts := range []int{1, defaultMaxAttempts} {

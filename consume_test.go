@@ -61,6 +61,7 @@ func expire(t *testing.T, s *Set, clk *fakeClock, n int) {
 }
 
 func TestConsumeDeliversOnce(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithPayloadStorage())
@@ -99,6 +100,7 @@ func TestConsumeDeliversOnce(t *testing.T) {
 // event comes again to another consumer, with attempt 2, only after the
 // lease TTL has passed since the dead consumer's last renewal.
 func TestConsumeCrashRedelivers(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
@@ -137,6 +139,7 @@ func TestConsumeCrashRedelivers(t *testing.T) {
 // TestConsumeDeadLetterAndKick: a handler that always fails buries its event
 // after WithMaxAttempts attempts; kicked back, it is consumed from attempt 1.
 func TestConsumeDeadLetterAndKick(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
@@ -232,6 +235,7 @@ func TestConsumeDeadLetterAndKick(t *testing.T) {
 // returned (its consumer died) is buried by the next consumer that claims
 // it, not handled.
 func TestConsumeCrashOnLastAttempt(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
@@ -319,6 +323,7 @@ func TestConsumeInvalid(t *testing.T) {
 // finishing its wait between polls (a minute here, twice the test's
 // deadline).
 func TestConsumeReturnsPromptly(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithExpiryEvents())

@@ -68,6 +68,7 @@ func overAdmissions(admitted map[string]int, limit int) int {
 // Not parallel with other tests: their load on the machine can serialize
 // the naive recipe's goroutines enough that it never over-admits.
 func TestConcurrentAcquireNeverOverAdmits(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()

@@ -168,6 +168,7 @@ func must2[A, B any](t testing.TB) func(A, B, error) (A, B) {
 // TestEvictionEventThroughDeadLetters checks that an eviction event keeps
 // its reason through Consume, the dead-letter stream and Kick.
 func TestEvictionEventThroughDeadLetters(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

@@ -139,9 +139,10 @@ func TestRemoveManyInBatches(t *testing.T) {
 		for i := 0; i < 2500; i++ {
 			ids = append(ids, "m"+strconv.Itoa(i))
 		}
-		for _, id := range ids[:2400] {
-			must[time.Time](t)(s.Add(ctx, "bulk", id, time.Hour))
-		}
+		concurrently(t, 2400, func(i int) error {
+			_, err := s.Add(ctx, "bulk", ids[i], time.Hour)
+			return err
+		})
 		if n := must[int](t)(s.Remove(ctx, "bulk", ids...)); n != 2400 {
 			t.Fatalf("removed %d, want 2400", n)
 		}

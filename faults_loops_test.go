@@ -237,6 +237,7 @@ func TestSweeperRunSurvivesRestart(t *testing.T) {
 // whose acknowledgement the outage cut off is made again), none dead-lettered,
 // the streams end empty.
 func TestConsumeSurvivesRestart(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	r := newRestartRun(t)
 	var mu sync.Mutex

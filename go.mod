@@ -7,7 +7,6 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/robfig/cron/v3 v3.0.1
-	go.uber.org/goleak v1.3.0
 )
 
 require (

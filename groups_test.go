@@ -15,6 +15,7 @@ import (
 // dead letters, the group on every shard, and the events only it still
 // needed. A second RemoveGroup finds nothing (ErrNotFound).
 func TestGroupsListAndRemove(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

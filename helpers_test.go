@@ -2,10 +2,12 @@ package expset
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +37,8 @@ type backend struct {
 // overlap such a test), and then with its backends taking turns where they
 // would clash: the script cache of a shared server may be flushed (each
 // backend has its own), slog's default logger is captured one backend at a
-// time (captureSlog), goleak's checks (noLeaks) run once all are done. A
+// time (captureSlog). The goroutine check (noLeaks) knows a test's goroutines
+// by a label, so it runs in parallel tests too, once all subtests are done. A
 // deferred call in the test that calls eachBackend runs before the subtests
 // do; use t.Cleanup instead.
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
@@ -120,54 +123,77 @@ func uniqueName(t testing.TB, rdb redis.UniversalClient) string {
 	return name
 }
 
-// setKeys lists every key of the set called name, sorted.
+// setKeys lists every key of the set called name, sorted: those of its
+// shards (expset:{name:shard}...) and of the whole set (expset:{name}...),
+// in one SCAN (one per master of a cluster). A set's name holds none of
+// the pattern's special characters.
 func setKeys(t testing.TB, rdb redis.UniversalClient, name string) []string {
 	t.Helper()
-	var out []string
-	for _, pat := range []string{keyPrefix + "{" + name + ":*", keyPrefix + "{" + name + "}*"} {
-		keys, err := scanKeys(context.Background(), rdb, pat)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, keys...)
+	out, err := scanKeys(context.Background(), rdb, keyPrefix+"{"+name+"[:}]*")
+	if err != nil {
+		t.Fatal(err)
 	}
 	sort.Strings(out)
 	return out
 }
 
 // snapshot captures every key of a set and its serialized value, to check
-// that a rejected call wrote nothing.
+// that a rejected call wrote nothing. It reads the keys' types in one
+// pipeline and their values in a second.
 func snapshot(t testing.TB, rdb redis.UniversalClient, name string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
-	for _, k := range setKeys(t, rdb, name) {
-		typ := rdb.Type(ctx, k).Val()
-		var v string
-		switch typ {
+	keys := setKeys(t, rdb, name)
+	if len(keys) == 0 {
+		return out
+	}
+	types := make([]*redis.StatusCmd, len(keys))
+	pipe := rdb.Pipeline()
+	for i, k := range keys {
+		types[i] = pipe.Type(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	values := make([]redis.Cmder, len(keys))
+	pipe = rdb.Pipeline()
+	for i, k := range keys {
+		switch types[i].Val() {
 		case "zset":
-			zs := rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
-			for _, z := range zs {
-				v += z.Member.(string) + "=" + time.UnixMilli(int64(z.Score)).String() + ";"
-			}
+			values[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
 		case "hash":
-			m := rdb.HGetAll(ctx, k).Val()
-			keys := make([]string, 0, len(m))
-			for f := range m {
-				keys = append(keys, f)
-			}
-			sort.Strings(keys)
-			for _, f := range keys {
-				v += f + "=" + m[f] + ";"
-			}
+			values[i] = pipe.HGetAll(ctx, k)
 		case "stream":
-			for _, e := range rdb.XRange(ctx, k, "-", "+").Val() {
-				v += e.ID + ";"
-			}
+			values[i] = pipe.XRange(ctx, k, "-", "+")
 		default:
-			v = rdb.Get(ctx, k).Val()
+			values[i] = pipe.Get(ctx, k)
 		}
-		out[k] = typ + ":" + v
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, k := range keys {
+		var v strings.Builder
+		switch c := values[i].(type) {
+		case *redis.ZSliceCmd:
+			for _, z := range c.Val() {
+				v.WriteString(z.Member.(string) + "=" + time.UnixMilli(int64(z.Score)).String() + ";")
+			}
+		case *redis.MapStringStringCmd:
+			m := c.Val()
+			fields := make([]string, 0, len(m))
+			for f := range m {
+				fields = append(fields, f)
+			}
+			sort.Strings(fields)
+			for _, f := range fields {
+				v.WriteString(f + "=" + m[f] + ";")
+			}
+		case *redis.XMessageSliceCmd:
+			for _, e := range c.Val() {
+				v.WriteString(e.ID + ";")
+			}
+		case *redis.StringCmd:
+			v.WriteString(c.Val())
+		}
+		out[k] = types[i].Val() + ":" + v.String()
 	}
 	return out
 }
@@ -220,4 +246,36 @@ func newSweeper(t testing.TB, s *Set, opts ...SweeperOption) *Sweeper {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// concurrently calls fn(0) to fn(n-1) from 8 goroutines, for tests that
+// write many keys that do not depend on one another: their round trips
+// overlap instead of adding up. It fails t with the first error once all
+// have returned (a goroutine stops at its first error).
+func concurrently(t testing.TB, n int, fn func(i int) error) {
+	t.Helper()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range min(8, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("call %d: %w", i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+	}
 }

@@ -78,6 +78,7 @@ func TestHooksSeeCallsAndDecisions(t *testing.T) {
 }
 
 func TestHooksSeeSweepsAndEvents(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var (

@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,9 +27,10 @@ func TestSweepIndexBoundedWithoutSweeper(t *testing.T) {
 		if b.mr != nil {
 			n = 300
 		}
-		for i := range n {
-			must[time.Time](t)(s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second))
-		}
+		concurrently(t, n, func(i int) error {
+			_, err := s.Add(ctx, "o"+strconv.Itoa(i), "m", time.Second)
+			return err
+		})
 		pttl := must[time.Duration](t)(b.rdb.PTTL(ctx, due).Result())
 		if pttl <= 0 || pttl > time.Second+indexGrace {
 			t.Fatalf("index key TTL %v, want one reaching at most 1s + %v", pttl, indexGrace)
@@ -37,13 +39,17 @@ func TestSweepIndexBoundedWithoutSweeper(t *testing.T) {
 		// or Acquire) removes two stale entries.
 		clk.Advance(indexGrace + 2*time.Second)
 		q := must[*Quota](t)(NewQuota(s, 3))
-		for i := range n {
+		concurrently(t, n, func(i int) error {
 			if i%2 == 0 {
-				must[time.Time](t)(s.Add(ctx, "n"+strconv.Itoa(i), "m", time.Second))
-			} else if d := must[Decision](t)(q.Acquire(ctx, "n"+strconv.Itoa(i), "m", time.Second)); !d.Allowed {
-				t.Fatalf("acquire: %+v", d)
+				_, err := s.Add(ctx, "n"+strconv.Itoa(i), "m", time.Second)
+				return err
 			}
-		}
+			d, err := q.Acquire(ctx, "n"+strconv.Itoa(i), "m", time.Second)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("acquire: %+v", d)
+			}
+			return err
+		})
 		left := b.rdb.ZRange(ctx, due, 0, -1).Val()
 		stale := 0
 		for _, o := range left {

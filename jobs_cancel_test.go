@@ -14,6 +14,7 @@ import (
 // TestJobCancelDue: a job due and not yet swept is cancelled with its
 // payload, and the sweeper then writes no event of it.
 func TestJobCancelDue(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("a"))
@@ -49,6 +50,7 @@ func TestJobCancelDue(t *testing.T) {
 // then acknowledged, so that no begin finds it), and not once a group has
 // begun one, finished or not; Job follows.
 func TestJobCancelSwept(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -126,6 +128,7 @@ func TestJobCancelSwept(t *testing.T) {
 // newer events than one call looks through, and the newest put of an ID
 // is the one cancelled.
 func TestJobCancelBelowManyEvents(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
@@ -136,9 +139,10 @@ func TestJobCancelBelowManyEvents(t *testing.T) {
 			must[SweepStats](t)(w.SweepOnce(ctx))
 		}
 		const newer = jobScanCount + 500
-		for i := range newer {
-			must[time.Time](t)(func() (time.Time, error) { d, _, err := s.Put(ctx, fmt.Sprintf("n-%d", i), time.Second); return d, err }())
-		}
+		concurrently(t, newer, func(i int) error {
+			_, _, err := s.Put(ctx, fmt.Sprintf("n-%d", i), time.Second)
+			return err
+		})
 		clk.Advance(time.Second)
 		if st := must[SweepStats](t)(w.SweepOnce(ctx)); st.Expired != newer {
 			t.Fatalf("swept %+v, want %d", st, newer)
@@ -168,6 +172,7 @@ func TestJobCancelBelowManyEvents(t *testing.T) {
 // that reached a handler, or one whose Cancel returned false and that some
 // group never got.
 func TestJobCancelRacesDelivery(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

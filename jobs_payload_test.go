@@ -31,6 +31,7 @@ func jobPayload(n int) []byte {
 // Puts, with no field or member of theirs behind (but the calls' receipts,
 // which lapse).
 func TestJobPayloadSizes(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

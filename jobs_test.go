@@ -13,18 +13,21 @@ import (
 // TestJobsSpreadOverShards: 400 jobs land on every one of 8 shards, in
 // several buckets each, and none on one owner's key alone.
 func TestJobsSpreadOverShards(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(8), WithExpiryEvents())
-		for i := range 400 {
+		concurrently(t, 400, func(i int) error {
 			if _, put, err := s.Put(ctx, fmt.Sprintf("job-%d", i), time.Hour); err != nil || !put {
-				t.Fatalf("Put job-%d: %v %v", i, put, err)
+				return fmt.Errorf("Put job-%d: %v %v", i, put, err)
 			}
-		}
+			return nil
+		})
 		perShard := map[int]int64{}
 		buckets := 0
+		keys := setKeys(t, b.rdb, s.name)
 		for i, sk := range s.shards {
-			for _, k := range setKeys(t, b.rdb, s.name) {
+			for _, k := range keys {
 				if strings.HasPrefix(k, sk.owner+jobOwnerPrefix) {
 					perShard[i] += b.rdb.ZCard(ctx, k).Val()
 					buckets++
@@ -48,6 +51,7 @@ func TestJobsSpreadOverShards(t *testing.T) {
 // its due time, not its payload, also once it is due and not yet swept;
 // after delivery the ID may be put again.
 func TestJobPutIfAbsent(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
@@ -95,6 +99,7 @@ func readAll(t *testing.T, s *Set) []Expiry {
 // time, one moved earlier is delivered at its new one, a cancelled job is
 // never delivered, and Reschedule of a job not waiting finds nothing.
 func TestJobRescheduleAndCancel(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
@@ -155,6 +160,7 @@ func TestJobRescheduleAndCancel(t *testing.T) {
 // a job put an hour ahead and moved to 50ms is handled at once: the move
 // woke the sleeping sweeper.
 func TestJobRescheduledEarlierWakesTheSweeper(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -173,6 +179,7 @@ func TestJobRescheduledEarlierWakesTheSweeper(t *testing.T) {
 // attempt and dead after its last; every consumer group gets each job, with
 // an empty Owner, its ID and its payload.
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -243,6 +250,7 @@ func TestJobLifecycle(t *testing.T) {
 
 // TestJobOwnerPrefixRefused: no owner can pass for a bucket of jobs.
 func TestJobOwnerPrefixRefused(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithExpiryEvents())
 		if _, err := s.Add(context.Background(), jobOwnerPrefix+"0", "m", time.Minute); !errors.Is(err, ErrInvalidArgument) {

@@ -39,6 +39,7 @@ import (
 //     (the standard library's usual ones, go-redis, expset and its
 //     modules, Prometheus and OpenTelemetry: snippetImports).
 func TestMarkdownGoSnippetsCompile(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds every Markdown snippet with the go command; skipped with -short")
 	}

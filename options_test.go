@@ -24,6 +24,7 @@ import (
 // and of Consume: the first invalid option is the error, named in it; a nil
 // option does nothing.
 func TestOptionsFirstErrorWins(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithExpiryEvents())

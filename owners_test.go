@@ -19,12 +19,13 @@ type ownerLoad struct {
 	mu         sync.Mutex
 	cap        int
 	now, peak  map[string]int
-	handled    map[string]int // event key -> calls
+	handled    map[string]int           // event key -> calls
+	full       map[string]chan struct{} // owner -> closed once cap calls of it ran at once
 	violations int
 }
 
 func newOwnerLoad(cap int) *ownerLoad {
-	return &ownerLoad{cap: cap, now: map[string]int{}, peak: map[string]int{}, handled: map[string]int{}}
+	return &ownerLoad{cap: cap, now: map[string]int{}, peak: map[string]int{}, handled: map[string]int{}, full: map[string]chan struct{}{}}
 }
 
 func (l *ownerLoad) enter(e Expiry) {
@@ -35,7 +36,39 @@ func (l *ownerLoad) enter(e Expiry) {
 	if l.now[e.Owner] > l.cap {
 		l.violations++
 	}
+	if l.now[e.Owner] == l.cap {
+		select {
+		case <-l.fullOf(e.Owner):
+		default:
+			close(l.fullOf(e.Owner))
+		}
+	}
 	l.handled[eventKey(e)]++
+}
+
+// fullOf returns the channel closed once cap calls of owner ran at once.
+// l.mu is held.
+func (l *ownerLoad) fullOf(owner string) chan struct{} {
+	c, ok := l.full[owner]
+	if !ok {
+		c = make(chan struct{})
+		l.full[owner] = c
+	}
+	return c
+}
+
+// waitFull waits until cap calls of owner have run at once, or ctx ends;
+// it reports whether they have.
+func (l *ownerLoad) waitFull(ctx context.Context, owner string) bool {
+	l.mu.Lock()
+	c := l.fullOf(owner)
+	l.mu.Unlock()
+	select {
+	case <-c:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (l *ownerLoad) leave(e Expiry) {
@@ -72,11 +105,14 @@ func slotsLeft(t *testing.T, s *Set) int {
 
 // TestOwnerConcurrencyCap: three Consumes of a group (two WithConcurrency(6),
 // one serial) under WithOwnerConcurrency(2) never run more than two calls
-// of one owner at once, reach two, and leave no slot behind; every event
-// is handled once at attempt 1 (an event refused at the cap is not
-// charged), but every fifth, whose first call fails (its slot freed by the
-// retry), at attempts 1 and 2.
+// of one owner at once, reach two (each owner's calls wait, up to a
+// generous deadline, until two of them are under way: a Consume that never
+// ran two of one owner at once would leave them waiting), and leave no slot
+// behind; every event is handled once at attempt 1 (an event refused at the
+// cap is not charged), but every fifth, whose first call fails (its slot
+// freed by the retry), at attempts 1 and 2.
 func TestOwnerConcurrencyCap(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const perOwner = 20
@@ -85,9 +121,16 @@ func TestOwnerConcurrencyCap(t *testing.T) {
 		expireOwned(t, s, clk, owners, perOwner)
 		l := newOwnerLoad(2)
 		var wrong sync.Map
+		// Long enough for any loaded machine: a call waits for it only
+		// until the second call of its owner begins.
+		pairs, cancel := context.WithTimeout(context.Background(), killWait)
+		t.Cleanup(cancel)
 		handle := func(_ context.Context, e Expiry) error {
 			l.enter(e)
 			defer l.leave(e)
+			if !l.waitFull(pairs, e.Owner) {
+				t.Errorf("owner %s: no second call at once within %v", e.Owner, killWait)
+			}
 			time.Sleep(3 * time.Millisecond)
 			failing := strings.HasSuffix(e.Member, "0") || strings.HasSuffix(e.Member, "5")
 			if e.Attempt != 1 && (!failing || e.Attempt != 2) {
@@ -143,6 +186,7 @@ func TestOwnerConcurrencyCap(t *testing.T) {
 // only call waits for it, so a quiet event held up behind the busy ones
 // would never be handled.
 func TestOwnerConcurrencyQuietOwner(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
@@ -180,6 +224,7 @@ func TestOwnerConcurrencyQuietOwner(t *testing.T) {
 // handles the owner's events: the dead call's event at attempt 2 (its first
 // call counted), the others at attempt 1.
 func TestOwnerConcurrencyCrashFreesSlots(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents())
@@ -246,6 +291,7 @@ func TestOwnerConcurrencyOption(t *testing.T) {
 // busy event; the events set aside are tried again every 20 ms, a begin
 // call each time).
 func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var takes, handled atomic.Int64
@@ -301,6 +347,7 @@ func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
 // begun, its next two set aside, then two of x, y and z fill the slots and
 // the third stays unread, for any other consumer to take.
 func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -353,6 +400,7 @@ func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
 // wake-up channel, and a Consume's wake-ups take it for a freed slot, not
 // for new events.
 func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())

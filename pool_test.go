@@ -90,6 +90,7 @@ func (f *inFlight) peakNow() int {
 // way: a Consume running fewer would never get there), never more, each
 // event once at attempt 1, and everything is acknowledged.
 func TestConsumeConcurrencyRunsAtOnce(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n, events = 8, 60
@@ -131,6 +132,7 @@ func TestConsumeConcurrencyRunsAtOnce(t *testing.T) {
 // is renewed all the while: a second consumer of the group never gets its
 // event.
 func TestConsumeConcurrencySlowCallHoldsNoOne(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const events = 30
@@ -192,6 +194,7 @@ func TestConsumeConcurrencySlowCallHoldsNoOne(t *testing.T) {
 // returns the context's error), and releases them: another consumer gets
 // every event at attempt 1 at once, not a lease TTL later.
 func TestConsumeConcurrencyStopReleases(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const events = 12
@@ -244,6 +247,7 @@ func TestConsumeConcurrencyStopReleases(t *testing.T) {
 // handled twice at once, every event's calls see attempts 1, 2, 3 in
 // order, and every event is acknowledged.
 func TestConsumeConcurrencyContention(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const events = 80

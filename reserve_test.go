@@ -64,6 +64,7 @@ func reserve(t *testing.T, s *Set, consumer string, opts ...ConsumeOption) *Rese
 // back with attempt+1, Bury dead-letters it at once; misuse of a
 // Reservation is an error, never a panic.
 func TestReserveFinish(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -123,6 +124,7 @@ func TestReserveFinish(t *testing.T) {
 // attempt, the first one's Touch then says ErrLeaseLost, and a last attempt
 // that lapses is dead-lettered.
 func TestReserveLeaseLapse(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -214,6 +216,7 @@ func TestReserveLeaseLapse(t *testing.T) {
 // TestReserveWithConsume: Reserve loops and a Consume on one group never
 // hold one event at once, and every event is done once with exact attempts.
 func TestReserveWithConsume(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, stop := context.WithCancel(context.Background())
@@ -378,6 +381,7 @@ func reserveHostileRows(row func(call, input string, want error, got string, run
 // TestReserveReadsEveryShard: Reserve reads one event at a time, yet finds
 // one on the last shard it reads without waiting for a safety poll.
 func TestReserveReadsEveryShard(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -409,6 +413,7 @@ func TestReserveReadsEveryShard(t *testing.T) {
 // the subscription closes once the loop ends; a stream deleted meanwhile is
 // made again with the group.
 func TestReserveSetUpOnce(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -541,6 +546,7 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // their own while the same consumer reserves the next ones (its state is
 // kept between calls): every event is done once, with exact attempts.
 func TestReserveFinishBesideReserve(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx, stop := context.WithCancel(context.Background())

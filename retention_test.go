@@ -65,6 +65,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 // ID, the server's clock) is trimmed by Sweeper.Run with nothing new written
 // and no consumer, on every shard, and counted; younger ones stay.
 func TestEventRetentionMaxAge(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, _ := newTestSet(t, b, WithShards(3), WithExpiryEvents())
@@ -128,6 +129,7 @@ func TestEventRetentionOptions(t *testing.T) {
 // attempts hash, and no dead letter of a trimmed event (a call that fails
 // on its last attempt may find its event trimmed).
 func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const n = 8

@@ -173,6 +173,7 @@ func retrySet(t *testing.T, b backend, s *Set) (*Set, *retryCalls) {
 // the pending list's idle times, not the wall clock), and the event is
 // dead-lettered on its last attempt with that attempt count.
 func TestRetryBackoffGrowsAndCaps(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		const attempts = 6
@@ -228,6 +229,7 @@ func TestRetryBackoffGrowsAndCaps(t *testing.T) {
 // (held past several lease TTLs, not before its delay); attempts stay exact.
 // The same with WithConcurrency, whose calls settle on their own goroutines.
 func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	for _, c := range []struct {
 		name         string
@@ -240,6 +242,7 @@ func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 		{"longer,concurrency", 150 * time.Millisecond, 1200 * time.Millisecond, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			eachBackend(t, func(t *testing.T, b backend) {
 				s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage())
 				expire(t, s, clk, 1)
@@ -279,6 +282,7 @@ func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 // once, with attempts left, the attempts used and the error's text; the
 // burial reaches OnEvent once. Bury(nil) buries too.
 func TestBuryDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		var mu sync.Mutex
@@ -405,6 +409,7 @@ func okText(ok bool, s string) string {
 // retry delay, shorter and longer than the lease TTL, as pending and
 // retrying; the dead letters of Bury count as dead.
 func TestRetriesCounted(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()

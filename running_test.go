@@ -26,6 +26,7 @@ func putSlot(t *testing.T, b backend, sk shardKeys, field, owner string, end tim
 // of another group is not counted for the group. Once the calls are
 // released, everything falls to zero.
 func TestRunning(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -106,6 +107,7 @@ func TestRunning(t *testing.T) {
 // without expiry events; a set that never used WithOwnerConcurrency lists
 // none and counts zeros.
 func TestRunningInput(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(3), WithExpiryEvents(), WithConsumerGroups("g"))
@@ -136,6 +138,7 @@ func TestRunningInput(t *testing.T) {
 // died) is not counted, and the reads leave it for the next begin to drop;
 // a live one of the same owner is.
 func TestRunningDeadSlots(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithConsumerGroups("g"))

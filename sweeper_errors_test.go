@@ -248,6 +248,7 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 // again Run takes each lease back with its own token, at once, and sweeps.
 // Without the token it would wait for leases that never lapse here.
 func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
@@ -332,6 +333,7 @@ func TestSweepWrongTypeKeepsMembers(t *testing.T) {
 	t.Parallel()
 	for _, payloads := range []bool{false, true} {
 		t.Run("payloads="+strconv.FormatBool(payloads), func(t *testing.T) {
+			t.Parallel()
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []OpenOption{WithShards(1), WithExpiryEvents()}
 				if payloads {

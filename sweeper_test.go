@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // seedStaggered gives owners o0..o(owners-1) members m0..m(per-1) with
@@ -24,18 +23,19 @@ func seedStaggered(t *testing.T, s *Set, owners, per, spread int) map[string]map
 	ctx := context.Background()
 	out := map[string]map[string]time.Time{}
 	for i := 0; i < owners; i++ {
-		o := "o" + strconv.Itoa(i)
-		out[o] = map[string]time.Time{}
-		for j := 0; j < per; j++ {
-			m := "m" + strconv.Itoa(j)
-			ttl := time.Duration((i+j)%spread+1) * time.Second
-			d, err := s.Add(ctx, o, m, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[o][m] = d
-		}
+		out["o"+strconv.Itoa(i)] = map[string]time.Time{}
 	}
+	var mu sync.Mutex
+	concurrently(t, owners*per, func(k int) error {
+		i, j := k/per, k%per
+		o, m := "o"+strconv.Itoa(i), "m"+strconv.Itoa(j)
+		ttl := time.Duration((i+j)%spread+1) * time.Second
+		d, err := s.Add(ctx, o, m, ttl)
+		mu.Lock()
+		out[o][m] = d
+		mu.Unlock()
+		return err
+	})
 	return out
 }
 
@@ -82,8 +82,14 @@ func checkSwept(t *testing.T, s *Set, seeded map[string]map[string]time.Time, no
 	t.Helper()
 	ctx := context.Background()
 	idx := indexOf(t, s)
+	reads := map[string]*redis.ZSliceCmd{} // one pipeline for every owner
+	pipe := s.rdb.Pipeline()
+	for o := range seeded {
+		reads[o] = pipe.ZRangeWithScores(ctx, s.OwnerKey(o), 0, -1)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is checked below
 	for o, ms := range seeded {
-		zs, err := s.rdb.ZRangeWithScores(ctx, s.OwnerKey(o), 0, -1).Result()
+		zs, err := reads[o].Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,6 +135,7 @@ func TestSweepStaggered(t *testing.T) {
 	}{{false, false}, {true, false}, {true, true}} {
 		ev := c.ev
 		t.Run(fmt.Sprintf("events=%v/payloads=%v", c.ev, c.payloads), func(t *testing.T) {
+			t.Parallel()
 			eachBackend(t, func(t *testing.T, b backend) {
 				opts := []OpenOption{WithSweepIndex()}
 				if ev {
@@ -272,19 +279,6 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 	})
 }
 
-// noLeaks fails t if goroutines started during it outlive it, apart from
-// the shared redis-server's waiter, which redistest may start on first use,
-// and go-redis's retry of a dial to a node that died (after a failover its
-// pool, closed, still waits out the retry's backoff once).
-func noLeaks(t *testing.T) {
-	t.Helper()
-	current := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		goleak.VerifyNone(t, current, goleak.IgnoreAnyFunction("github.com/expset/expset/internal/redistest.(*Server).launch.func1"),
-			goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-	})
-}
-
 // runSweeper starts w.Run and returns a stop function that ends it and waits.
 func runSweeper(t *testing.T, w *Sweeper) (stop func()) {
 	t.Helper()
@@ -323,6 +317,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestRunSweepsAndReleases(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(3), WithExpiryEvents())
@@ -366,6 +361,7 @@ func TestRunSweepsAndReleases(t *testing.T) {
 // last looked: it looks again at least every max idle interval (1s; the
 // lateness is logged, not asserted: a loaded machine delays anything).
 func TestRunWakesForDeadline(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(2), WithExpiryEvents()))
@@ -391,6 +387,7 @@ func TestRunWakesForDeadline(t *testing.T) {
 // lapsed mid-sweep, the worst case): every expired member yields exactly one
 // event.
 func TestTwoSweepersRace(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(4), WithExpiryEvents())
@@ -448,6 +445,7 @@ func TestTwoSweepersRace(t *testing.T) {
 // shard the thief's lease now holds, keeps sweeping the other, and takes
 // the shard back once the thief's lease is gone.
 func TestLeaseStolen(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
@@ -461,14 +459,22 @@ func TestLeaseStolen(t *testing.T) {
 			lost = append(lost, ei.Err)
 			mu.Unlock()
 		}
-		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(60*time.Millisecond))
+		// A lease long enough for its renewals (every third of it) to keep
+		// it on a loaded machine.
+		w := newSweeper(t, s, WithPollInterval(5*time.Millisecond), WithLeaseTTL(600*time.Millisecond))
 		stop := runSweeper(t, w)
 		key := sweepersKey(s.name)
-		waitFor(t, "the lease", func() bool { return len(sweeperTokens(t, s)) == 1 })
-		mine := sweeperTokens(t, s)[0]
+		var mine string
+		waitFor(t, "the lease", func() bool {
+			tokens := sweeperTokens(t, s)
+			if len(tokens) == 1 {
+				mine = tokens[0]
+			}
+			return mine != ""
+		})
 		// Steal the lease: the thief's lasts an hour. Wait for the sweeper to
-		// report it lost. (A loaded machine can make a 60ms lease lapse
-		// before: only a report that came after the theft counts.)
+		// report it lost. (Should the lease lapse before, only a report that
+		// came after the theft counts.)
 		mu.Lock()
 		before := len(lost)
 		mu.Unlock()

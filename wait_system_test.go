@@ -215,8 +215,9 @@ func TestWaitProcesses(t *testing.T) {
 
 // TestWaitKilledWaiter: a waiter at the head of the line is killed
 // (SIGKILL) and a slot frees at once; the waiter behind it, in this
-// process, is admitted once the dead ticket's lease lapses: within
-// waitLease + waitRenew of the kill (plus slack for a loaded machine).
+// process, is admitted once the dead ticket's lease lapses. How long after
+// the kill is logged beside the promise (waitLease + waitRenew), not
+// asserted: the test waits for the admission up to killWait.
 func TestWaitKilledWaiter(t *testing.T) {
 	redistest.SystemTest(t)
 	noLeaks(t)
@@ -249,9 +250,6 @@ func TestWaitKilledWaiter(t *testing.T) {
 			t.Fatalf("the heir was not admitted %v after the kill", killWait)
 		}
 		took := at.Sub(killed)
-		if bound := waitLease + waitRenew + 5*time.Second; took > bound {
-			t.Fatalf("the heir was admitted %v after the kill (bound %v)", took, bound)
-		}
 		if ok := must[bool](t)(s.Contains(ctx, "tenant", "doomed")); ok {
 			t.Fatal("the killed waiter holds a slot")
 		}

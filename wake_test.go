@@ -52,6 +52,7 @@ func deliveries(t *testing.T, s *Set, opts ...LoopOption) func() map[string]bool
 // is handled at once, on every backend; so are members added in a burst
 // over several shards, and a dead letter kicked back.
 func TestWakeUpsDeliver(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
@@ -79,6 +80,7 @@ func TestWakeUpsDeliver(t *testing.T) {
 // TestLostWakeUpsStillDeliver: when every wake-up is lost, the safety poll
 // (WithPollInterval) still delivers each member, on every backend.
 func TestLostWakeUpsStillDeliver(t *testing.T) {
+	t.Parallel()
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents()))
@@ -101,6 +103,7 @@ func TestLostWakeUpsStillDeliver(t *testing.T) {
 // again: a member added after the restart is handled with a safety poll of
 // a minute. Errors of the outage reach Hooks.OnError.
 func TestWakeUpsSurviveRestart(t *testing.T) {
+	redistest.SystemTest(t)
 	noLeaks(t)
 	if testing.Short() {
 		t.Skip("kills and restarts a redis-server; skipped with -short")

@@ -22,6 +22,7 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 // come out of --json exactly (in a FIELD_base64 beside the text), and
 // quoted in the text output, in inspect, events tail and events dead.
 func TestBinaryJSONKeepsBytes(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents())
 	ctx := context.Background()
 	const owner, member, live = "user-\xff\xfe", "order-\xc3(", "live-\x80"
@@ -88,6 +89,7 @@ func TestBinaryJSONKeepsBytes(t *testing.T) {
 // TestBinaryMissingSet: a set that is not there is reported as such (exit
 // 3), not as the library's "member not found".
 func TestBinaryMissingSet(t *testing.T) {
+	t.Parallel()
 	url := "redis://" + redistest.Addr(t)
 	for _, args := range [][]string{
 		{"inspect", "no-such-set", "u"},
@@ -107,6 +109,7 @@ func TestBinaryMissingSet(t *testing.T) {
 // TestBinaryUsageErrorsSayWhatToType: bad input on the command line is a
 // usage error (exit 2) whose message says what was wrong and what to type.
 func TestBinaryUsageErrorsSayWhatToType(t *testing.T) {
+	t.Parallel()
 	url, _, set := seeded(t)
 	for _, tc := range []struct {
 		args []string
@@ -133,6 +136,7 @@ func TestBinaryUsageErrorsSayWhatToType(t *testing.T) {
 
 // TestBinaryRedisWithoutScheme: --redis host:port means redis://host:port.
 func TestBinaryRedisWithoutScheme(t *testing.T) {
+	t.Parallel()
 	url, _, set := seeded(t)
 	code, out, errs := runBin(t, "stats", "--redis", strings.TrimPrefix(url, "redis://"), set.Name())
 	if code != 0 || !strings.Contains(out, "set "+set.Name()+" at ") {
@@ -144,6 +148,7 @@ func TestBinaryRedisWithoutScheme(t *testing.T) {
 // before anything runs, and the message gives the cluster form to type,
 // which works; --cluster takes the node as the cluster's seed.
 func TestBinaryClusterNode(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.SharedCluster(t)
 	rdb := cluster.Client(t)
 	name := "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -167,6 +172,7 @@ func TestBinaryClusterNode(t *testing.T) {
 }
 
 func TestRedisURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, url string
 		cluster bool

@@ -11,6 +11,7 @@ import (
 )
 
 func TestBinaryJob(t *testing.T) {
+	t.Parallel()
 	url, _, set := seeded(t, expset.WithExpiryEvents())
 	due, _, err := set.Put(context.Background(), "rem-1", time.Hour)
 	if err != nil {

@@ -91,7 +91,7 @@ func TestDemoRealRedisLeavesNothing(t *testing.T) {
 }
 
 func checkDemoLeavesNothing(t *testing.T, rdb redis.UniversalClient, url string) {
-	code, out, errs := runCLI(t, "demo", "--ttl", "2s", "--redis", url)
+	code, out, errs := runCLI(t, "demo", "--ttl", "4s", "--redis", url) // as TestBinaryDemo
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -121,6 +121,7 @@ func checkDemoLeavesNothing(t *testing.T, rdb redis.UniversalClient, url string)
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -146,6 +147,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestVerbFirst(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"events tail n", "events tail n"},
 		{"events --json dead n", "events dead --json n"},

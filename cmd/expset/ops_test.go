@@ -233,6 +233,7 @@ func totalLine(t *testing.T, out string) []string {
 }
 
 func TestBinaryStats(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	ctx := context.Background()
 	for _, o := range []string{"u1", "u2", "u3"} {
@@ -306,6 +307,7 @@ func TestBinaryStats(t *testing.T) {
 }
 
 func TestBinaryStatsWatch(t *testing.T) {
+	t.Parallel()
 	url, set := eventsSet(t, 2)
 	r := startBin(t, "stats", "--redis", url, "--watch=100ms", set.Name())
 	r.line("set " + set.Name() + " at ")
@@ -325,6 +327,7 @@ func TestBinaryStatsWatch(t *testing.T) {
 }
 
 func TestBinaryStatsServe(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents(), expset.WithConsumerGroups("g"))
 	addExpired(t, set, rdb, "a", "b", "c")
 	port, err := redistest.FreePort()
@@ -402,6 +405,7 @@ func TestBinaryStatsServe(t *testing.T) {
 var membersRemoved = regexp.MustCompile(`members removed\s+(\d+)`)
 
 func TestBinarySweepOnce(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	if _, err := set.Add(context.Background(), "live-user", "live", time.Hour); err != nil {
 		t.Fatal(err)
@@ -445,6 +449,7 @@ func TestBinarySweepOnce(t *testing.T) {
 // TestBinarySweepRetention: --retain-len bounds the streams the sweep
 // writes, and stats counts what it trimmed.
 func TestBinarySweepRetention(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
 	addExpired(t, set, rdb, "a", "b", "c", "d", "e")
 	code, _, errs := runBin(t, "sweep", "--redis", url, "--once", "--retain-len", "2", set.Name())
@@ -461,6 +466,7 @@ func TestBinarySweepRetention(t *testing.T) {
 }
 
 func TestBinarySweepRun(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	addExpired(t, set, rdb, "a", "b", "c")
 	r := startBin(t, "sweep", "--redis", url, "--progress", "50ms", "--poll-interval", "50ms", set.Name())
@@ -484,6 +490,7 @@ func TestBinarySweepRun(t *testing.T) {
 }
 
 func TestBinaryEventsTail(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	text := startBin(t, "events", "tail", "--redis", url, set.Name())
 	js := startBin(t, "events", "tail", "--redis", url, "--json", set.Name())
@@ -518,6 +525,7 @@ func TestBinaryEventsTail(t *testing.T) {
 }
 
 func TestBinaryEventsDead(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(4), expset.WithExpiryEvents())
 	addExpired(t, set, rdb, "d1", "d2", "d3")
 	sweepNow(t, set, 3)
@@ -623,6 +631,7 @@ func TestBinaryEventsDead(t *testing.T) {
 }
 
 func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"demo", "inspect", "stats", "sweep", "events"} {
 		code, _, errs := runCLI(t, cmd, "--help")
 		if code != 0 || !strings.Contains(errs, "Example:\n  expset "+cmd) || !strings.Contains(errs, "-redis") {
@@ -640,6 +649,7 @@ func TestSubcommandHelp(t *testing.T) {
 // TestFlagsAnywhere: flags may come before, between or after the
 // arguments; after "--" everything is an argument.
 func TestFlagsAnywhere(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -661,6 +671,7 @@ func TestFlagsAnywhere(t *testing.T) {
 // Cluster: every shard's keys lie in their own slot, so each command must
 // go shard by shard.
 func TestBinaryOnCluster(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.SharedCluster(t)
 	rdb := cluster.Client(t)
 	url := strings.Join(cluster.Addrs(), ",")
@@ -703,6 +714,7 @@ func TestBinaryOnCluster(t *testing.T) {
 }
 
 func TestBinaryStatsPartialCount(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(1), expset.WithExpiryEvents())
 	owners := make([]string, statsOwnerScan+1)
 	for i := range owners {
@@ -722,6 +734,7 @@ func TestBinaryStatsPartialCount(t *testing.T) {
 // to do; groups remove removes one with what it held, and a group that is
 // not there is "not found" (exit 3).
 func TestBinaryGroups(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("keep", "typo"))
 	addExpired(t, set, rdb, "a", "b", "c")
 	if code, _, errs := runBin(t, "sweep", "--redis", url, "--once", set.Name()); code != 0 {

@@ -13,6 +13,7 @@ import (
 // TestReadmeNamesEveryFlag: README.md names every command and every flag
 // the commands take, so the two cannot drift apart.
 func TestReadmeNamesEveryFlag(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -59,6 +59,7 @@ func holdRunning(t *testing.T, set *expset.Set, group string, cap, want int) (re
 // unknown group is "not found" (exit 3), a bad --top a usage error (exit
 // 2). Once the calls end, nothing runs.
 func TestBinaryGroupsRunning(t *testing.T) {
+	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
 	addRunnable(t, rdb, set)
 	release := holdRunning(t, set, "billing", 2, 5)
@@ -102,6 +103,8 @@ func TestBinaryGroupsRunning(t *testing.T) {
 // set's page shows billing with 5 running of 3 owners and lists the owners,
 // most first; once the calls end, the live refresh shows none.
 func TestWebBrowserRunning(t *testing.T) {
+	// Not parallel: chromium takes the machine for a while (two starting
+	// at once on a loaded one missed startBrowser's 30s).
 	b := startBrowser(t)
 	_, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
 	addRunnable(t, rdb, set)

@@ -172,6 +172,7 @@ func refsOn(body string) []string {
 }
 
 func TestWebListenRules(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		o        webOpts
 		loopback bool
@@ -203,6 +204,7 @@ func TestWebListenRules(t *testing.T) {
 }
 
 func TestWebReadOnlyRefusesChanges(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, testWebReadOnly)
 }
 
@@ -234,6 +236,7 @@ func testWebReadOnly(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func TestWebChangesNeedThePageAndItsToken(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, testWebChanges)
 }
 
@@ -302,6 +305,7 @@ func testWebChanges(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func TestWebAuth(t *testing.T) {
+	t.Parallel()
 	rdb, set := miniSet(t, 1)
 	for _, tc := range []struct {
 		o        webOpts
@@ -346,6 +350,7 @@ func TestWebAuth(t *testing.T) {
 }
 
 func TestWebPagesAndPaging(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, testWebPages)
 }
 
@@ -444,6 +449,7 @@ func mustGet(t *testing.T, f *webFix, path string) string {
 }
 
 func TestWebCommandRefusals(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -507,6 +513,7 @@ func TestWebDemo(t *testing.T) {
 }
 
 func TestWebDiscoversSets(t *testing.T) {
+	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		a, b := webTestSet(t, rdb, 3), webTestSet(t, rdb, 1)
 		names, err := discoverSets(context.Background(), rdb)

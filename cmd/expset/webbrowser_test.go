@@ -111,6 +111,8 @@ func shownNumbers(b *browser) []map[string]int64 {
 }
 
 func TestWebBrowser(t *testing.T) {
+	// Not parallel: chromium takes the machine for a while (two starting
+	// at once on a loaded one missed startBrowser's 30s).
 	b := startBrowser(t)
 	addr := redistest.Addr(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
