@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -39,9 +40,11 @@ func (c *consumer) failed(ctx context.Context, d delivery, attempt int, token st
 		// The handler buried it (Bury): at once, whatever attempts are left.
 		done, err = c.bury(wctx, d.shard, d.id, 0, herr.Error(), token)
 		c.event(ctx, d.shard, attempt, herr, done)
-	case ctx.Err() != nil:
-		// Consume is stopping: the failure is not the event's, so the
-		// attempt is given back and the event released.
+	case ctx.Err() != nil && errors.Is(herr, ctx.Err()):
+		// Consume is stopping and the call failed for that (its
+		// context ended): the failure is not the event's, so the
+		// attempt is given back and the event released. A failure of
+		// the handler's own counts, as at any other time.
 		c.event(ctx, d.shard, attempt, herr, false)
 		return c.releaseShard(wctx, d.shard, []string{d.id}, d.id, token)
 	case attempt >= c.cfg.maxAttempts:
