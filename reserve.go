@@ -50,10 +50,12 @@ type Reservation struct {
 // the shards' wake-ups (one connection, one per shard on Redis Cluster),
 // made by the first call and closed shortly after the last call returned
 // and the last reservation was finished or its lease lapsed; a call
-// continues where the last call of its group and consumer name (with the
-// same options) left off, reading first the shards that were woken or
-// yielded events, so a loop of Reserve and Finish makes a round trip to
-// read the next event, one to begin its attempt and Finish's one. The
+// continues where an earlier call of its group and consumer name (with the
+// same options) left off (calls at once each take one of those left, up to
+// 64), reading first the shards that were woken or yielded events, so a
+// loop of Reserve and Finish makes a round trip to read the next event and
+// begin its attempt (one script call) and Finish's one; Finish calls that
+// come at once share one pipeline. The
 // first call of a group makes it on each shard's stream when missing (one
 // XGROUP CREATE per shard), and the first call of a consumer removes the
 // group's idle consumers (a script per shard), asks every shard for the
