@@ -209,7 +209,7 @@ func TestConsumeHandlerContext(t *testing.T) {
 		ctx := context.Background()
 		sk := s.shards[0]
 
-		// Max handling time: 100ms, with a lease of 30ms renewed meanwhile.
+		// Max handling time: 1s, with a lease of 300ms renewed meanwhile.
 		expire(t, s, clk, 1)
 		causes := make(chan error, 2)
 		var attempts []int
@@ -224,7 +224,7 @@ func TestConsumeHandlerContext(t *testing.T) {
 				return hctx.Err()
 			}
 			return nil
-		}, WithLeaseTTL(30*time.Millisecond), WithPollInterval(5*time.Millisecond), WithMaxHandlingTime(100*time.Millisecond))
+		}, WithLeaseTTL(300*time.Millisecond), WithPollInterval(5*time.Millisecond), WithMaxHandlingTime(time.Second), WithRetryBackoff(0, 0))
 		if c := <-causes; !errors.Is(c, context.DeadlineExceeded) {
 			t.Fatalf("cause %v, want context.DeadlineExceeded", c)
 		}

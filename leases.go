@@ -20,11 +20,12 @@ type leaseKeeper struct {
 	ctx     context.Context // Consume's: errors are reported with it
 	mu      sync.Mutex
 	calls   map[*leaseCall]struct{}
-	failing bool          // the last acknowledgements sent failed
-	bo      backoff       // how soon acknowledgements that failed are sent again
-	closed  bool          // close was called: calls left running settle nothing
-	kick    chan struct{} // a call joined or an acknowledgement came (buffer 1)
-	sending sync.Mutex    // held while a send is out
+	failing bool           // the last acknowledgements sent failed
+	sent    [][]pendingAck // the acknowledgements of the send under way, per shard
+	bo      backoff        // how soon acknowledgements that failed are sent again
+	closed  bool           // close was called: calls left running settle nothing
+	kick    chan struct{}  // a call joined or an acknowledgement came (buffer 1)
+	sending sync.Mutex     // held while a send is out
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -96,16 +97,18 @@ func (k *leaseKeeper) run() {
 }
 
 // running adds to keys the key (parkKey) of every call under way and of
-// every event whose acknowledgement waits.
+// every event whose acknowledgement waits or is being sent.
 func (k *leaseKeeper) running(keys map[string]bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for lc := range k.calls {
 		keys[parkKey(delivery{shard: lc.shard, id: lc.id})] = true
 	}
-	for shard, acks := range k.c.acks {
-		for _, a := range acks {
-			keys[parkKey(delivery{shard: shard, id: a.id})] = true
+	for _, waiting := range [][][]pendingAck{k.c.acks, k.sent} {
+		for shard, acks := range waiting {
+			for _, a := range acks {
+				keys[parkKey(delivery{shard: shard, id: a.id})] = true
+			}
 		}
 	}
 }
@@ -182,7 +185,9 @@ func (k *leaseKeeper) send(all bool) {
 	var acks []*scriptCall
 	if all || c.acksDue(now) {
 		acks = c.ackCalls()
-		c.clearAcks()
+		k.sent = c.acks
+		c.acks = make([][]pendingAck, len(c.acks))
+		c.ackDue = time.Time{}
 	}
 	k.mu.Unlock()
 	if len(calls)+len(acks) == 0 {
@@ -193,6 +198,7 @@ func (k *leaseKeeper) send(all bool) {
 	cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.sent = nil
 	k.renewed(calls, due.items, now)
 	if len(acks) == 0 {
 		return

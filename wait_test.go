@@ -272,7 +272,7 @@ func TestAcquireWaitExpiry(t *testing.T) {
 		ctx := context.Background()
 		s := must[*Set](t)(Open(context.Background(), b.rdb, uniqueName(t, b.rdb)))
 		q := must[*Quota](t)(NewQuota(s, 1))
-		held := must[Decision](t)(q.Acquire(ctx, "tenant", "hold", 300*time.Millisecond))
+		held := must[Decision](t)(q.Acquire(ctx, "tenant", "hold", 2*time.Second))
 		type result struct {
 			d   Decision
 			err error
@@ -284,7 +284,7 @@ func TestAcquireWaitExpiry(t *testing.T) {
 			got <- result{d, err, time.Now()}
 		}()
 		waitQueued(t, b.rdb, s, "tenant", 1)
-		extended := must[time.Time](t)(s.Extend(ctx, "tenant", "hold", 600*time.Millisecond))
+		extended := must[time.Time](t)(s.Extend(ctx, "tenant", "hold", 2500*time.Millisecond))
 		r := <-got
 		if r.err != nil || !r.d.Allowed {
 			t.Fatalf("%+v %v", r.d, r.err)
