@@ -21,19 +21,20 @@ const beginFull = -2
 // the consumer begins it when it has a call slot (c.ahead).
 const readAhead = -3
 
-// parseBegin reads one reply of begins.lua: {attempt, taken now (0/1)},
-// or 0, -1 or -2.
-func parseBegin(v any) (n int64, taken, ok bool) {
+// parseBegin reads one reply of begins.lua: {attempt, taken now (0/1),
+// the owner's slots all held (0/1)}, or 0, -1 or -2.
+func parseBegin(v any) (n int64, taken, full, ok bool) {
 	if xs, isList := v.([]any); isList {
-		if len(xs) != 2 {
-			return 0, false, false
+		if len(xs) != 3 {
+			return 0, false, false, false
 		}
 		n, ok1 := asInt64(xs[0])
 		t, ok2 := asInt64(xs[1])
-		return n, t == 1, ok1 && ok2 && n > 0
+		f, ok3 := asInt64(xs[2])
+		return n, t == 1, f == 1, ok1 && ok2 && ok3 && n > 0
 	}
 	n, ok = asInt64(v)
-	return n, false, ok && n <= 0
+	return n, false, false, ok && n <= 0
 }
 
 // beginAll begins a handler call of each of todo (claimed, or set aside
@@ -44,21 +45,33 @@ func parseBegin(v any) (n int64, taken, ok bool) {
 // consumer holds are dropped.
 func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 	var bs batches[int, takenCall] // the begins.lua calls, and what each begins
-	for _, d := range todo {
-		e, ok := c.unbegun(ctx, d)
-		if !ok {
-			continue
-		}
-		token := callToken()
-		b := bs.add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
-			sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
-			return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
-				args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap}}
-		})
-		b.args = append(b.args, d.id, token)
-		if c.cfg.ownerCap > 0 {
-			owner, _ := c.capped(d) // "" for a job: no slot
-			b.args = append(b.args, owner)
+	// The fresh first (each call counts them: ARGV[7]), begun without a
+	// look at the pending list: read or claimed by this consumer so lately
+	// that no other can have taken them (see freshFor).
+	now := time.Now()
+	for _, fresh := range []bool{true, false} {
+		for _, d := range todo {
+			if c.fresh(d, now) != fresh {
+				continue
+			}
+			e, ok := c.unbegun(ctx, d)
+			if !ok {
+				continue
+			}
+			token := callToken()
+			b := bs.add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
+				sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
+				return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
+					args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap, 0}}
+			})
+			if fresh {
+				b.args[beginFresh] = b.args[beginFresh].(int) + 1
+			}
+			b.args = append(b.args, d.id, token)
+			if c.cfg.ownerCap > 0 {
+				owner, _ := c.capped(d) // "" for a job: no slot
+				b.args = append(b.args, owner)
+			}
 		}
 	}
 	calls, items := bs.calls, bs.items
@@ -85,7 +98,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			continue
 		}
 		for j, it := range items[k] {
-			n, taken, ok := parseBegin(replies[j])
+			n, taken, full, ok := parseBegin(replies[j])
 			if !ok {
 				c.fail(ctx, b.shard, unexpected("begins.lua", b.v))
 				continue
@@ -99,7 +112,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			if n <= 0 {
 				continue // another consumer holds it, or a claim buries it
 			}
-			it.leased = leased
+			it.leased, it.full = leased, full
 			if !taken {
 				it.leased = it.d.at // the lease of the read or claim that took it runs on
 			}
@@ -108,6 +121,22 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 		}
 	}
 	return begun
+}
+
+// beginFresh is the index of begins.lua's count of fresh items (ARGV[7]).
+const beginFresh = 6
+
+// fresh reports whether begins.lua may begin d at now without a look at
+// the pending list: d was read or claimed by this consumer less than half
+// the time (a sixth of the lease TTL) under which the script keeps a
+// consumer's own lease as it is, so no other consumer can have taken it (a
+// claim needs it idle a whole lease TTL), with room for the clocks of
+// client and server to differ in rate. A job's event is never fresh:
+// Set.Cancel acknowledges and deletes one read and not begun, and its
+// begin must see that.
+func (c *consumer) fresh(d delivery, now time.Time) bool {
+	o, _ := d.values["o"].(string)
+	return now.Sub(d.at) < c.cfg.leaseTTL/12 && !isJobOwner(o)
 }
 
 // unbegun settles d when no handler call can be made of it: an event not
@@ -145,20 +174,24 @@ func (c *consumer) ackLater(shard int, id string, at time.Time) {
 	c.addAck(shard, id, "", at)
 }
 
-// takenCall is an event whose handler call was begun (take.lua,
-// begins.lua).
+// takenCall is an event whose handler call was begun (begins.lua,
+// take.lua).
 type takenCall struct {
 	d      delivery
 	e      Expiry
 	token  string
 	leased time.Time // when its lease was taken (at the latest)
+	full   bool      // its owner's slots were all held with its own (WithOwnerConcurrency)
 }
 
 // take reads new events of shards, at most budget in all (readCounts), and
-// begins each in the same step: one take.lua call per shard, all in one
-// pipeline. It returns the events begun, and those read and not begun (not
-// meant for the group, or not events at all) for startCalls to settle.
-// Each shard's state follows as read leaves it.
+// begins each in the same step, for a Consume WithOwnerConcurrency: one
+// take.lua call per shard, all in one pipeline. The script reads past the
+// events of owners at their cap, which are set aside (as many as there is
+// room for, a script call's batch at most), yet reads no event it could
+// begin and has no call slot for. It returns the events begun, and those
+// read and not begun (not meant for the group, or not events at all) for
+// beginAll to settle. Each shard's state follows as read leaves it.
 func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenCall, []delivery) {
 	if len(shards) == 0 || budget <= 0 {
 		for _, i := range shards {
@@ -167,16 +200,7 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 		return nil, nil
 	}
 	counts := c.readCounts(shards, budget)
-	// With a cap, take.lua reads past the events of owners at it, which are
-	// set aside: as many as there is room for, a script call's batch at most.
-	// Without a cap, a read takes a read batch and begins what there are
-	// slots for: the rest waits read ahead (c.ahead). With a cap,
-	// take.lua reads past the events of owners at it, which are set
-	// aside: as many as there is room for, a script call's batch at most.
-	ahead := c.cfg.batch
-	if c.cfg.ownerCap > 0 {
-		ahead = min(maxBatch, maxParked-len(c.parked.ids))
-	}
+	ahead := min(maxBatch, maxParked-len(c.parked.ids))
 	var calls []*scriptCall
 	var of []int // the shard of each call
 	for k, i := range shards {
@@ -185,19 +209,16 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 			continue
 		}
 		args := make([]any, 0, takeTokens+counts[k])
-		// The first read: a read batch without a cap (what there are no
-		// slots for waits read ahead); with one, what there are slots for,
-		// then on past the owners at their cap.
-		first, limit := max(counts[k], c.cfg.batch), max(counts[k], ahead)
-		if c.cfg.ownerCap > 0 {
-			first = counts[k]
-		}
+		// The first read: what there are slots for, then on past the
+		// owners at their cap.
+		first, limit := counts[k], max(counts[k], ahead)
 		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, limit, c.leaseMs, first)
 		for j := 0; j < counts[k]; j++ {
 			args = append(args, callToken())
 		}
-		sc, keys := c.withSlots(i, scriptTake, scriptTakeSlots, append(c.leaseKeys(i), c.set.shards[i].take)...)
-		calls = append(calls, &scriptCall{op: "take", shard: i, sc: sc, keys: keys, args: args})
+		sk := &c.set.shards[i]
+		keys := append(c.leaseKeys(i), sk.take, sk.run, sk.runo)
+		calls = append(calls, &scriptCall{op: "take", shard: i, sc: scriptTakeSlots, keys: keys, args: args})
 		of = append(of, i)
 	}
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
@@ -237,7 +258,7 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 	sh.busy = len(entries) > 0
 	begun := 0
 	for _, v := range entries {
-		id, values, n, ok := parseTaken(v)
+		id, values, n, full, ok := parseTaken(v)
 		if ok && n > 0 && takeTokens+begun >= len(call.args) {
 			ok = false
 		}
@@ -272,7 +293,7 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 			continue
 		}
 		e.Attempt = int(n)
-		taken = append(taken, takenCall{d: d, e: e, token: token, leased: at})
+		taken = append(taken, takenCall{d: d, e: e, token: token, leased: at, full: full})
 	}
 	return taken, rest, over
 }
@@ -280,15 +301,17 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 // takeTokens is the index of take.lua's first token argument.
 const takeTokens = 7
 
-// parseTaken reads one {id, {field, value, ...}, attempt} of take.lua.
-func parseTaken(v any) (id string, values map[string]any, n int64, ok bool) {
+// parseTaken reads one {id, {field, value, ...}, attempt, full} of
+// take.lua.
+func parseTaken(v any) (id string, values map[string]any, n int64, full, ok bool) {
 	e, ok := v.([]any)
-	if !ok || len(e) != 3 {
-		return "", nil, 0, false
+	if !ok || len(e) != 4 {
+		return "", nil, 0, false, false
 	}
 	id, ok1 := asString(e[0])
 	fs, ok2 := e[1].([]any)
 	n, ok3 := asInt64(e[2])
+	f, ok5 := asInt64(e[3])
 	values, ok4 := fieldMap(fs)
-	return id, values, n, ok1 && ok2 && ok3 && ok4
+	return id, values, n, f == 1, ok1 && ok2 && ok3 && ok4 && ok5
 }

@@ -41,14 +41,14 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 // isBeginCall reports whether cmd runs a script that begins handler calls:
-// take.lua (read and begin) or begins.lua.
+// take.lua (read and begin, with a cap) or begins.lua.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
 	if len(a) < 2 || a[0] != "evalsha" {
 		return false
 	}
 	switch a[1] {
-	case scriptTake.Hash(), scriptTakeSlots.Hash(), scriptBegins.Hash(), scriptBeginsSlots.Hash():
+	case scriptTakeSlots.Hash(), scriptBegins.Hash(), scriptBeginsSlots.Hash():
 		return true
 	}
 	return false

@@ -145,12 +145,12 @@ func (k *leaseKeeper) ack(shard int, id, token string, leased time.Time) bool {
 // handled settles a handler call of attempt, with token, that returned nil
 // under a lease last renewed at leased: its acknowledgement waits with
 // others, but for a last attempt (a claim of the event after a crash would
-// take its call for one that never returned and bury it) and a call
-// holding an owner slot (the slot frees with it), which go at once, with
-// those waiting.
-func (k *leaseKeeper) handled(ctx context.Context, shard int, id, token string, attempt int, leased time.Time) {
+// take its call for one that never returned and bury it) and a call that
+// took its owner's last free slot (full: the owner's next events wait for
+// the slot it frees), which go at once, with those waiting.
+func (k *leaseKeeper) handled(ctx context.Context, shard int, id, token string, attempt int, leased time.Time, full bool) {
 	k.c.event(ctx, shard, attempt, nil, false)
-	if k.ack(shard, id, token, leased) && (attempt >= k.c.cfg.maxAttempts || k.c.cfg.ownerCap > 0) {
+	if k.ack(shard, id, token, leased) && (attempt >= k.c.cfg.maxAttempts || full) {
 		k.flush()
 	}
 }

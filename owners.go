@@ -47,9 +47,12 @@ const parkPoll = time.Second
 // default 1.
 //
 // Cost: the begin, a lease renewal and the acknowledgement of a capped
-// call touch two more keys per shard (expset:{name:S}:run and :runo), and
-// a handled event is acknowledged at once instead of with others, so that
-// its slot frees at once; each try of an event set aside is one round trip.
+// call touch two more keys per shard (expset:{name:S}:run and :runo). A
+// handled event whose call took its owner's last free slot is
+// acknowledged at once, so that the slot frees at once for the owner's
+// next events; the others wait with the acknowledgements batched (at most
+// 100ms), so a slot another consumer filled meanwhile frees that much
+// later. Each try of an event set aside is one round trip.
 func WithOwnerConcurrency(n int) ConsumeOption {
 	return consumeOption(func(c *consumeConfig) error {
 		c.ownerCap = n

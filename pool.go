@@ -28,9 +28,11 @@ const gatherWait = time.Millisecond
 // ahead, uncharged, and what cannot be started when Consume stops is
 // released, uncharged.
 // While fewer than half the slots are free and calls run, the reader waits
-// up to 1ms for more to free before it reads. Round trips are shared: a
-// shard's new events are read and their calls begun in one script call,
-// all shards' in one pipeline (claimed events are begun likewise); the
+// up to 1ms for more to free before it reads. Round trips are shared: the
+// shards' new events are read in one pipeline (plain XREADGROUPs, which
+// charge nothing) and their calls begun in the next, one script call per
+// shard (WithOwnerConcurrency: read and begun in one script call per
+// shard), claimed events with them; the
 // lease renewals of the running calls and the
 // acknowledgements (one script per shard) go in shared pipelines, a
 // renewal due within half a beat of another with it.
@@ -117,28 +119,9 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		// The safety poll: a plain read and the pending count (a
 		// shard with nothing new costs no script call).
 		todo = append(todo, c.read(ctx, nil, visit, max(free-len(todo), 0))...)
-		var taken []takenCall
-		if left := free - len(todo); c.cfg.ownerCap == 0 && left > 0 && left < c.cfg.batch {
-			// Fewer slots than a read batch: a plain read of a batch, the
-			// calls there are slots for begun with beginAll and the rest
-			// read ahead. Cheaper on the server than take.lua, which
-			// turns every entry read into Lua values and back.
-			got := c.read(ctx, read, nil, c.cfg.batch)
-			todo = append(todo, got[:min(left, len(got))]...)
-			c.ahead = append(c.ahead, got[min(left, len(got)):]...)
-		} else {
-			var rest []delivery
-			taken, rest = c.take(ctx, read, free-len(todo))
-			todo = append(todo, rest...)
-		}
-		if ctx.Err() != nil {
-			c.giveBack(ctx, taken)
-			taken = nil
-		}
-		for _, tc := range taken {
-			c.startCall(ctx, tc)
-		}
-		came = len(taken) > 0
+		var got []delivery
+		got, came = c.readNew(ctx, read, free-len(todo))
+		todo = append(todo, got...)
 	}
 	if ctx.Err() != nil {
 		c.release(ctx, todo, nil)
@@ -157,27 +140,66 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	return c.idleWait(now)
 }
 
+// readNew reads new events of the shards read for a round with left free
+// call slots (none: they stay busy), and returns those to begin with
+// beginAll, and whether it started calls itself (take).
+func (c *consumer) readNew(ctx context.Context, read []int, left int) (todo []delivery, came bool) {
+	switch {
+	case left <= 0:
+		for _, i := range read {
+			c.shards[i].busy = true // read at a later round
+		}
+	case c.cfg.ownerCap > 0 && len(c.parked.ring) > 0:
+		// Some owners are at their cap: read and begin in one step,
+		// past their events.
+		taken, rest := c.take(ctx, read, left)
+		if ctx.Err() != nil {
+			c.giveBack(ctx, taken)
+			taken = nil
+		}
+		for _, tc := range taken {
+			c.startCall(ctx, tc)
+		}
+		came = len(taken) > 0
+		todo = rest
+	default:
+		// A plain read of a batch (with a cap, of as many as there are
+		// slots for: a capped read takes no event it could begin and
+		// has no call slot for): the calls there are slots for are
+		// begun with the rest (beginAll), what is read past them waits
+		// read ahead, uncharged.
+		n := max(left, c.cfg.batch)
+		if c.cfg.ownerCap > 0 {
+			n = left
+		}
+		got := c.read(ctx, read, nil, n)
+		todo = got[:min(left, len(got))]
+		c.ahead = append(c.ahead, got[min(left, len(got)):]...)
+	}
+	return todo, came
+}
+
 // startCall starts the handler call of tc on a goroutine of its own.
 func (c *consumer) startCall(ctx context.Context, tc takenCall) {
 	c.pool.running++
 	c.pool.calls.Add(1)
-	go c.poolCall(ctx, tc.d, tc.e, tc.token, tc.leased)
+	go c.poolCall(ctx, tc)
 }
 
-// poolCall makes the handler call of e (from d, whose call token is token)
-// under a lease taken at leased, settles it, and hands the outcome to
-// Consume's goroutine. A call that outlives its Consume's shutdown timeout
-// settles nothing: its lease lapses and the event comes back.
-func (c *consumer) poolCall(ctx context.Context, d delivery, e Expiry, token string, leased time.Time) {
+// poolCall makes the handler call of tc, settles it, and hands the outcome
+// to Consume's goroutine. A call that outlives its Consume's shutdown
+// timeout settles nothing: its lease lapses and the event comes back.
+func (c *consumer) poolCall(ctx context.Context, tc takenCall) {
 	defer c.pool.calls.Done()
+	d, e, token := tc.d, tc.e, tc.token
 	out := callDone{shard: d.shard}
-	leased, gone, herr := c.pool.leases.call(ctx, d.shard, d.id, token, e, leased)
+	leased, gone, herr := c.pool.leases.call(ctx, d.shard, d.id, token, e, tc.leased)
 	switch {
 	case gone || c.pool.abandoned.Load():
 		// Another call of the event has begun, or Consume has returned:
 		// this call's outcome changes nothing.
 	case herr == nil:
-		c.pool.leases.handled(ctx, d.shard, d.id, token, e.Attempt, leased)
+		c.pool.leases.handled(ctx, d.shard, d.id, token, e.Attempt, leased, tc.full)
 	default:
 		if err := c.failed(ctx, d, e.Attempt, token, herr); !errors.Is(err, ErrLeaseLost) {
 			out.err = err

@@ -307,16 +307,14 @@ func (c *consumer) reserveRound(ctx context.Context) *Reservation {
 	claimed, read, visit := c.survey(ctx, time.Now(), 1)
 	// The safety poll: a plain read and the pending count.
 	claimed = append(claimed, c.read(ctx, nil, visit, max(1-len(claimed), 0))...)
-	begun := c.beginAll(ctx, claimed)
-	if len(begun) == 0 {
-		var rest []delivery
-		begun, rest = c.take(ctx, read, 1)
-		c.beginAll(ctx, rest) // settles what is not for the group or not an event
+	if len(claimed) == 0 {
+		claimed = c.read(ctx, read, nil, 1) // a plain read of one event (cfg.batch)
 	} else {
 		for _, i := range read {
 			c.shards[i].busy = true // read them at the next call
 		}
 	}
+	begun := c.beginAll(ctx, claimed)
 	_ = c.flushAcks(ctx)
 	if len(begun) == 0 {
 		return nil

@@ -47,7 +47,6 @@ var (
 	scriptAck         = script("groups.lua", "ack.lua")
 	scriptLeaseRenew  = script("groups.lua", "renew.lua")
 	scriptBegins      = script("groups.lua", "begins.lua")
-	scriptTake        = script("groups.lua", "take.lua")
 	scriptBury        = script("groups.lua", "bury.lua")
 	scriptClaim       = script("now.lua", "groups.lua", "claim.lua")
 	scriptRelease     = script("groups.lua", "release.lua")

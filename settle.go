@@ -295,7 +295,7 @@ func (c *consumer) event(ctx context.Context, shard, attempt int, err error, bur
 	}
 }
 
-// giveBack releases events take.lua began and no call was started for
+// giveBack releases events beginAll began and no call was started for
 // (Consume is stopping), giving their attempts back.
 func (c *consumer) giveBack(ctx context.Context, taken []takenCall) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)

@@ -1,8 +1,8 @@
 -- begins.lua: start handler calls of expiry events of one shard that a
--- consumer holds already: claimed (their lease lapsed elsewhere) or set
--- aside before (their owner was at its cap). New events are read and begun
--- by take.lua; Set.Consume and Set.Reserve begin every call through these
--- two.
+-- consumer holds: read (a plain XREADGROUP, which charges nothing), claimed
+-- (their lease lapsed elsewhere), read ahead or set aside before (their
+-- owner was at its cap). Set.Consume and Set.Reserve begin every handler
+-- call through it.
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
@@ -15,7 +15,12 @@
 -- ARGV[5]  idle time in ms under which this consumer's own lease is kept as
 --          it is (a sixth of the lease TTL)
 -- ARGV[6]  the owners' cap, WithOwnerConcurrency (0: none)
--- ARGV[7..] pairs (at most 1000): an entry ID, and the token of its call
+-- ARGV[7]  how many of the first items are fresh: read or claimed by this
+--          consumer less than ARGV[5] ms ago, so nobody else can have
+--          taken them (a take needs them idle ARGV[3] ms) and they are
+--          begun without a look at the pending list (never a job's: a
+--          Set.Cancel acknowledges one read and not begun)
+-- ARGV[8..] pairs (at most 1000): an entry ID, and the token of its call
 --          (unique to the handler call, so that a begin run twice counts once);
 --          with a cap, triples: and the event's owner ("" for a job: no slot)
 --
@@ -29,35 +34,51 @@
 -- is returned as it was, counted once. The consumer makes every call it
 -- begins at once, so a count raised here is a call made.
 -- Reply: one item per pair, in order: {the attempt number of the call, 1 when
--- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on}, or 0
--- (another consumer holds the event, it was acknowledged or trimmed), or -1
--- (every attempt is used: a claim buries it), or -2 (the owner holds its
--- every slot: nothing changed).
+-- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on, and
+-- with a cap 1 when the owner now holds its every slot (its next events
+-- wait for this call's end) or 0}, or 0 (another consumer holds the event,
+-- it was acknowledged or trimmed), or -1 (every attempt is used: a claim
+-- buries it), or -2 (the owner holds its every slot: nothing changed).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local vis, max, keep, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local max, cap, vis, keep = tonumber(ARGV[4]), 0, nil, nil
 local step = 2
-if cap > 0 then
-  step = 3
+if ARGV[6] ~= '0' then
+  cap, step = tonumber(ARGV[6]), 3
+end
+local fresh = 8 + tonumber(ARGV[7]) * step
+if cap > 0 or fresh <= #ARGV then
+  -- (Only a slot's lease or an item that is not fresh needs them.)
+  vis, keep = tonumber(ARGV[3]), tonumber(ARGV[5])
 end
 local out = {}
-for i = 7, #ARGV - 1, step do
+for i = 8, #ARGV - 1, step do
   local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local r
-  local holder, idle = pending_of(stream, group, id)
+  local holder, idle = consumer, 0
+  if i >= fresh then
+    holder, idle = pending_of(stream, group, id)
+  end
   if not holder or (holder ~= consumer and idle < vis) then
     r = 0
   else
     local field = att_field(id, group)
     local used, token = att_get(att, field)
+    local full = 0
     if token == tok and holder == consumer then
-      r = {used, 1}
+      r = {used, 1, 0}
     elseif used >= max then
       r = -1
-    elseif cap > 0 and owner ~= '' and not slot_take(KEYS[3], KEYS[4], field, group, owner, cap, vis) then
-      r = -2
-    else
+    elseif cap > 0 and owner ~= '' then
+      local held = slot_take(KEYS[3], KEYS[4], field, group, owner, cap, vis)
+      if not held then
+        r = -2
+      elseif held >= cap then
+        full = 1
+      end
+    end
+    if not r then
       local taken = 0
-      if holder ~= consumer or idle >= keep then
+      if i >= fresh and (holder ~= consumer or idle >= keep) then
         if hold(stream, att, group, consumer, id) then
           taken = 1
         else
@@ -69,7 +90,7 @@ for i = 7, #ARGV - 1, step do
       end
       if not r then
         call('HSET', att, field, string.format('%d', used + 1) .. ' ' .. tok)
-        r = {used + 1, taken}
+        r = {used + 1, taken, full}
       end
     end
   end

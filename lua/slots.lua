@@ -58,23 +58,25 @@ local function slot_held(runo, group, owner)
 end
 
 -- slot_take gives field, a call of owner in group, a slot until now + ttl
--- ms, unless owner holds cap slots already: then it returns false. A field
--- holding a slot already (the same begin sent again) keeps it. now is the
--- server's time when the caller has run slot_lapse at it; nil: read here.
+-- ms, unless owner holds cap slots already: then it returns nil. Else it
+-- returns the slots owner holds now, this one included. A field holding a
+-- slot already (the same begin sent again) keeps it. now is the server's
+-- time when the caller has run slot_lapse at it; nil: read here.
 local function slot_take(run, runo, field, group, owner, cap, ttl, now)
   if not now then
     now = slot_time()
     slot_lapse(run, runo, now)
   end
+  local held = slot_held(runo, group, owner)
   if not call('ZSCORE', run, field) then
-    if slot_held(runo, group, owner) >= cap then
-      return false
+    if held >= cap then
+      return nil
     end
-    call('HINCRBY', runo, '#' .. group .. ' ' .. owner, 1)
+    held = call('HINCRBY', runo, '#' .. group .. ' ' .. owner, 1)
     call('HSET', runo, field, owner)
   end
   call('ZADD', run, now + ttl, field)
-  return true
+  return held
 end
 
 -- slot_renew moves the lease end of field's slot, if it holds one, to now +

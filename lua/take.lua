@@ -1,20 +1,21 @@
 -- take.lua: read new expiry events of one shard's stream for a consumer
--- group and begin a handler call of each, in one step (Set.Consume
--- WithConcurrency or WithOwnerConcurrency: the reader asks for no more calls
--- than it has free call slots, and starts a call for every event begun here
--- at once).
+-- group and begin a handler call of each, in one step, reading past the
+-- events of owners at their cap (Set.Consume WithOwnerConcurrency: the
+-- reader asks for no more calls than it has free call slots, and starts a
+-- call for every event begun here at once; without a cap it reads with a
+-- plain XREADGROUP and begins with begins.lua).
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
 -- KEYS[3]  shard take receipts  expset:{name:S}:take
--- KEYS[4]  shard owner slots    expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[5]  their owners         expset:{name:S}:runo   only; see slots.lua)
+-- KEYS[4]  shard owner slots    expset:{name:S}:run   (see slots.lua)
+-- KEYS[5]  their owners         expset:{name:S}:runo
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  the most calls to begin (1 to 1000)
--- ARGV[4]  the owners' cap, WithOwnerConcurrency (0: none)
+-- ARGV[4]  the owners' cap, WithOwnerConcurrency (1 or more)
 -- ARGV[5]  the most entries to read (ARGV[3] to 1000)
--- ARGV[6]  with a cap, the lease TTL in ms: a slot's lease
+-- ARGV[6]  the lease TTL in ms: a slot's lease
 -- ARGV[7]  how many entries the first read takes (ARGV[3] to ARGV[5])
 -- ARGV[8..] one token per call that may be begun (ARGV[3] of them): the
 --          i-th call begun here gets the i-th
@@ -48,8 +49,9 @@
 -- first read it looks ahead (XRANGE from the last entry read, which the
 -- group's next read starts after) and reads only up to the entry that
 -- takes the last call.
--- Reply: {{id, {field, value, ...}, attempt}...} in stream order ({} when
--- nothing is new). Error: NOGROUP when the stream or the group is missing.
+-- Reply: {{id, {field, value, ...}, attempt, full}...} in stream order ({}
+-- when nothing is new), full 1 when the call begun took its owner's last
+-- free slot (its next events wait for this call's end), else 0. Error: NOGROUP when the stream or the group is missing.
 local stream, att, receipts, group, consumer = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
 local want, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local out, begun = {}, 0
@@ -61,7 +63,7 @@ if last and string.sub(last, 1, #ARGV[8] + 1) == ARGV[8] .. ' ' then
   for id, n in string.gmatch(string.sub(last, #ARGV[8] + 2), '([^ :]+):(%S+)') do
     local e = call('XRANGE', stream, id, id)[1]
     if e then
-      out[#out + 1] = {id, e[2], tonumber(n)}
+      out[#out + 1] = {id, e[2], tonumber(n), 0}
     end
   end
   return out
@@ -85,41 +87,6 @@ if type(r) == 'table' and r.err then
   return redis.error_reply(r.err)
 end
 if not r or not r[1] then
-  return out
-end
-
-if cap == 0 then
-  -- WithConcurrency's path, each run of it: every event read is begun,
-  -- with no closure built (verdict below holds the same test of fields).
-  for i, e in ipairs(r[1][2]) do
-    local id, fs = e[1], e[2]
-    local g, o, m, d
-    for j = 1, #fs - 1, 2 do
-      local k = fs[j]
-      if k == 'g' then
-        g = fs[j + 1]
-      elseif k == 'o' then
-        o = true
-      elseif k == 'm' then
-        m = true
-      elseif k == 'd' then
-        d = true
-      end
-    end
-    local n = 0
-    if (not g or g == group) and o and m and d then
-      if begun < want then
-        local field = att_field(id, group)
-        n = att_get(att, field) + 1
-        begun = begun + 1
-        call('HSET', att, field, string.format('%d', n) .. ' ' .. ARGV[7 + begun])
-      else
-        n = -3 -- read ahead, not begun
-      end
-    end
-    out[i] = {id, fs, n}
-  end
-  receipt()
   return out
 end
 
@@ -148,7 +115,7 @@ local function verdict(fs, extra)
   if (g and g ~= group) or not (o and m and d) then
     return 0
   end
-  if cap == 0 or string.sub(o, 1, 5) == '\0job:' then
+  if string.sub(o, 1, 5) == '\0job:' then
     return 1
   end
   local n = held[o]
@@ -168,6 +135,7 @@ local function take(entries)
   for _, e in ipairs(entries) do
     local id, fs = e[1], e[2]
     local n, o = verdict(fs, none)
+    local full = 0
     if n == 1 and begun == want then
       n = -3 -- read ahead (the first read's), not begun
     elseif n == 1 then
@@ -178,9 +146,12 @@ local function take(entries)
       if o then
         slot_take(KEYS[4], KEYS[5], field, group, o, cap, vis, now)
         held[o] = held[o] + 1
+        if held[o] >= cap then
+          full = 1
+        end
       end
     end
-    out[#out + 1] = {id, fs, n}
+    out[#out + 1] = {id, fs, n, full}
   end
 end
 

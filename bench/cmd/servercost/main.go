@@ -54,6 +54,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	server := fs.String("redis-server", "redis-server", "the redis-server binary")
 	profile := fs.String("profile", "", "copy each workload's callgrind dump into this directory, for callgrind_annotate")
 	testdata := fs.String("testdata", defaultTestdata(), "the directory of the Lua copies (bench/testdata)")
+	commands := fs.Bool("commands", false, "also print the commands each workload ran per unit (INFO commandstats; those scripts run included)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,12 +115,15 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			if *profile != "" {
 				keep = filepath.Join(*profile, strings.ReplaceAll(w.name, "/", "_")+"."+strconv.Itoa(r+1)+".callgrind")
 			}
-			v, err := measure(ctx, srv, e, w, keep)
+			v, stats, err := measure(ctx, srv, e, w, keep)
 			if err != nil {
 				return err
 			}
 			res[i] = append(res[i], v)
 			fmt.Fprintf(stderr, "run %d  %-40s %10.0f instructions/%s  (%.1fs)\n", r+1, w.name, v, w.unit, time.Since(start).Seconds())
+			if *commands {
+				fmt.Fprintf(stderr, "       commands per %s: %s\n", w.unit, stats)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "server instructions per operation: redis-server %s under callgrind, %d calls per workload, %d goroutines, limit %d, ttl %v\n\n",

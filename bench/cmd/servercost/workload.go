@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,31 +89,77 @@ func (e *env) source(path string) (string, error) {
 // emptied, the workload seeded, the counters zeroed, the job run and the
 // counters dumped (and the dump copied to keep, unless empty). It returns
 // instructions per unit.
-func measure(ctx context.Context, srv *counted, e *env, w workload, keep string) (float64, error) {
+func measure(ctx context.Context, srv *counted, e *env, w workload, keep string) (float64, string, error) {
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	j, err := w.prep(ctx, e)
 	if err != nil {
-		return 0, fmt.Errorf("%s: prepare: %w", w.name, err)
+		return 0, "", fmt.Errorf("%s: prepare: %w", w.name, err)
 	}
 	// Hand freed memory back to the system now: jemalloc otherwise purges
 	// it on later allocations, on a timer, which would move instructions
 	// into the counted part by chance (most visible on raw ZADD).
 	if err := e.rdb.Do(ctx, "MEMORY", "PURGE").Err(); err != nil {
-		return 0, err
+		return 0, "", err
+	}
+	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return 0, "", err
 	}
 	if err := srv.zero(); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if err := run(ctx, e.goroutines, j); err != nil {
-		return 0, fmt.Errorf("%s: %w", w.name, err)
+		return 0, "", fmt.Errorf("%s: %w", w.name, err)
 	}
 	total, err := srv.dump(keep)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return float64(total) / float64(j.units), nil
+	stats, err := commandsPer(ctx, e.rdb, j.units)
+	if err != nil {
+		return 0, "", err
+	}
+	return float64(total) / float64(j.units), stats, nil
+}
+
+// commandsPer returns the commands the server ran since CONFIG RESETSTAT,
+// those scripts ran included, per unit of units, most first: "evalsha
+// 2.00, xack 1.00, ..." (INFO and CONFIG themselves left out).
+func commandsPer(ctx context.Context, rdb *redis.Client, units int) (string, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return "", err
+	}
+	type count struct {
+		name  string
+		calls int64
+	}
+	var cs []count
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("INFO commandstats: %q: %w", line, err)
+		}
+		cs = append(cs, count{name, n})
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		return cs[i].calls > cs[j].calls || cs[i].calls == cs[j].calls && cs[i].name < cs[j].name
+	})
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s %.2f", c.name, float64(c.calls)/float64(units))
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 // run makes j's calls from goroutines goroutines, each taking the next
