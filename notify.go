@@ -14,7 +14,7 @@ import (
 )
 
 // Wake-ups of the background loops. The scripts publish on two channels of
-// each shard, named after the key they follow (see keys.go), with the
+// each shard, named after the key they follow (see internal/store/keys.go), with the
 // shard's hash tag, so that on Redis Cluster the sharded channel lives on
 // the shard's node and a script's SPUBLISH stays in its slot:
 //
@@ -259,7 +259,7 @@ type wakeups struct {
 }
 
 // slotFreedMessage is what the scripts publish on a shard's event wake-up
-// channel when they free an owner slot (lua/slots.lua).
+// channel when they free an owner slot (internal/store/lua/slots.lua).
 const slotFreedMessage = "s"
 
 // What wakeups record for a shard notified without a deadline: wakeNow for

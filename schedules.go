@@ -16,8 +16,8 @@ import (
 // Recurring schedules have no scheduler process. A schedule is a member of
 // its shard's schedule owner (scheduleOwner, a reserved owner like the job
 // buckets) whose deadline is its next tick, so the due index lists it like
-// any owner; its record (lua/schedule.lua) holds its upcoming ticks. The
-// sweep script that finds it due (lua/sweep.lua, flag s) writes one event
+// any owner; its record (internal/store/lua/schedule.lua) holds its upcoming ticks. The
+// sweep script that finds it due (internal/store/lua/sweep.lua, flag s) writes one event
 // per tick and files it at its next listed tick, in one script: whichever
 // sweeper runs it, in whatever process, each tick is taken off the list,
 // and written as an event, once. Cron arithmetic runs in Go: Set.PutSchedule

@@ -23,7 +23,7 @@ const (
 // over many shards drains faster with several in flight.
 const sweepOnceParallel = 4
 
-// indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
+// indexGrace is INDEX_GRACE of internal/store/lua/prelude.lua: on a set without events, how
 // long a due index entry may stay overdue before writes remove it, and how
 // long the index key outlives the latest deadline filed in it.
 const indexGrace = time.Hour

@@ -23,7 +23,7 @@ import (
 // lease TTL. A sweeper killed keeps its shards until its lease ends; the
 // others read the registry when it ends and take them over.
 
-// sweepers runs lua/sweepers.lua (internal/store/sweepers.go): ttl > 0
+// sweepers runs internal/store/lua/sweepers.lua (internal/store/sweepers.go): ttl > 0
 // joins or renews token's lease, ttl 0 leaves, ttl < 0 only reads. One
 // round trip.
 func (s *Set) sweepers(ctx context.Context, token string, ttl time.Duration) (store.Registry, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,8 +43,9 @@ type webSet struct {
 	name   string
 	set    *expset.Set
 	cfg    expset.Configuration
-	events []string // per shard: the expiry event stream's key
-	dead   []string // per shard: the dead-letter stream's key
+	st     *store.Store // the set's keys and reads
+	events []string     // per shard: the expiry event stream's key
+	dead   []string     // per shard: the dead-letter stream's key
 	rates  rates
 	counts countCache
 }
@@ -58,50 +60,20 @@ func openWebSet(ctx context.Context, c *conn, name string) (*webSet, error) {
 	if err != nil {
 		return nil, noSet(err, name, c)
 	}
-	st, err := set.Stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w := &webSet{name: name, set: set, cfg: cfg}
-	for _, s := range st {
-		w.events = append(w.events, s.EventsKey)
-		w.dead = append(w.dead, s.DeadLettersKey)
+	w := &webSet{name: name, set: set, cfg: cfg,
+		st: store.New(c.rdb, name, store.Options{Shards: cfg.Shards, Events: cfg.Events, Payloads: cfg.Payloads, Index: cfg.Index})}
+	for _, k := range w.st.Shards() {
+		w.events = append(w.events, k.Events)
+		w.dead = append(w.dead, k.Dead)
 	}
 	return w, nil
 }
 
-// payloadKey is the key of owner's payload hash (the key layout in keys.go
-// of the library: the owner key with p: in place of o:).
-func (w *webSet) payloadKey(owner string) string {
-	return fmt.Sprintf("expset:{%s:%d}:p:%s", w.name, w.set.ShardOf(owner), owner)
-}
-
 // discoverSets lists the names of the sets recorded in Redis (their meta
-// keys), on every master of a cluster. It scans the whole keyspace once.
+// keys), on every master of a cluster, sorted. It scans the whole keyspace
+// once.
 func discoverSets(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
-	var (
-		mu    sync.Mutex
-		names []string
-	)
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, "expset:{*}:meta", 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			name := strings.TrimSuffix(strings.TrimPrefix(k, "expset:{"), "}:meta")
-			if name != k && !strings.ContainsAny(name, "{}") {
-				mu.Lock()
-				names = append(names, name)
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, rdb)
-	}
+	names, err := store.Sets(ctx, rdb)
 	sort.Strings(names)
 	return names, err
 }
@@ -357,33 +329,16 @@ func sample(ctx context.Context, rdb redis.UniversalClient, sets []*webSet) {
 
 // ownerDue is an owner of the due index with its score (at or before its
 // earliest deadline).
-type ownerDue struct {
-	Owner string
-	Shard int
-	Due   time.Time
-}
+type ownerDue = store.DueOwner
 
 // nextOwners returns up to n owners with the earliest scores in the due
 // indexes (one pipelined ZRANGE per shard).
-func (w *webSet) nextOwners(ctx context.Context, rdb redis.UniversalClient, st []expset.ShardStats, n int) ([]ownerDue, error) {
-	pipe := rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, len(st))
-	for i, s := range st {
-		// The due index's key sits beside the event stream's: expset:{name:S}:due.
-		cmds[i] = pipe.ZRangeWithScores(ctx, strings.TrimSuffix(s.EventsKey, "ev")+"due", 0, int64(n-1))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+func (w *webSet) nextOwners(ctx context.Context, n int) ([]ownerDue, error) {
+	out, err := w.st.NextDue(ctx, n)
+	if err != nil {
 		return nil, fmt.Errorf("read the due indexes of %s: %w", w.name, err)
 	}
-	var out []ownerDue
-	for i, c := range cmds {
-		for _, z := range c.Val() {
-			o, _ := z.Member.(string)
-			out = append(out, ownerDue{Owner: o, Shard: i, Due: time.UnixMilli(int64(z.Score))})
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Due.Before(out[b].Due) })
-	return out[:min(n, len(out))], nil
+	return out, nil
 }
 
 // memberRow is one member of an owner, as the page shows it.
@@ -409,34 +364,15 @@ type ownerPage struct {
 
 // readOwner reads a page of owner's members from offset (ZRANGE by rank,
 // ZCARD, TIME and one HSTRLEN per member with payloads: two round trips).
-func (w *webSet) readOwner(ctx context.Context, rdb redis.UniversalClient, owner string, offset int) (ownerPage, error) {
+func (w *webSet) readOwner(ctx context.Context, owner string, offset int) (ownerPage, error) {
 	p := ownerPage{Owner: owner, Shard: w.set.ShardOf(owner), Key: w.set.OwnerKey(owner), Offset: offset}
-	pipe := rdb.Pipeline()
-	now := pipe.Time(ctx)
-	count := pipe.ZCard(ctx, p.Key)
-	zs := pipe.ZRangeWithScores(ctx, p.Key, int64(offset), int64(offset+webPageSize-1))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return p, fmt.Errorf("read %s: %w", p.Key, err)
+	pg, err := w.st.ReadOwnerPage(ctx, owner, offset, webPageSize, w.cfg.Payloads)
+	if err != nil {
+		return p, err
 	}
-	p.Now, p.Count = now.Val(), count.Val()
-	var sizes []*redis.IntCmd
-	if w.cfg.Payloads && len(zs.Val()) > 0 {
-		pipe = rdb.Pipeline()
-		for _, z := range zs.Val() {
-			m, _ := z.Member.(string)
-			sizes = append(sizes, pipe.HStrLen(ctx, w.payloadKey(owner), m))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return p, fmt.Errorf("read %s: %w", w.payloadKey(owner), err)
-		}
-	}
-	for i, z := range zs.Val() {
-		m, _ := z.Member.(string)
-		d := time.UnixMilli(int64(z.Score))
-		r := memberRow{ID: m, Deadline: d, Left: d.Sub(p.Now).Truncate(time.Millisecond), Expired: !d.After(p.Now)}
-		if sizes != nil {
-			r.PayloadBytes = sizes[i].Val()
-		}
+	p.Now, p.Count = pg.Now, pg.Count
+	for _, e := range pg.Entries {
+		r := memberRow{ID: e.ID, Deadline: e.Deadline, Left: e.Deadline.Sub(p.Now).Truncate(time.Millisecond), Expired: !e.Deadline.After(p.Now), PayloadBytes: e.PayloadBytes}
 		p.Members = append(p.Members, r)
 	}
 	if int64(offset+webPageSize) < p.Count {
@@ -629,20 +565,10 @@ func parseDeadScan(v any) (last string, read int, matches int64, entries []redis
 
 // lastDeadIDs returns the newest dead letter's ID of every shard ("" for
 // an empty one), in one pipelined round trip.
-func (w *webSet) lastDeadIDs(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
-	pipe := rdb.Pipeline()
-	cmds := make([]*redis.XMessageSliceCmd, len(w.dead))
-	for i, k := range w.dead {
-		cmds[i] = pipe.XRevRangeN(ctx, k, "+", "-", 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+func (w *webSet) lastDeadIDs(ctx context.Context) ([]string, error) {
+	out, err := w.st.LastDeadIDs(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("read the dead-letter streams of %s: %w", w.name, err)
-	}
-	out := make([]string, len(cmds))
-	for i, c := range cmds {
-		if v := c.Val(); len(v) == 1 {
-			out[i] = v[0].ID
-		}
 	}
 	return out, nil
 }
@@ -663,17 +589,13 @@ type deadPage struct {
 // webCountBudget entries to count the matches.
 func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, from cursor) (deadPage, error) {
 	var p deadPage
-	pipe := rdb.Pipeline()
-	lens := make([]*redis.IntCmd, len(w.dead))
-	for i, k := range w.dead {
-		lens[i] = pipe.XLen(ctx, k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	lens, err := w.st.DeadLengths(ctx)
+	if err != nil {
 		return p, fmt.Errorf("count the dead letters of %s: %w", w.name, err)
 	}
-	for i, c := range lens {
+	for i, n := range lens {
 		if f.Shard < 0 || f.Shard == i {
-			p.Total += c.Val()
+			p.Total += n
 		}
 	}
 	p.Matches = p.Total
@@ -755,15 +677,15 @@ func (c *countCache) put(f deadFilter, n int64, atLeast bool) {
 }
 
 // readLetter reads one dead letter, or fails with errNotFound.
-func (w *webSet) readLetter(ctx context.Context, rdb redis.UniversalClient, ref cursor) (letter, error) {
-	msgs, err := rdb.XRangeN(ctx, w.dead[ref.Shard], ref.ID, ref.ID, 1).Result()
+func (w *webSet) readLetter(ctx context.Context, ref cursor) (letter, error) {
+	m, found, err := w.st.DeadLetter(ctx, ref.Shard, ref.ID)
 	if err != nil {
 		return letter{}, fmt.Errorf("read %s: %w", w.dead[ref.Shard], err)
 	}
-	if len(msgs) == 0 {
+	if !found {
 		return letter{}, fmt.Errorf("%w: no dead letter %s in shard %d (kicked or deleted?)", errNotFound, ref.ID, ref.Shard)
 	}
-	return parseLetter(ref.Shard, msgs[0]), nil
+	return parseLetter(ref.Shard, m), nil
 }
 
 // act kicks (kick true) or deletes dead letters through the library, at most
@@ -796,7 +718,7 @@ func (w *webSet) act(ctx context.Context, kick bool, refs []cursor) (int, error)
 // when it began (a kicked letter buried again meanwhile is left for the
 // next time), scanning and acting in batches.
 func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kick bool, f deadFilter) (int, error) {
-	upTo, err := w.lastDeadIDs(ctx, rdb)
+	upTo, err := w.lastDeadIDs(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -297,7 +297,7 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 	if rerr != nil {
 		d.RErr = rerr.Error()
 	}
-	if d.Owners, err = ws.nextOwners(r.Context(), s.rdb, d.Shards, webOwnersShown); err != nil {
+	if d.Owners, err = ws.nextOwners(r.Context(), webOwnersShown); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -332,7 +332,7 @@ func (s *webServer) owner(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: at=%q: want an offset of 0 or more", errUsage, q.Get("at")))
 		return
 	}
-	op, err := ws.readOwner(r.Context(), s.rdb, o, at)
+	op, err := ws.readOwner(r.Context(), o, at)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -417,7 +417,7 @@ func (s *webServer) letter(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	l, err := ws.readLetter(r.Context(), s.rdb, ref)
+	l, err := ws.readLetter(r.Context(), ref)
 	if err != nil {
 		s.fail(w, err)
 		return
