@@ -19,7 +19,7 @@ import (
 // What "expset web" reads, and how much at most. Every read is bounded: a
 // page of dead letters reads the streams in steps of webScanBatch entries
 // from an exclusive start (deadscan.lua: XRANGE with COUNT, the filter
-// applied in Redis), counts them all with XLEN, and counts those a filter
+// applied in Redis; internal/store/lua/deadscan.lua), counts them all with XLEN, and counts those a filter
 // selects in the same pass as its first page, stopping after
 // webCountBudget entries.
 const (
@@ -452,11 +452,6 @@ func parseRef(s string, shards int, emptyID bool) (cursor, error) {
 	return cursor{n, id}, nil
 }
 
-//go:embed lua/deadscan.lua
-var deadScanLua string
-
-var deadScan = redis.NewScript(deadScanLua)
-
 // filterDead reads the dead letters of the shards f selects from after, in
 // shard order, with deadscan.lua (the filter runs in Redis: only matches
 // travel), webScanBatch entries a call. It returns up to want matching
@@ -499,24 +494,18 @@ func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f de
 			if pos.ID != "" {
 				start = "(" + pos.ID
 			}
-			stopArg := "0"
-			if stop {
-				stopArg = "1"
-			}
-			v, err := deadScan.Run(ctx, rdb, []string{w.dead[shard]}, start, end, n, want-len(out), f.Group, f.Owner, text, stopArg).Result()
+			r, err := w.st.ScanDead(ctx, store.DeadScan{Shard: shard, Start: start, End: end, Read: n, Want: want - len(out),
+				Group: f.Group, Owner: f.Owner, Text: text, Stop: stop})
 			if err != nil {
 				return out, matches, pos, false, fmt.Errorf("read %s: %w", w.dead[shard], err)
 			}
-			last, got, m, entries, ok := parseDeadScan(v)
-			if !ok {
-				return out, matches, pos, false, fmt.Errorf("deadscan.lua on %s answered %v", w.dead[shard], v)
-			}
+			got := r.Read
 			read += got
-			matches += m
-			if last != "" {
-				pos.ID = last
+			matches += r.Matches
+			if r.Last != "" {
+				pos.ID = r.Last
 			}
-			for _, e := range entries {
+			for _, e := range r.Entries {
 				out = append(out, parseLetter(shard, e))
 			}
 			if stop && want > 0 && len(out) >= want {
@@ -528,39 +517,6 @@ func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f de
 		}
 	}
 	return out, matches, pos, true, nil
-}
-
-// parseDeadScan reads deadscan.lua's reply.
-func parseDeadScan(v any) (last string, read int, matches int64, entries []redis.XMessage, ok bool) {
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 4 {
-		return "", 0, 0, nil, false
-	}
-	last, ok1 := xs[0].(string)
-	n, ok2 := xs[1].(int64)
-	m, ok3 := xs[2].(int64)
-	es, ok4 := xs[3].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return "", 0, 0, nil, false
-	}
-	for _, e := range es {
-		pair, ok := e.([]any)
-		if !ok || len(pair) != 2 {
-			return "", 0, 0, nil, false
-		}
-		id, ok1 := pair[0].(string)
-		fields, ok2 := pair[1].([]any)
-		if !ok1 || !ok2 || len(fields)%2 != 0 {
-			return "", 0, 0, nil, false
-		}
-		msg := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
-		for i := 0; i < len(fields); i += 2 {
-			k, _ := fields[i].(string)
-			msg.Values[k] = fields[i+1]
-		}
-		entries = append(entries, msg)
-	}
-	return last, int(n), m, entries, true
 }
 
 // lastDeadIDs returns the newest dead letter's ID of every shard ("" for

@@ -51,6 +51,7 @@ var readers = map[string]func(v any) error{
 	"running.lua":      func(v any) error { _, _, err := readRunning(v, map[string]map[string]int64{}); return err },
 	"sweepers.lua":     func(v any) error { _, err := readSweepers(v, "t"); return err },
 	"open.lua":         func(v any) error { _, err := readOpen("k", v); return err },
+	"deadscan.lua":     func(v any) error { _, err := readDeadScan(v); return err },
 }
 
 // errReply is a Redis error in a reply (acquire_many.lua's, per request).
@@ -126,6 +127,7 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"remove_group.lua":     {nil, []any{}, []any{int64(1), int64(2), int64(3), int64(4), int64(5), int64(6)}},
 		"running.lua":          {nil, []any{}, []any{int64(1)}, []any{int64(1), int64(0), "g"}, []any{"x", int64(0)}, []any{int64(1), int64(-1), "g", "o", "n"}},
 		"sweepers.lua":         {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
+		"deadscan.lua":         {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
 		"open.lua":             {nil, []any{"a"}, []any{"version", int64(1)}, []any{"version", "1"}, []any{"version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0"}},
 	}
 	for name, vs := range bad {

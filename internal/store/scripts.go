@@ -49,6 +49,10 @@ var (
 	scriptSweepers      = script("sweepers.lua")
 	scriptPut           = script("put.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
+
+	// The dead-letter scan of the expset command's web page, alone: it
+	// uses nothing of prelude.lua.
+	scriptDeadScan = redis.NewScript(file("deadscan.lua"))
 )
 
 // The consumer engine's scripts, and the same with the owner slots of
@@ -97,16 +101,21 @@ func script(names ...string) *redis.Script {
 func Source(names ...string) string {
 	var b strings.Builder
 	for i, name := range append([]string{"prelude.lua"}, names...) {
-		src, err := luaFS.ReadFile("lua/" + name)
-		if err != nil {
-			panic("expset: embedded lua/" + name + " missing: " + err.Error())
-		}
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.Write(src)
+		b.WriteString(file(name))
 	}
 	return b.String()
+}
+
+// file returns the text of lua/<name>.
+func file(name string) string {
+	src, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	}
+	return string(src)
 }
 
 // named maps each script's own file to the script, for Named.
@@ -117,7 +126,8 @@ var named = map[string]*redis.Script{
 	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
 	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "cancel_waiting.lua": scriptCancelWaiting,
-	"ack.lua": Ack, "renew.lua": LeaseRenew, "begins.lua": Begins, "take.lua": Take, "bury.lua": Bury,
+	"deadscan.lua": scriptDeadScan,
+	"ack.lua":      Ack, "renew.lua": LeaseRenew, "begins.lua": Begins, "take.lua": Take, "bury.lua": Bury,
 	"claim.lua": Claim, "release.lua": Release, "retry.lua": Retry, "prune.lua": Prune,
 }
 
