@@ -78,12 +78,6 @@ func discoverSets(ctx context.Context, rdb redis.UniversalClient) ([]string, err
 	return names, err
 }
 
-// noKey reports whether err is Redis saying a stream is not there (XINFO of
-// a missing key).
-func noKey(err error) bool {
-	return redis.HasErrorPrefix(err, "no such key")
-}
-
 // groupRow is one consumer group over all shards of a set.
 type groupRow struct {
 	Name      string
@@ -129,45 +123,20 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 		cnt.Known = false
 		return nil, cnt, nil
 	}
-	pipe := rdb.Pipeline()
-	groups := make([]*redis.XInfoGroupsCmd, len(w.events))
-	evInfo := make([]*redis.XInfoStreamCmd, len(w.events))
-	deadInfo := make([]*redis.XInfoStreamCmd, len(w.events))
-	for i := range w.events {
-		groups[i] = pipe.XInfoGroups(ctx, w.events[i])
-		evInfo[i] = pipe.XInfoStream(ctx, w.events[i])
-		deadInfo[i] = pipe.XInfoStream(ctx, w.dead[i])
+	shards, err := w.st.ReadStreamInfo(ctx, detail, webLagCount)
+	if err != nil {
+		return nil, cnt, err
 	}
-	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
 	byName := map[string]*groupRow{}
-	type gc struct {
-		row  *groupRow
-		cmds *redis.XInfoConsumersCmd
-		lag  *redis.XMessageSliceCmd // where Redis cannot tell the lag
-	}
-	var cons []gc
-	pipe = rdb.Pipeline()
-	for i := range w.events {
-		for _, c := range []*redis.XInfoStreamCmd{evInfo[i], deadInfo[i]} {
-			if err := c.Err(); err != nil && !noKey(err) {
-				return nil, cnt, fmt.Errorf("read %s: %w", c.Args()[2], err)
-			}
-		}
-		if v := evInfo[i].Val(); v != nil {
+	for _, sh := range shards {
+		if v := sh.Events; v != nil {
 			cnt.Expiries += v.EntriesAdded
 			cnt.Known = cnt.Known && (v.EntriesAdded > 0 || v.Length == 0)
 		}
-		if v := deadInfo[i].Val(); v != nil {
+		if v := sh.Dead; v != nil {
 			cnt.Buried += v.EntriesAdded
 		}
-		g := groups[i]
-		if err := g.Err(); err != nil {
-			if noKey(err) {
-				continue
-			}
-			return nil, cnt, fmt.Errorf("read %s: %w", w.events[i], err)
-		}
-		for _, x := range g.Val() {
+		for _, x := range sh.Groups {
 			row := byName[x.Name]
 			if row == nil {
 				row = &groupRow{Name: x.Name}
@@ -176,53 +145,9 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 			row.Shards++
 			row.Pending += x.Pending
 			cnt.Delivered += x.EntriesRead
-			if !detail {
-				continue
-			}
-			c := gc{row: row, cmds: pipe.XInfoConsumers(ctx, w.events[i], x.Name)}
-			if x.Lag >= 0 {
-				row.Lag += x.Lag
-			} else {
-				// Entries were deleted (every group had them): Redis does
-				// not count what is left after last-delivered-id; count it,
-				// up to webLagCount.
-				c.lag = pipe.XRangeN(ctx, w.events[i], "("+x.LastDeliveredID, "+", webLagCount+1)
-			}
-			cons = append(cons, c)
-		}
-	}
-	if len(cons) > 0 {
-		_, _ = pipe.Exec(ctx)
-	}
-	for _, c := range cons {
-		if c.lag != nil {
-			n := int64(len(c.lag.Val()))
-			if n > webLagCount {
-				n = webLagCount
-				c.row.LagMore = true
-			}
-			c.row.Lag += n
-		}
-		if err := c.cmds.Err(); err != nil {
-			if noKey(err) || redis.HasErrorPrefix(err, "NOGROUP") {
-				continue // deleted in between
-			}
-			return nil, cnt, fmt.Errorf("read the consumers of %s: %w", c.row.Name, err)
-		}
-		for _, x := range c.cmds.Val() {
-			idx := -1
-			for j, r := range c.row.Consumers {
-				if r.Name == x.Name {
-					idx = j
-				}
-			}
-			if idx < 0 {
-				c.row.Consumers = append(c.row.Consumers, consumerRow{Name: x.Name, Idle: x.Idle})
-				idx = len(c.row.Consumers) - 1
-			}
-			r := &c.row.Consumers[idx]
-			r.Pending += x.Pending
-			r.Idle = min(r.Idle, x.Idle)
+			row.Lag += x.Lag
+			row.LagMore = row.LagMore || x.LagMore
+			row.addConsumers(x.Consumers)
 		}
 	}
 	out := make([]groupRow, 0, len(byName))
@@ -237,6 +162,26 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 		}
 	}
 	return out, cnt, nil
+}
+
+// addConsumers adds the consumers of one shard's stream to the group's,
+// by name: their pending events summed, the least idle time kept.
+func (g *groupRow) addConsumers(cs []redis.XInfoConsumer) {
+	for _, x := range cs {
+		idx := -1
+		for j, r := range g.Consumers {
+			if r.Name == x.Name {
+				idx = j
+			}
+		}
+		if idx < 0 {
+			g.Consumers = append(g.Consumers, consumerRow{Name: x.Name, Idle: x.Idle})
+			idx = len(g.Consumers) - 1
+		}
+		r := &g.Consumers[idx]
+		r.Pending += x.Pending
+		r.Idle = min(r.Idle, x.Idle)
+	}
 }
 
 // readRunning fills in each group's handler calls running under owner
