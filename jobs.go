@@ -62,7 +62,7 @@ func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, er
 // the reply (go-redis retries a call after a read timeout, and the server
 // may have run both) reports what its first run did, by a receipt the call
 // leaves on the server for twice its client's retries (see
-// jobReceiptMillis); so do Reschedule and Cancel.
+// store.Store.JobReceiptMillis); so do Reschedule and Cancel.
 func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...AddOption) (time.Time, bool, error) {
 	ms, err := s.checkJob(id, delay, true)
 	if err != nil {
