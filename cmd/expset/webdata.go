@@ -117,7 +117,7 @@ type counters struct {
 // (XINFO GROUPS and XINFO STREAM: one pipelined round trip) and, with
 // detail, the groups' consumers and the lag Redis cannot tell (XINFO
 // CONSUMERS, XRANGE of at most webLagCount+1 entries: one more).
-func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, detail bool) ([]groupRow, counters, error) {
+func (w *webSet) readGroups(ctx context.Context, detail bool) ([]groupRow, counters, error) {
 	cnt := counters{At: time.Now(), Known: true}
 	if !w.cfg.Events {
 		cnt.Known = false
@@ -254,13 +254,13 @@ func (r *rates) series() ([]ratePoint, bool, error) {
 
 // sample reads the counters of every set every webSampleEvery until ctx
 // ends.
-func sample(ctx context.Context, rdb redis.UniversalClient, sets []*webSet) {
+func sample(ctx context.Context, sets []*webSet) {
 	t := time.NewTicker(webSampleEvery)
 	defer t.Stop()
 	for {
 		for _, w := range sets {
 			if w.cfg.Events {
-				_, c, err := w.readGroups(ctx, rdb, false)
+				_, c, err := w.readGroups(ctx, false)
 				w.rates.add(c, err)
 			}
 		}
@@ -405,7 +405,7 @@ func parseRef(s string, shards int, emptyID bool) (cursor, error) {
 // upTo, when not nil, holds per shard the last ID to read ("" to skip the
 // shard). It returns where the next page starts: after the want-th match,
 // else after the last entry read; and whether it read to the end.
-func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
+func (w *webSet) filterDead(ctx context.Context, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
 	pos := after
 	defer func() {
 		next = pos
@@ -488,7 +488,7 @@ type deadPage struct {
 // readDead reads a page of dead letters after from: XLEN per shard for the
 // total, XRANGE with COUNT for the page, and with a filter a scan of at most
 // webCountBudget entries to count the matches.
-func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, from cursor) (deadPage, error) {
+func (w *webSet) readDead(ctx context.Context, f deadFilter, from cursor) (deadPage, error) {
 	var p deadPage
 	lens, err := w.st.DeadLengths(ctx)
 	if err != nil {
@@ -503,7 +503,7 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 	first := from == cursor{max(f.Shard, 0), ""}
 	if f.any() && first {
 		// The first page and the count in one pass.
-		letters, m, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, false, webCountBudget, nil)
+		letters, m, next, done, err := w.filterDead(ctx, f, from, webPageSize, false, webCountBudget, nil)
 		if err != nil {
 			return p, err
 		}
@@ -514,7 +514,7 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 		w.counts.put(f, m, !done)
 		return p, nil
 	}
-	letters, _, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, true, webPageBudget, nil)
+	letters, _, next, done, err := w.filterDead(ctx, f, from, webPageSize, true, webPageBudget, nil)
 	if err != nil {
 		return p, err
 	}
@@ -526,7 +526,7 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 	if f.any() {
 		m, atLeast, ok := w.counts.get(f)
 		if !ok {
-			_, m, _, done, err = w.filterDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
+			_, m, _, done, err = w.filterDead(ctx, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
 			if err != nil {
 				return p, err
 			}
@@ -618,7 +618,7 @@ func (w *webSet) act(ctx context.Context, kick bool, refs []cursor) (int, error)
 // actMatching kicks or deletes every dead letter f selects that was there
 // when it began (a kicked letter buried again meanwhile is left for the
 // next time), scanning and acting in batches.
-func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kick bool, f deadFilter) (int, error) {
+func (w *webSet) actMatching(ctx context.Context, kick bool, f deadFilter) (int, error) {
 	upTo, err := w.lastDeadIDs(ctx)
 	if err != nil {
 		return 0, err
@@ -626,7 +626,7 @@ func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kic
 	total := 0
 	pos := cursor{max(f.Shard, 0), ""}
 	for {
-		letters, _, next, done, err := w.filterDead(ctx, rdb, f, pos, webActionBatch, true, 0, upTo)
+		letters, _, next, done, err := w.filterDead(ctx, f, pos, webActionBatch, true, 0, upTo)
 		if err != nil {
 			return total, err
 		}
