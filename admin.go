@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,64 +30,7 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	deleted := 0
-	for shard := 0; shard < cfg.Shards; shard++ {
-		pattern := keyPrefix + "{" + name + ":" + strconv.Itoa(shard) + "}:*"
-		keys, err := scanKeys(ctx, rdb, pattern)
-		if err != nil {
-			return deleted, err
-		}
-		sk := newShardKeys(name, shard)
-		for _, k := range keys {
-			if !sk.owns(k) {
-				continue
-			}
-			n, err := rdb.Unlink(ctx, k).Result()
-			if err != nil {
-				return deleted, fmt.Errorf("expset: drop %s: %w", k, err)
-			}
-			deleted += int(n)
-		}
-	}
-	for _, k := range []string{sweepersKey(name), metaKey(name)} {
-		n, err := rdb.Unlink(ctx, k).Result()
-		if err != nil {
-			return deleted, fmt.Errorf("expset: drop %s: %w", k, err)
-		}
-		deleted += int(n)
-	}
-	return deleted, nil
-}
-
-// scanKeys lists the keys matching pattern, on every master of a cluster.
-func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
-	scan := func(ctx context.Context, c redis.Cmdable) ([]string, error) {
-		var out []string
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			out = append(out, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			return nil, fmt.Errorf("expset: scan %s: %w", pattern, err)
-		}
-		return out, nil
-	}
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		return scan(ctx, rdb)
-	}
-	var (
-		out []string
-		mu  sync.Mutex
-	)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		keys, err := scan(ctx, c)
-		mu.Lock()
-		out = append(out, keys...)
-		mu.Unlock()
-		return err
-	})
-	return out, err
+	return store.Drop(ctx, rdb, name, cfg.Shards)
 }
 
 // OwnerKey returns the Redis key of owner's sorted set, for operators and
@@ -97,7 +39,7 @@ func (s *Set) OwnerKey(owner string) string {
 	if s.Shards() == 0 {
 		return ""
 	}
-	return s.shards[s.ShardOf(owner)].owner + owner
+	return s.st.OwnerKey(owner)
 }
 
 // ReadEvents returns up to count expiry events (1 to 1000) of one shard's
@@ -130,38 +72,17 @@ func (s *Set) ReadEvents(ctx context.Context, shard int, after string, count int
 	if count < 1 || count > maxBatch {
 		return nil, after, fmt.Errorf("%w: count %d (want 1 to %d)", ErrInvalidArgument, count, maxBatch)
 	}
-	key := s.shards[shard].events
-	if after == "$" {
-		last, err := s.rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
-		if err != nil {
-			return nil, after, fmt.Errorf("expset: read %s: %w", key, err)
-		}
-		after = "0-0"
-		if len(last) == 1 {
-			after = last[0].ID
-		}
-	}
-	args := &redis.XReadArgs{Streams: []string{key, after}, Count: int64(count), Block: -1}
-	if block > 0 {
-		args.Block = max(block, time.Millisecond) // BLOCK 0 would wait forever
-	}
-	res, err := s.rdb.XRead(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, after, nil
-	}
+	msgs, next, err := s.st.ReadEvents(ctx, shard, after, count, block)
 	if err != nil {
-		return nil, after, fmt.Errorf("expset: read %s: %w", key, err)
+		return nil, next, err
 	}
 	var out []Expiry
-	for _, st := range res {
-		for _, m := range st.Messages {
-			after = m.ID
-			e, err := parseExpiry(shard, m, 0)
-			if err != nil {
-				return out, after, err
-			}
-			out = append(out, e)
+	for _, m := range msgs {
+		e, err := parseExpiry(shard, m, 0)
+		if err != nil {
+			return out, m.ID, err
 		}
+		out = append(out, e)
 	}
-	return out, after, nil
+	return out, next, nil
 }

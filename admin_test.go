@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 func TestReadConfigurationAndDrop(t *testing.T) {
@@ -157,7 +159,7 @@ func TestDropTouchesOnlyItsOwnSet(t *testing.T) {
 func ownKeys(t *testing.T, b backend, name string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	prefix := keyPrefix + "{" + name + ":"
+	prefix := store.KeyPrefix + "{" + name + ":"
 	for k, v := range snapshot(t, b.rdb, name) {
 		rest, ok := strings.CutPrefix(k, prefix)
 		if k == metaKey(name) {
@@ -186,12 +188,12 @@ func TestShardKeysOwned(t *testing.T) {
 		if v.Field(i).Kind() != reflect.String {
 			continue // shard: the index, not a key
 		}
-		if k := v.Field(i).String(); !sk.owns(k) || !sk.owns(k+"owner") && strings.HasSuffix(k, ":") {
+		if k := v.Field(i).String(); !sk.Owns(k) || !sk.Owns(k+"owner") && strings.HasSuffix(k, ":") {
 			t.Errorf("shardKeys.%s (%s) is not owned", v.Type().Field(i).Name, k)
 		}
 	}
 	for _, k := range []string{metaKey("a:1"), "expset:{a:1}:other", "expset:{a:10}:due", "expset:{a:1:2}:due"} {
-		if sk.owns(k) {
+		if sk.Owns(k) {
 			t.Errorf("%s is owned by shard 1 of a", k)
 		}
 	}

@@ -59,22 +59,22 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 				continue
 			}
 			token := callToken()
-			b := bs.add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
+			b := bs.Add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
 				sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
-				return &scriptCall{op: "begin", shard: d.shard, sc: sc, keys: keys,
-					args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap, 0}}
+				return &scriptCall{Op: "begin", Shard: d.shard, Script: sc, Keys: keys,
+					Args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap, 0}}
 			})
 			if fresh {
-				b.args[beginFresh] = b.args[beginFresh].(int) + 1
+				b.Args[beginFresh] = b.Args[beginFresh].(int) + 1
 			}
-			b.args = append(b.args, d.id, token)
+			b.Args = append(b.Args, d.id, token)
 			if c.cfg.ownerCap > 0 {
 				owner, _ := c.capped(d) // "" for a job: no slot
-				b.args = append(b.args, owner)
+				b.Args = append(b.Args, owner)
 			}
 		}
 	}
-	calls, items := bs.calls, bs.items
+	calls, items := bs.Calls, bs.Items
 	if len(calls) == 0 {
 		return nil
 	}
@@ -85,22 +85,22 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 	c.set.runPipelined(wctx, calls)
 	var begun []takenCall
 	for k, b := range calls {
-		replies, ok := b.v.([]any)
-		if b.err == nil && (!ok || len(replies) != len(items[k])) {
-			b.err = unexpected("begins.lua", b.v)
+		replies, ok := b.Reply.([]any)
+		if b.Err == nil && (!ok || len(replies) != len(items[k])) {
+			b.Err = unexpected("begins.lua", b.Reply)
 		}
-		if b.err != nil {
+		if b.Err != nil {
 			// Each may have counted: give that back (once, whatever ran).
 			for _, it := range items[k] {
-				_ = c.releaseShard(wctx, it.d.shard, []string{it.d.id}, it.d.id, it.token) // b.err is reported
+				_ = c.releaseShard(wctx, it.d.shard, []string{it.d.id}, it.d.id, it.token) // b.Err is reported
 			}
-			c.fail(ctx, b.shard, b.err)
+			c.fail(ctx, b.Shard, b.Err)
 			continue
 		}
 		for j, it := range items[k] {
 			n, taken, full, ok := parseBegin(replies[j])
 			if !ok {
-				c.fail(ctx, b.shard, unexpected("begins.lua", b.v))
+				c.fail(ctx, b.Shard, unexpected("begins.lua", b.Reply))
 				continue
 			}
 			if n == beginFull {
@@ -217,8 +217,8 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 			args = append(args, callToken())
 		}
 		sk := &c.set.shards[i]
-		keys := append(c.leaseKeys(i), sk.take, sk.run, sk.runo)
-		calls = append(calls, &scriptCall{op: "take", shard: i, sc: scriptTakeSlots, keys: keys, args: args})
+		keys := append(c.leaseKeys(i), sk.Take, sk.Run, sk.Runo)
+		calls = append(calls, &scriptCall{Op: "take", Shard: i, Script: scriptTakeSlots, Keys: keys, Args: args})
 		of = append(of, i)
 	}
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
@@ -244,14 +244,14 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 // cap that could not be set aside (to release).
 func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at time.Time) (taken []takenCall, rest, over []delivery) {
 	sh := &c.shards[i]
-	entries, ok := call.v.([]any)
-	if call.err == nil && !ok {
-		call.err = unexpected("take.lua", call.v)
+	entries, ok := call.Reply.([]any)
+	if call.Err == nil && !ok {
+		call.Err = unexpected("take.lua", call.Reply)
 	}
-	if call.err != nil {
+	if call.Err != nil {
 		// Begun or not, the entries (if read) stay pending, uncounted
 		// or counted: a claim takes them after the lease TTL.
-		c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, call.err))
+		c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].Events, call.Err))
 		return nil, nil, nil
 	}
 	sh.bo.ok()
@@ -259,11 +259,11 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 	begun := 0
 	for _, v := range entries {
 		id, values, n, full, ok := parseTaken(v)
-		if ok && n > 0 && takeTokens+begun >= len(call.args) {
+		if ok && n > 0 && takeTokens+begun >= len(call.Args) {
 			ok = false
 		}
 		if !ok {
-			c.fail(ctx, i, unexpected("take.lua", call.v))
+			c.fail(ctx, i, unexpected("take.lua", call.Reply))
 			break
 		}
 		d := delivery{shard: i, id: id, values: values, at: at}
@@ -285,7 +285,7 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 			continue
 		}
 		// The k-th call begun has the k-th token.
-		token := call.args[takeTokens+begun].(string)
+		token := call.Args[takeTokens+begun].(string)
 		begun++
 		e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
 		if perr != nil {

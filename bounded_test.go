@@ -68,7 +68,7 @@ func TestScriptsBoundedBytes(t *testing.T) {
 		if len(seen) != members {
 			t.Fatalf("%d members got events, want %d", len(seen), members)
 		}
-		if n := b.rdb.HLen(ctx, s.shards[shard].payload+"o").Val(); n != 0 {
+		if n := b.rdb.HLen(ctx, s.shards[shard].Payload+"o").Val(); n != 0 {
 			t.Fatalf("%d payloads left (m0 was rewritten without one)", n)
 		}
 	})
@@ -103,11 +103,11 @@ func TestScriptLatencyAtMaxima(t *testing.T) {
 			pipe := rdb.Pipeline()
 			for j := i; j < min(i+10, per); j++ {
 				m := "m" + strconv.Itoa(j)
-				pipe.ZAdd(ctx, sk.owner+owner, redis.Z{Score: d + float64(j), Member: m})
-				pipe.HSet(ctx, sk.payload+owner, m, big)
+				pipe.ZAdd(ctx, sk.Owner+owner, redis.Z{Score: d + float64(j), Member: m})
+				pipe.HSet(ctx, sk.Payload+owner, m, big)
 			}
 			if s.index {
-				pipe.ZAdd(ctx, sk.due, redis.Z{Score: d, Member: owner})
+				pipe.ZAdd(ctx, sk.Due, redis.Z{Score: d, Member: owner})
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)

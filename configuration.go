@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,71 +31,19 @@ func ReadConfiguration(ctx context.Context, rdb redis.UniversalClient, name stri
 	if err := validateName(name); err != nil {
 		return Configuration{}, err
 	}
-	key := metaKey(name)
-	fields, err := rdb.HGetAll(ctx, key).Result()
+	c, found, err := store.ReadConfig(ctx, rdb, name)
 	if err != nil {
-		return Configuration{}, fmt.Errorf("expset: read %s: %w", key, err)
+		return Configuration{}, err
 	}
-	if len(fields) == 0 {
-		return Configuration{}, fmt.Errorf("%w: no set %q (%s is missing)", ErrNotFound, name, key)
+	if !found {
+		return Configuration{}, fmt.Errorf("%w: no set %q (%s is missing)", ErrNotFound, name, store.MetaKey(name))
 	}
-	return configurationFields(key, fields)
-}
-
-// metaVersion is the version of the key layout the meta hash records.
-const metaVersion = "1"
-
-// fields returns c as the field-value pairs of its meta hash.
-func (c Configuration) fields() []any {
-	b := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
-	return []any{"version", metaVersion, "shards", strconv.Itoa(c.Shards), "events", b(c.Events), "payloads", b(c.Payloads), "index", b(c.Index)}
+	return Configuration(c), nil
 }
 
 // text describes c in errors.
 func (c Configuration) text() string {
 	return fmt.Sprintf("shards=%d events=%t payloads=%t index=%t", c.Shards, c.Events, c.Payloads, c.Index)
-}
-
-// recordedConfiguration reads the reply of open.lua: the fields of the meta
-// hash.
-func recordedConfiguration(key string, v any) (Configuration, error) {
-	xs, ok := v.([]any)
-	if !ok || len(xs)%2 != 0 {
-		return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
-	}
-	fields := make(map[string]string, len(xs)/2)
-	for i := 0; i < len(xs); i += 2 {
-		k, ok1 := xs[i].(string)
-		val, ok2 := xs[i+1].(string)
-		if !ok1 || !ok2 {
-			return Configuration{}, fmt.Errorf("%w: open.lua on %s answered %v", errUnexpectedReply, key, v)
-		}
-		fields[k] = val
-	}
-	return configurationFields(key, fields)
-}
-
-// configurationFields reads the fields of a meta hash: exactly those that
-// Configuration.fields writes, with values it could have written.
-func configurationFields(key string, fields map[string]string) (Configuration, error) {
-	var c Configuration
-	n, err := strconv.Atoi(fields["shards"])
-	c.Shards = n
-	ok := fields["version"] == metaVersion && err == nil && n >= 1 && n <= maxShards && len(fields) == 5
-	for name, dst := range map[string]*bool{"events": &c.Events, "payloads": &c.Payloads, "index": &c.Index} {
-		v := fields[name]
-		ok = ok && (v == "0" || v == "1")
-		*dst = v == "1"
-	}
-	if !ok {
-		return Configuration{}, fmt.Errorf("%w: %s holds %v, not a configuration of version %s", errUnexpectedReply, key, fields, metaVersion)
-	}
-	return c, nil
 }
 
 // optionsText renders Options as Go source: "WithShards(16),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -183,7 +184,7 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	}
 	c.handle = handle
 	c.pool = newPool(c)
-	c.wk = s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
+	c.wk = s.listen("subscribe", func(k *store.Keys) string { return k.EvWake })
 	s.retryNotes.join(c)
 	defer s.retryNotes.leave(c)
 	defer c.wk.close()

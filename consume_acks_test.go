@@ -230,7 +230,7 @@ func TestConsumeDestroyedGroupLeavesNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
-		stream := s.shards[0].events
+		stream := s.shards[0].Events
 		if err := b.rdb.XGroupCreateMkStream(ctx, stream, "retired", "0").Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func BenchmarkConsume(b *testing.B) {
 	d := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	pipe := rdb.Pipeline()
 	for i := 0; i < b.N; i++ {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.shards[i%len(s.shards)].events, Values: []string{"o", "o" + strconv.Itoa(i), "m", "m", "d", d}})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.shards[i%len(s.shards)].Events, Values: []string{"o", "o" + strconv.Itoa(i), "m", "m", "d", d}})
 		if pipe.Len() == 1000 {
 			must[[]redis.Cmder](b)(pipe.Exec(ctx))
 		}

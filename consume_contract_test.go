@@ -246,10 +246,10 @@ func TestConsumeHandlerContext(t *testing.T) {
 			return hctx.Err()
 		}, WithLeaseTTL(60*time.Millisecond), WithPollInterval(5*time.Millisecond))
 		e := <-inCall
-		if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.events, Group: "g", Consumer: "thief", Messages: []string{e.ID}}).Err(); err != nil {
+		if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.Events, Group: "g", Consumer: "thief", Messages: []string{e.ID}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.rdb.HSet(ctx, sk.att, e.ID+" g", "2 thief").Err(); err != nil {
+		if err := b.rdb.HSet(ctx, sk.Att, e.ID+" g", "2 thief").Err(); err != nil {
 			t.Fatal(err)
 		}
 		if c := <-causes; !errors.Is(c, ErrLeaseLost) {
@@ -311,7 +311,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 		expire(t, s, clk, 4)
 		waitFor(t, "4 events", func() bool { return rec.len() == 4 })
 		for i := range s.shards {
-			b.rdb.Del(ctx, s.shards[i].events)
+			b.rdb.Del(ctx, s.shards[i].Events)
 		}
 		time.Sleep(100 * time.Millisecond) // several claims and reads find no group
 		expire(t, s, clk, 4)
@@ -357,7 +357,7 @@ func TestConsumeFanOut(t *testing.T) {
 		billing, email := start("billing"), start("email")
 		waitFor(t, "both groups on every shard", func() bool {
 			for i := range s.shards {
-				if gs, err := b.rdb.XInfoGroups(context.Background(), s.shards[i].events).Result(); err != nil || len(gs) != 2 {
+				if gs, err := b.rdb.XInfoGroups(context.Background(), s.shards[i].Events).Result(); err != nil || len(gs) != 2 {
 					return false
 				}
 			}
@@ -468,7 +468,7 @@ func TestConsumeShardFailureIsolated(t *testing.T) {
 		ctx := context.Background()
 		var hr hookRecorder
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithHooks(hr.hooks()))
-		bad := s.shards[1].events
+		bad := s.shards[1].Events
 		must[string](t)(b.rdb.Set(ctx, bad, "not a stream", 0).Result())
 		var rec recorder
 		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error {

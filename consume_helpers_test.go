@@ -75,7 +75,7 @@ func consumers(t *testing.T, rdb redis.UniversalClient, s *Set, group string) []
 	t.Helper()
 	var out []string
 	for i := range s.shards {
-		cs, err := rdb.XInfoConsumers(context.Background(), s.shards[i].events, group).Result()
+		cs, err := rdb.XInfoConsumers(context.Background(), s.shards[i].Events, group).Result()
 		if err != nil {
 			t.Fatalf("XINFO CONSUMERS shard %d: %v", i, err)
 		}

@@ -57,7 +57,7 @@ func TestKillConsumerBeforeAck(t *testing.T) {
 		doomed := map[string]bool{}
 		// Stream IDs are unique within a shard's stream only.
 		for i, sk := range s.shards {
-			p, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sk.events, Group: "g", Start: "-", End: "+", Count: 1000, Consumer: "doomed"}).Result()
+			p, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sk.Events, Group: "g", Start: "-", End: "+", Count: 1000, Consumer: "doomed"}).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -91,7 +91,7 @@ func TestConsumeRetriedBeginCountsOnce(t *testing.T) {
 			if got := len(h.events()); got != n {
 				t.Errorf("WithMaxAttempts(%d): %d handler calls, want %d", maxAttempts, got, n)
 			}
-			if f := b.rdb.HLen(context.Background(), s.shards[0].att).Val() + b.rdb.HLen(context.Background(), s.shards[1].att).Val(); f != 0 {
+			if f := b.rdb.HLen(context.Background(), s.shards[0].Att).Val() + b.rdb.HLen(context.Background(), s.shards[1].Att).Val(); f != 0 {
 				t.Errorf("%d attempt fields left", f)
 			}
 		}

@@ -393,8 +393,8 @@ func TestRewriteBehindManyExpired(t *testing.T) {
 				pl[m] = "p" + m
 			}
 			b.rdb.ZAdd(ctx, s.OwnerKey("o"), zs...)
-			b.rdb.HSet(ctx, sk.payload+"o", pl)
-			b.rdb.ZAdd(ctx, sk.due, redisZ(float64(t0), "o"))
+			b.rdb.HSet(ctx, sk.Payload+"o", pl)
+			b.rdb.ZAdd(ctx, sk.Due, redisZ(float64(t0), "o"))
 			clk.Advance(2 * time.Second)
 			last := "m1000" // the latest deadline: beyond the first 1000 dropped
 			var d time.Time

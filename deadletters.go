@@ -43,15 +43,12 @@ func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, 
 		if count > 0 && left <= 0 {
 			break
 		}
-		key := s.shards[i].dead
-		var msgs []redis.XMessage
-		if count > 0 {
-			msgs, err = s.rdb.XRangeN(ctx, key, "-", "+", left).Result()
-		} else {
-			msgs, err = s.rdb.XRange(ctx, key, "-", "+").Result()
+		if count <= 0 {
+			left = 0
 		}
+		msgs, err := s.st.DeadLetters(ctx, i, left)
 		if err != nil {
-			return out, fmt.Errorf("expset: read %s: %w", key, err)
+			return out, err
 		}
 		for _, m := range msgs {
 			d, err := parseDeadLetter(i, m)
@@ -98,42 +95,26 @@ func parseDeadLetter(shard int, m redis.XMessage) (DeadLetter, error) {
 // dead-letter streams, each in one step. It returns how many it found and
 // kicked (a dead letter already kicked or deleted is not counted).
 func (s *Set) Kick(ctx context.Context, letters ...DeadLetter) (int, error) {
-	return s.eachDeadShard(ctx, letters, func(ctx context.Context, sk *shardKeys, ids []any) (int64, error) {
-		v, err := s.run(ctx, "kick", sk.shard, scriptKick, []string{sk.dead, sk.events}, ids...)
-		if err != nil {
-			return 0, err
-		}
-		n, ok := asInt64(v)
-		if !ok {
-			return 0, unexpected("kick.lua", v)
-		}
-		return n, nil
+	return s.eachDeadShard(ctx, letters, func(ctx context.Context, shard int, ids []string) (int64, error) {
+		return s.st.Kick(ctx, shard, ids)
 	})
 }
 
 // DeleteDeadLetters deletes dead letters for good and returns how many it
 // found.
 func (s *Set) DeleteDeadLetters(ctx context.Context, letters ...DeadLetter) (int, error) {
-	return s.eachDeadShard(ctx, letters, func(ctx context.Context, sk *shardKeys, ids []any) (int64, error) {
-		strs := make([]string, len(ids))
-		for i, id := range ids {
-			strs[i] = id.(string)
-		}
-		n, err := s.rdb.XDel(ctx, sk.dead, strs...).Result()
-		if err != nil {
-			return 0, fmt.Errorf("expset: delete from %s: %w", sk.dead, err)
-		}
-		return n, nil
+	return s.eachDeadShard(ctx, letters, func(ctx context.Context, shard int, ids []string) (int64, error) {
+		return s.st.DeleteDeadLetters(ctx, shard, ids)
 	})
 }
 
 // eachDeadShard groups letters by shard and calls fn with at most maxBatch
 // IDs at a time, adding up what it returns.
-func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(context.Context, *shardKeys, []any) (int64, error)) (int, error) {
+func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(ctx context.Context, shard int, ids []string) (int64, error)) (int, error) {
 	if err := s.opened(); err != nil {
 		return 0, err
 	}
-	byShard := map[int][]any{}
+	byShard := map[int][]string{}
 	var order []int
 	for _, d := range letters {
 		if _, _, err := s.shardRange(d.Shard); err != nil || d.Shard == allShards {
@@ -153,7 +134,7 @@ func (s *Set) eachDeadShard(ctx context.Context, letters []DeadLetter, fn func(c
 		for len(ids) > 0 {
 			batch := ids[:min(len(ids), maxBatch)]
 			ids = ids[len(batch):]
-			n, err := fn(ctx, &s.shards[shard], batch)
+			n, err := fn(ctx, shard, batch)
 			total += int(n)
 			if err != nil {
 				return total, err

@@ -204,7 +204,7 @@ func TestDurabilityClusterWaitsOnTheSlotsMaster(t *testing.T) {
 	// to acknowledge; each write to the stopped replica's master waits it out.
 	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(16), WithDurability(1, false, time.Second)))
 	q := must[*Quota](t)(NewQuota(s, 10))
-	stopped := c.MasterFor(s.shards[0].due)
+	stopped := c.MasterFor(s.shards[0].Due)
 	var replica *redistest.Node
 	for _, n := range c.Nodes() {
 		if n.Role == redistest.RoleReplica && n.MasterID == stopped.ID {

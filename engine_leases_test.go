@@ -17,10 +17,10 @@ func takeOver(t *testing.T, b backend, s *Set, group, id string) {
 	t.Helper()
 	ctx := context.Background()
 	sk := s.shards[0]
-	if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.events, Group: group, Consumer: "thief", Messages: []string{id}}).Err(); err != nil {
+	if err := b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: sk.Events, Group: group, Consumer: "thief", Messages: []string{id}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.rdb.HSet(ctx, sk.att, id+" "+group, "2 thief").Err(); err != nil {
+	if err := b.rdb.HSet(ctx, sk.Att, id+" "+group, "2 thief").Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -31,11 +31,11 @@ func heldBy(t *testing.T, b backend, s *Set, group, id string) (string, string) 
 	t.Helper()
 	ctx := context.Background()
 	sk := s.shards[0]
-	p, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sk.events, Group: group, Start: id, End: id, Count: 1}).Result()
+	p, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sk.Events, Group: group, Start: id, End: id, Count: 1}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := b.rdb.HGet(ctx, sk.att, id+" "+group).Result()
+	att, err := b.rdb.HGet(ctx, sk.Att, id+" "+group).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestOwnerCapHoldsWhenAConsumerReleases(t *testing.T) {
 		cfg.ownerCap, cfg.leaseTTL = 1, time.Minute
 		a := must[*consumer](t)(s.newConsumer("g", "a", cfg))
 		a.release(ctx, []delivery{{shard: 0, id: e1.ID}}, nil)
-		if n := b.rdb.HGet(ctx, s.shards[0].runo, "#g x").Val(); n != "1" {
+		if n := b.rdb.HGet(ctx, s.shards[0].Runo, "#g x").Val(); n != "1" {
 			t.Fatalf("owner x holds %q slots after the release, want 1: its running call lost its slot", n)
 		}
 
@@ -145,7 +145,7 @@ func TestOwnerCapHoldsWhenAConsumerReleases(t *testing.T) {
 			in <- e
 			return nil
 		}, opts...)
-		ids := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Result())
+		ids := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].Events, "-", "+").Result())
 		if len(ids) != 2 {
 			t.Fatalf("%d events in the stream, want 2", len(ids))
 		}

@@ -181,7 +181,7 @@ func TestOwnerCapAcrossFailovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sk := range s.shards {
-		waitReplicated(t, cc, sk.events)
+		waitReplicated(t, cc, sk.Events)
 	}
 	env := append(b.env(s), helperVis+"="+vis.String(), helperOwnerCap+"="+strconv.Itoa(ownerCap))
 	lives := startHelper(t, "pool", env...)
@@ -207,7 +207,7 @@ func TestOwnerCapAcrossFailovers(t *testing.T) {
 		return nil
 	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency), WithOwnerConcurrency(ownerCap))
 	for i, sk := range s.shards {
-		promoted := cl.Failover(t, cl.MasterFor(sk.events))
+		promoted := cl.Failover(t, cl.MasterFor(sk.Events))
 		t.Logf("shard %d's master failed over to %s", i, promoted.Addr)
 		if i == 0 {
 			killed.waitLine("calls of the helper to kill under way", func(string) bool {

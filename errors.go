@@ -1,6 +1,10 @@
 package expset
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/expset/expset/internal/store"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of these with %w
 // and name the argument or key involved; match them with errors.Is.
@@ -52,5 +56,6 @@ var (
 )
 
 // errUnexpectedReply means Redis answered a script with a reply of the wrong
-// shape: a bug, or a key written by something else.
-var errUnexpectedReply = errors.New("expset: unexpected reply")
+// shape: a bug, or a key written by something else. It is the store's
+// sentinel (store.ErrUnexpectedReply), which the store's readers wrap.
+var errUnexpectedReply = store.ErrUnexpectedReply

@@ -28,7 +28,7 @@ func TestEvictionReceipt(t *testing.T) {
 		qr := must[*Quota](t)(NewQuota(s, 2, WithEvictOldest(), WithRefreshOnReacquire(), WithEvictionReceiptTTL(time.Minute)))
 		plain := must[*Quota](t)(NewQuota(s, 2))
 		receipt := func(owner, member string) string {
-			return s.shards[s.ShardOf(owner)].receipt + strconv.Itoa(len(owner)) + ":" + owner + member
+			return s.shards[s.ShardOf(owner)].Receipt + strconv.Itoa(len(owner)) + ":" + owner + member
 		}
 		for _, m := range []string{"s1", "s2"} {
 			must[Decision](t)(q.Acquire(ctx, "acct", m, time.Hour))
@@ -111,7 +111,7 @@ func TestEvictionEvents(t *testing.T) {
 		clk.Advance(time.Second)
 		must[Decision](t)(q.Acquire(ctx, "acct", "s3", time.Hour))
 		must[Decision](t)(q.Acquire(ctx, "acct", "s3", time.Hour)) // a retry evicts nothing more
-		if b.rdb.HExists(ctx, s.shards[shard].payload+"acct", "s1").Val() {
+		if b.rdb.HExists(ctx, s.shards[shard].Payload+"acct", "s1").Val() {
 			t.Fatal("evicted member's payload stayed")
 		}
 		evs, _ := must2[[]Expiry, string](t)(s.ReadEvents(ctx, shard, "0-0", 100, 0))

@@ -19,10 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,13 +38,13 @@ import (
 // no error give "", 0 or -1) instead of panicking.
 type Set struct {
 	rdb        redis.UniversalClient
+	st         *store.Store // the set's keys, scripts and reads
 	name       string
-	shards     []shardKeys
+	shards     []store.Keys // st.Shards()
 	clock      func() time.Time
 	events     bool
 	payloads   bool
-	index      bool   // the due index is kept: events, or WithSweepIndex
-	flags      string // script flags fixed by the configuration: e, p, i
+	index      bool // the due index is kept: events, or WithSweepIndex
 	hooks      Hooks
 	groups     []string     // consumer groups declared with WithConsumerGroups
 	errLog     *errorLog    // the default report of errors the loops survive
@@ -52,7 +52,6 @@ type Set struct {
 	reserves   reservers    // this process's Reserve calls (reserve.go)
 	retryNotes retryBoard   // the retries this process schedules, for its consumers (retry.go)
 	finishes   ackCommit    // the acknowledgements of Reservation.Finish (settle.go)
-	durable    durability   // WithDurability
 	pubsub     atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it
 	// returns true for, as a lost notification would.
@@ -64,6 +63,9 @@ type Member struct {
 	ID       string
 	Deadline time.Time
 }
+
+// msTime is the instant ms milliseconds after the Unix epoch.
+func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
 
 // Open validates the options, checks the server, then records the set's
 // configuration (shard count, expiry events, payloads) in Redis the first
@@ -109,21 +111,11 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, err
 	}
 	s := &Set{rdb: rdb, name: name, clock: cfg.clock, events: cfg.events, payloads: cfg.payloads, hooks: cfg.hooks,
-		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}, durable: cfg.durable}
-	s.shards = make([]shardKeys, cfg.shards)
-	for i := range s.shards {
-		s.shards[i] = newShardKeys(name, i)
-	}
-	if s.events {
-		s.flags += "e"
-	}
-	if s.payloads {
-		s.flags += "p"
-	}
+		groups: slices.Compact(slices.Sorted(slices.Values(cfg.groups))), errLog: &errorLog{logger: cfg.logger}}
 	s.index = cfg.events || cfg.index
-	if s.index {
-		s.flags += "i"
-	}
+	s.st = store.New(rdb, name, store.Options{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index,
+		Clock: cfg.clock, Durable: cfg.durable, OnCall: s.onCall()})
+	s.shards = s.st.Shards()
 
 	if err := checkServers(ctx, rdb, name); err != nil {
 		return nil, err
@@ -132,17 +124,12 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 		return nil, err
 	}
 	want := Configuration{Shards: cfg.shards, Events: s.events, Payloads: s.payloads, Index: s.index}
-	key := metaKey(name)
-	v, err := scriptOpen.Run(ctx, rdb, []string{key}, want.fields()...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
-	}
-	got, err := recordedConfiguration(key, v)
+	got, err := store.Open(ctx, rdb, name, store.Config(want))
 	if err != nil {
 		return nil, err
 	}
-	if got != want {
-		return nil, mismatch(name, key, got, want)
+	if Configuration(got) != want {
+		return nil, mismatch(name, store.MetaKey(name), Configuration(got), want)
 	}
 	if err := s.declareGroups(ctx); err != nil {
 		return nil, err
@@ -159,7 +146,7 @@ func mismatch(name, key string, got, want Configuration) error {
 
 // opened returns ErrInvalidArgument for a nil or zero Set.
 func (s *Set) opened() error {
-	if s == nil || len(s.shards) == 0 || s.rdb == nil {
+	if s == nil || len(s.shards) == 0 || s.rdb == nil || s.st == nil {
 		return fmt.Errorf("%w: zero or nil *Set: create it with Open", ErrInvalidArgument)
 	}
 	return nil
@@ -208,43 +195,7 @@ func (s *Set) ShardOf(owner string) int {
 	if s.Shards() == 0 {
 		return -1
 	}
-	return shardOf(owner, len(s.shards))
-}
-
-// ownerKeys returns the keys the owner scripts (add, acquire, remove,
-// extend, payload) declare, always in this order: KEYS[1] the owner's sorted
-// set, KEYS[2] the shard's due index, KEYS[3] its event stream, KEYS[4] the
-// owner's payload hash. A set with no events, payloads or index touches only
-// the first, and declares only that: the scripts use KEYS[2..4] only under
-// the flags that need them. The read scripts (count, deadline, members)
-// take the first alone.
-func (s *Set) ownerKeys(owner string) []string {
-	return s.keysIn(s.ShardOf(owner), owner)
-}
-
-// keysIn returns ownerKeys for owner kept in shard, whichever shard
-// shardOf gives it (the buckets of Set.Put's jobs are spread by job ID).
-func (s *Set) keysIn(shard int, owner string) []string {
-	sk := &s.shards[shard]
-	if s.flags == "" {
-		return []string{sk.owner + owner}
-	}
-	return []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner}
-}
-
-// lineKeys returns ownerKeys with the owner's wait line last: the keys of
-// the scripts that admit (acquire) or free a slot (remove).
-func (s *Set) lineKeys(owner string) []string {
-	return append(s.ownerKeys(owner), s.shards[s.ShardOf(owner)].line+owner)
-}
-
-// now returns ARGV[1] for the scripts: the injected clock in ms, or "" for
-// the server's TIME.
-func (s *Set) now() string {
-	if s.clock == nil {
-		return ""
-	}
-	return strconv.FormatInt(s.clock().UnixMilli(), 10)
+	return store.ShardOf(owner, len(s.shards))
 }
 
 func ttlMillis(ttl time.Duration) (int64, error) {
@@ -289,29 +240,15 @@ func (s *Set) checkOwnerMember(owner, member string) error {
 	return validateMember(member)
 }
 
-// run runs a script, reports it to Hooks.OnCall and wraps any error with the
-// operation and key. A false reply from Lua comes back as (nil, nil).
-func (s *Set) run(ctx context.Context, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
-	return s.runOn(ctx, s.rdb, op, shard, sc, keys, args...)
-}
-
-// runOn is run through rdb.
-func (s *Set) runOn(ctx context.Context, rdb redis.Scripter, op string, shard int, sc *redis.Script, keys []string, args ...any) (any, error) {
-	var start time.Time
-	if s.hooks.OnCall != nil {
-		start = time.Now()
+// onCall returns the store's report of every script run to Hooks.OnCall,
+// nil when the hook is not set.
+func (s *Set) onCall() store.OnCall {
+	if s.hooks.OnCall == nil {
+		return nil
 	}
-	v, err := sc.Run(ctx, rdb, keys, args...).Result()
-	if errors.Is(err, redis.Nil) {
-		v, err = nil, nil
+	return func(ctx context.Context, op string, shard int, took time.Duration, err error) {
+		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: op, Shard: shard, Duration: took, Err: err})
 	}
-	if err != nil {
-		err = fmt.Errorf("expset: %s %s: %w", op, keys[0], err)
-	}
-	if s.hooks.OnCall != nil {
-		s.hooks.OnCall(ctx, CallInfo{Set: s.name, Op: op, Shard: shard, Duration: time.Since(start), Err: err})
-	}
-	return v, err
 }
 
 // Add puts member into owner's set with the deadline now+ttl, replacing the
@@ -338,25 +275,14 @@ func (s *Set) Add(ctx context.Context, owner, member string, ttl time.Duration, 
 	if err != nil {
 		return time.Time{}, err
 	}
-	// The common call sends ttl and member alone (see add.lua).
-	args := []any{ms, member}
-	if c.hasPayload {
-		args = append(args, s.flags+"P", s.now(), owner, c.payload)
-	} else if s.flags != "" || s.clock != nil {
-		args = append(args, s.flags, s.now(), owner)
-	}
-	v, durable, err := s.runWrite(ctx, "add", s.ShardOf(owner), scriptAdd, s.ownerKeys(owner), args, true, func(any) bool { return true })
+	d, durable, err := s.st.Add(ctx, owner, member, ms, c.payload, c.hasPayload)
 	if err != nil {
 		return time.Time{}, err
 	}
-	d, ok := asInt64(v)
-	if !ok {
-		return time.Time{}, unexpected("add.lua", v)
+	if dur := s.st.Durable(); dur.On() && !durable {
+		return d, fmt.Errorf("%w: add %s: %s", ErrNotDurable, s.st.OwnerKey(owner), dur.Shortfall())
 	}
-	if s.durable.on() && !durable {
-		return msTime(d), fmt.Errorf("%w: add %s: %s", ErrNotDurable, s.ownerKeys(owner)[0], s.durable.shortfall())
-	}
-	return msTime(d), nil
+	return d, nil
 }
 
 // Remove deletes members from owner's set and returns how many live members it
@@ -373,32 +299,7 @@ func (s *Set) Remove(ctx context.Context, owner string, members ...string) (int,
 			return 0, err
 		}
 	}
-	keys := s.lineKeys(owner)
-	total := 0
-	for len(members) > 0 {
-		batch := members[:min(len(members), maxBatch)]
-		args := make([]any, 0, 3+len(batch))
-		args = append(args, s.now(), owner, s.flags)
-		for _, m := range batch {
-			args = append(args, m)
-		}
-		v, err := s.run(ctx, "remove", s.ShardOf(owner), scriptRemove, keys, args...)
-		if err != nil {
-			return total, err
-		}
-		xs, ok := v.([]any)
-		if !ok || len(xs) != 2 {
-			return total, unexpected("remove.lua", v)
-		}
-		n, ok1 := asInt64(xs[0])
-		taken, ok2 := asInt64(xs[1])
-		if !ok1 || !ok2 || taken < 1 || taken > int64(len(batch)) {
-			return total, unexpected("remove.lua", v)
-		}
-		total += int(n)
-		members = members[taken:]
-	}
-	return total, nil
+	return s.st.Remove(ctx, owner, members)
 }
 
 // Contains reports whether member is live in owner's set.
@@ -416,12 +317,8 @@ func (s *Set) Deadline(ctx context.Context, owner, member string) (time.Time, er
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return time.Time{}, err
 	}
-	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "deadline", s.ShardOf(owner), scriptDeadline, keys[:1], s.now(), member)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return memberDeadline("deadline.lua", v, owner, member)
+	d, found, err := s.st.Deadline(ctx, owner, member)
+	return memberDeadline(d, found, err, owner, member)
 }
 
 // Extend pushes a live member's deadline to now+ttl and returns it; a deadline
@@ -435,29 +332,17 @@ func (s *Set) Extend(ctx context.Context, owner, member string, ttl time.Duratio
 	if err != nil {
 		return time.Time{}, err
 	}
-	// The common call sends ttl and member alone (see extend.lua).
-	args := []any{ms, member}
-	if s.flags != "" || s.clock != nil {
-		args = append(args, s.flags, s.now())
-	}
-	v, err := s.run(ctx, "extend", s.ShardOf(owner), scriptExtend, s.ownerKeys(owner), args...)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return memberDeadline("extend.lua", v, owner, member)
+	d, found, err := s.st.Extend(ctx, owner, member, ms)
+	return memberDeadline(d, found, err, owner, member)
 }
 
-// memberDeadline reads a script's reply that is a member's deadline in ms, or
-// false (nil here) when the member is absent or expired.
-func memberDeadline(script string, v any, owner, member string) (time.Time, error) {
-	if v == nil {
+// memberDeadline returns a member's deadline d, err, or an error matching
+// ErrNotFound when it was not found.
+func memberDeadline(d time.Time, found bool, err error, owner, member string) (time.Time, error) {
+	if err == nil && !found {
 		return time.Time{}, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
 	}
-	d, ok := asInt64(v)
-	if !ok {
-		return time.Time{}, unexpected(script, v)
-	}
-	return msTime(d), nil
+	return d, err
 }
 
 // Count returns the number of live members of owner.
@@ -465,16 +350,7 @@ func (s *Set) Count(ctx context.Context, owner string) (int, error) {
 	if err := s.checkOwner(owner); err != nil {
 		return 0, err
 	}
-	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "count", s.ShardOf(owner), scriptCount, keys[:1], s.now())
-	if err != nil {
-		return 0, err
-	}
-	n, ok := asInt64(v)
-	if !ok {
-		return 0, unexpected("count.lua", v)
-	}
-	return int(n), nil
+	return s.st.Count(ctx, owner)
 }
 
 // Members returns at most n of owner's live members, earliest deadline first
@@ -483,12 +359,15 @@ func (s *Set) Members(ctx context.Context, owner string, n int) ([]Member, error
 	if err := s.checkOwner(owner); err != nil {
 		return nil, err
 	}
-	keys := s.ownerKeys(owner)
-	v, err := s.run(ctx, "members", s.ShardOf(owner), scriptMembers, keys[:1], s.now(), max(n, 0))
+	ms, err := s.st.Members(ctx, owner, max(n, 0))
 	if err != nil {
 		return nil, err
 	}
-	return parseMembers("members.lua", v)
+	out := make([]Member, len(ms))
+	for i, m := range ms {
+		out[i] = Member(m)
+	}
+	return out, nil
 }
 
 // Payload returns the payload stored with a live member (nil when it has
@@ -498,23 +377,9 @@ func (s *Set) Payload(ctx context.Context, owner, member string) ([]byte, error)
 	if err := s.checkOwnerMember(owner, member); err != nil {
 		return nil, err
 	}
-	v, err := s.run(ctx, "payload", s.ShardOf(owner), scriptPayload, s.ownerKeys(owner), s.now(), member)
-	if err != nil {
-		return nil, err
-	}
-	if v == nil {
+	p, found, err := s.st.Payload(ctx, owner, member)
+	if err == nil && !found {
 		return nil, fmt.Errorf("%w: %q of owner %q", ErrNotFound, member, owner)
 	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 1 || len(xs) > 2 {
-		return nil, unexpected("payload.lua", v)
-	}
-	if len(xs) == 1 || xs[1] == nil {
-		return nil, nil
-	}
-	p, ok := asString(xs[1])
-	if !ok {
-		return nil, unexpected("payload.lua", v)
-	}
-	return []byte(p), nil
+	return p, err
 }

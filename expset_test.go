@@ -193,13 +193,13 @@ func TestKeyTTL(t *testing.T) {
 		checkKeyTTL(t, b, key, 30*time.Second)
 		must[time.Time](t)(s.Add(ctx, "u", "b", 60*time.Second, WithPayload([]byte("x"))))
 		checkKeyTTL(t, b, key, 60*time.Second)
-		checkPTTL(t, b, s.shards[s.ShardOf("u")].payload+"u", 60*time.Second)
+		checkPTTL(t, b, s.shards[s.ShardOf("u")].Payload+"u", 60*time.Second)
 		// A shorter ttl does not shorten the key's life.
 		must[time.Time](t)(s.Add(ctx, "u", "c", 10*time.Second))
 		checkKeyTTL(t, b, key, 60*time.Second)
 		must[time.Time](t)(s.Extend(ctx, "u", "b", 90*time.Second))
 		checkKeyTTL(t, b, key, 90*time.Second)
-		checkPTTL(t, b, s.shards[s.ShardOf("u")].payload+"u", 90*time.Second)
+		checkPTTL(t, b, s.shards[s.ShardOf("u")].Payload+"u", 90*time.Second)
 
 		q := must[*Quota](t)(NewQuota(s, 5))
 		must[Decision](t)(q.Acquire(ctx, "v", "a", 40*time.Second))
@@ -430,7 +430,7 @@ func TestPayloads(t *testing.T) {
 		if _, err := s.Payload(ctx, "u", "o1"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("payload of removed member: %v", err)
 		}
-		pkey := s.shards[s.ShardOf("u")].payload + "u"
+		pkey := s.shards[s.ShardOf("u")].Payload + "u"
 		if b.rdb.HExists(ctx, pkey, "o1").Val() {
 			t.Fatal("payload outlived its member")
 		}
@@ -482,7 +482,7 @@ func TestExpiryEventsFromWrites(t *testing.T) {
 		got := map[string]map[string]any{}
 		seen := map[string]bool{}
 		for sh := 0; sh < s.Shards(); sh++ {
-			for _, e := range b.rdb.XRange(ctx, s.shards[sh].events, "-", "+").Val() {
+			for _, e := range b.rdb.XRange(ctx, s.shards[sh].Events, "-", "+").Val() {
 				m := e.Values["m"].(string)
 				if seen[m] {
 					t.Fatalf("two events for %q", m)
@@ -517,7 +517,7 @@ func TestIndexTracksEarliestDeadline(t *testing.T) {
 		ctx := context.Background()
 		s, clk := newTestSet(t, b, WithShards(1), WithSweepIndex())
 		q := must[*Quota](t)(NewQuota(s, 10))
-		due := s.shards[0].due
+		due := s.shards[0].Due
 		check := func(owner string) {
 			t.Helper()
 			ms := must[[]Member](t)(s.Members(ctx, owner, 0))

@@ -150,7 +150,7 @@ func TestFailoverDurability(t *testing.T) {
 			// The master of shard 0, and its replica.
 			var m, r *redistest.Node
 			nodes := c.Nodes()
-			m = c.MasterFor(s.shards[0].due)
+			m = c.MasterFor(s.shards[0].Due)
 			for _, n := range nodes {
 				if n.Role == redistest.RoleReplica && n.MasterID == m.ID {
 					r = n

@@ -235,9 +235,9 @@ func TestEventsSurviveFailover(t *testing.T) {
 	}
 	time.Sleep(2 * time.Millisecond) // the rest expired, not swept
 	for _, sk := range s.shards {
-		waitReplicated(t, cc, sk.events)
+		waitReplicated(t, cc, sk.Events)
 	}
-	master := cl.MasterFor(s.shards[0].events)
+	master := cl.MasterFor(s.shards[0].Events)
 	promoted := cl.KillMaster(t, master)
 	t.Logf("killed master %s; replica %s serves shard 0 now", master.Addr, promoted.Addr)
 	waitHealed(t, "the cluster client follows the failover", faultWait, func() error {

@@ -154,7 +154,7 @@ func (r *restartRun) leases() []string {
 	if err != nil {
 		return nil
 	}
-	return reg.tokens
+	return reg.Tokens
 }
 
 // streamEvents counts the events in the set's streams by owner/member.
@@ -162,7 +162,7 @@ func (r *restartRun) streamEvents(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, sk := range r.set.shards {
-		for _, m := range must[[]redis.XMessage](t)(r.rdb.XRange(context.Background(), sk.events, "-", "+").Result()) {
+		for _, m := range must[[]redis.XMessage](t)(r.rdb.XRange(context.Background(), sk.Events, "-", "+").Result()) {
 			o, _ := m.Values["o"].(string)
 			mem, _ := m.Values["m"].(string)
 			out[o+"/"+mem]++

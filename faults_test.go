@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,7 +48,7 @@ func flushScripts(t testing.TB, rdb redis.UniversalClient) {
 	}
 	// ScriptExists on a ClusterClient asks every master and reports true only
 	// when all have the script.
-	ex, err := rdb.ScriptExists(ctx, scriptAcquire.Hash(), scriptAdd.Hash()).Result()
+	ex, err := rdb.ScriptExists(ctx, store.Named("acquire.lua").Hash(), store.Named("add.lua").Hash()).Result()
 	if err != nil {
 		t.Fatalf("SCRIPT EXISTS: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,23 +60,24 @@ func FuzzKeyEncoding(f *testing.F) {
 			}
 			tag := s.Name() + ":" + strconv.Itoa(shard)
 			sk := s.shards[shard]
-			for _, k := range append(s.ownerKeys(o), sk.dead) {
+			for _, k := range []string{sk.OwnerKey(o), sk.Due, sk.Events, sk.PayloadKey(o), sk.Dead} {
 				checkTag(t, k, tag)
 			}
-			if want := keyPrefix + "{" + tag + "}:o:" + o; s.OwnerKey(o) != want {
+			if want := store.KeyPrefix + "{" + tag + "}:o:" + o; s.OwnerKey(o) != want {
 				t.Fatalf("owner %q: key %q, want %q", o, s.OwnerKey(o), want)
 			}
 		}
 		if o1 != o2 && validateOwner(o1) == nil && validateOwner(o2) == nil {
-			k1, k2 := s.ownerKeys(o1), s.ownerKeys(o2)
-			if k1[0] == k2[0] || k1[3] == k2[3] || k1[0] == k2[3] || k1[3] == k2[0] {
+			sk1, sk2 := s.shards[s.ShardOf(o1)], s.shards[s.ShardOf(o2)]
+			k1, k2 := []string{sk1.OwnerKey(o1), sk1.PayloadKey(o1)}, []string{sk2.OwnerKey(o2), sk2.PayloadKey(o2)}
+			if k1[0] == k2[0] || k1[1] == k2[1] || k1[0] == k2[1] || k1[1] == k2[0] {
 				t.Fatalf("owners %q and %q share a key: %q, %q", o1, o2, k1, k2)
 			}
 		}
 		if validateName(name) == nil {
 			shard := int(which) % 7
 			sk := newShardKeys(name, shard)
-			for _, k := range []string{sk.owner + "x", sk.payload + "x", sk.due, sk.events, sk.dead} {
+			for _, k := range []string{sk.Owner + "x", sk.Payload + "x", sk.Due, sk.Events, sk.Dead} {
 				checkTag(t, k, name+":"+strconv.Itoa(shard))
 			}
 			checkTag(t, metaKey(name), name)
@@ -350,7 +352,7 @@ func (r *modelRun) checkOwner(o int) {
 	if len(raw) == 0 {
 		return
 	}
-	due := r.s.shards[r.s.ShardOf(owner)].due
+	due := r.s.shards[r.s.ShardOf(owner)].Due
 	score, err := r.rdb.ZScore(ctx, due, owner).Result()
 	if err != nil || score > raw[0].Score {
 		r.fail("owner %q: index %s holds %v (%v), earliest deadline %v", owner, due, int64(score), err, int64(raw[0].Score))

@@ -2,11 +2,8 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The consumer groups of a set's expiry events, for operators: list them
@@ -31,10 +28,6 @@ type GroupInfo struct {
 	RunningOwners int64
 }
 
-// groupLagCount is how many unread entries Groups counts per shard and
-// group where Redis cannot tell the lag (entries were deleted).
-const groupLagCount = 1000
-
 // Groups returns the consumer groups of the set's expiry events, by name,
 // with their lag, pending events, retries waiting, dead letters and calls
 // running under owner slots. Cost: one pipelined round trip for the groups
@@ -47,28 +40,14 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
 		return nil, err
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.XInfoGroupsCmd, len(s.shards))
-	for i, sk := range s.shards {
-		cmds[i] = pipe.XInfoGroups(ctx, sk.events)
+	shards, err := s.st.Groups(ctx)
+	if err != nil {
+		return nil, err
 	}
-	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
 	byName := map[string]*GroupInfo{}
-	type unknownLag struct {
-		g   *GroupInfo
-		cmd *redis.XMessageSliceCmd
-	}
-	var lags []unknownLag
 	var retrying []retryCount
-	pipe = s.rdb.Pipeline()
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			if redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "ERR no such key") {
-				continue
-			}
-			return nil, fmt.Errorf("expset: groups of %s: %w", s.shards[i].events, err)
-		}
-		for _, x := range c.Val() {
+	for i, gs := range shards {
+		for _, x := range gs {
 			g := byName[x.Name]
 			if g == nil {
 				g = &GroupInfo{Name: x.Name}
@@ -77,32 +56,27 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 			g.Shards++
 			g.Pending += x.Pending
 			if x.Pending > 0 {
-				retrying = append(retrying, retryCount{s.shards[i].events, x.Name, &g.Retrying})
+				retrying = append(retrying, retryCount{s.shards[i].Events, x.Name, &g.Retrying})
 			}
-			// Redis leaves lag (and entries-read) unknown once entries
-			// were deleted; some emulators report neither right.
-			if x.Lag >= 0 && x.EntriesRead > 0 {
-				g.Lag += x.Lag
-			} else {
-				lags = append(lags, unknownLag{g, pipe.XRangeN(ctx, s.shards[i].events, "("+x.LastDeliveredID, "+", groupLagCount)})
-			}
-		}
-	}
-	if len(lags) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("expset: groups of %q: %w", s.name, err)
-		}
-		for _, l := range lags {
-			l.g.Lag += int64(len(l.cmd.Val()))
+			g.Lag += x.Lag
 		}
 	}
 	if err := s.countRetrying(ctx, retrying); err != nil {
 		return nil, err
 	}
-	if err := s.countDead(ctx, byName); err != nil {
+	dead, err := s.st.DeadByGroup(ctx)
+	if err != nil {
 		return nil, err
 	}
-	running, _, err := s.running(ctx, "")
+	for name, n := range dead {
+		g := byName[name]
+		if g == nil {
+			g = &GroupInfo{Name: name}
+			byName[name] = g
+		}
+		g.Dead += n
+	}
+	running, _, err := s.st.Running(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -120,47 +94,6 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out, nil
-}
-
-// countDead adds each group's dead letters to byName (a group that has
-// only dead letters is listed too), reading every shard's dead-letter
-// stream 1000 entries at a time, pipelined across shards.
-func (s *Set) countDead(ctx context.Context, byName map[string]*GroupInfo) error {
-	from := make([]string, len(s.shards))
-	for i := range from {
-		from[i] = "-"
-	}
-	for {
-		pipe := s.rdb.Pipeline()
-		cmds := map[int]*redis.XMessageSliceCmd{}
-		for i, f := range from {
-			if f != "" {
-				cmds[i] = pipe.XRangeN(ctx, s.shards[i].dead, f, "+", maxBatch)
-			}
-		}
-		if len(cmds) == 0 {
-			return nil
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("expset: dead letters of %q: %w", s.name, err)
-		}
-		for i, c := range cmds {
-			msgs := c.Val()
-			for _, m := range msgs {
-				name, _ := m.Values["g"].(string)
-				g := byName[name]
-				if g == nil {
-					g = &GroupInfo{Name: name}
-					byName[name] = g
-				}
-				g.Dead++
-			}
-			from[i] = ""
-			if len(msgs) == maxBatch {
-				from[i] = "(" + msgs[len(msgs)-1].ID
-			}
-		}
-	}
 }
 
 // RemoveGroup removes consumer group group from every shard's stream with
@@ -181,56 +114,11 @@ func (s *Set) RemoveGroup(ctx context.Context, group string) (GroupInfo, error) 
 	if err := validateConsumerName(group); err != nil {
 		return GroupInfo{}, err
 	}
-	out := GroupInfo{Name: group}
 	defer s.reserves.forget(group) // a later Reserve makes it again, unreported
-	cursor := make([]string, len(s.shards))
-	for i := range cursor {
-		cursor[i] = "-"
-	}
-	found := false
-	for {
-		var calls []*scriptCall
-		for i, c := range cursor {
-			if c == "" {
-				continue
-			}
-			sk := &s.shards[i]
-			calls = append(calls, &scriptCall{op: "remove-group", shard: i, sc: scriptRemoveGroup,
-				keys: []string{sk.events, sk.dead, sk.att}, args: []any{group, c}})
-		}
-		if len(calls) == 0 {
-			break
-		}
-		s.runPipelined(ctx, calls)
-		for _, c := range calls {
-			if c.err != nil {
-				return out, c.err
-			}
-			xs, ok := c.v.([]any)
-			if !ok || len(xs) != 6 {
-				return out, unexpected("remove_group.lua", c.v)
-			}
-			done, ok1 := asInt64(xs[0])
-			released, ok2 := asInt64(xs[1])
-			lag, ok3 := asInt64(xs[2])
-			dead, ok4 := asInt64(xs[3])
-			next, ok5 := asString(xs[4])
-			on, ok6 := asInt64(xs[5])
-			if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-				return out, unexpected("remove_group.lua", c.v)
-			}
-			out.Pending += released
-			out.Lag += max(lag, 0)
-			out.Dead += dead
-			if on == 1 && cursor[c.shard] == "-" && (done == 1 || next != "-") {
-				out.Shards++
-			}
-			found = found || on == 1 || dead > 0
-			cursor[c.shard] = next
-			if done == 1 {
-				cursor[c.shard] = ""
-			}
-		}
+	r, found, err := s.st.RemoveGroup(ctx, group)
+	out := GroupInfo{Name: group, Shards: r.Shards, Pending: r.Pending, Lag: r.Lag, Dead: r.Dead}
+	if err != nil {
+		return out, err
 	}
 	if !found {
 		return out, fmt.Errorf("%w: set %q has no consumer group %q", ErrNotFound, s.name, group)
@@ -279,14 +167,7 @@ func (s *Set) createGroups(ctx context.Context, i int, group string) error {
 	if group != "" {
 		groups = append([]string{group}, s.groups...)
 	}
-	key := s.shards[i].events
-	for _, g := range groups {
-		err := s.rdb.XGroupCreateMkStream(ctx, key, g, "0").Err()
-		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-			return fmt.Errorf("expset: create group %q on %s: %w", g, key, err)
-		}
-	}
-	return nil
+	return s.st.CreateGroups(ctx, i, groups)
 }
 
 // makeGroups creates the consumer's group and the declared groups on shard
@@ -310,17 +191,5 @@ func (s *Set) declareGroups(ctx context.Context) error {
 	if len(s.groups) == 0 {
 		return nil
 	}
-	pipe := s.rdb.Pipeline()
-	for _, sk := range s.shards {
-		for _, g := range s.groups {
-			pipe.XGroupCreateMkStream(ctx, sk.events, g, "0")
-		}
-	}
-	cmds, _ := pipe.Exec(ctx)
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-			return fmt.Errorf("expset: open %q: create consumer group: %w", s.name, err)
-		}
-	}
-	return nil
+	return s.st.DeclareGroups(ctx, s.groups)
 }

@@ -66,14 +66,14 @@ func TestGroupsListAndRemove(t *testing.T) {
 			t.Fatalf("after RemoveGroup: %+v, want keep alone", gs)
 		}
 		for _, sk := range s.shards {
-			if n := b.rdb.XLen(ctx, sk.events).Val(); n != 0 {
-				t.Errorf("%s: %d events left that no group needs", sk.events, n)
+			if n := b.rdb.XLen(ctx, sk.Events).Val(); n != 0 {
+				t.Errorf("%s: %d events left that no group needs", sk.Events, n)
 			}
-			if f := b.rdb.HGetAll(ctx, sk.att).Val(); len(f) != 0 {
-				t.Errorf("%s: attempt fields left: %v", sk.att, f)
+			if f := b.rdb.HGetAll(ctx, sk.Att).Val(); len(f) != 0 {
+				t.Errorf("%s: attempt fields left: %v", sk.Att, f)
 			}
-			if n := b.rdb.XLen(ctx, sk.dead).Val(); n != 0 {
-				t.Errorf("%s: %d dead letters left", sk.dead, n)
+			if n := b.rdb.XLen(ctx, sk.Dead).Val(); n != 0 {
+				t.Errorf("%s: %d dead letters left", sk.Dead, n)
 			}
 		}
 		if _, err := s.RemoveGroup(ctx, "typo"); !errors.Is(err, ErrNotFound) {

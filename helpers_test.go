@@ -13,6 +13,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
@@ -129,7 +130,7 @@ func uniqueName(t testing.TB, rdb redis.UniversalClient) string {
 // the pattern's special characters.
 func setKeys(t testing.TB, rdb redis.UniversalClient, name string) []string {
 	t.Helper()
-	out, err := scanKeys(context.Background(), rdb, keyPrefix+"{"+name+"[:}]*")
+	out, err := store.ScanKeys(context.Background(), rdb, store.KeyPrefix+"{"+name+"[:}]*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,3 +280,15 @@ func concurrently(t testing.TB, n int, fn func(i int) error) {
 		t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
 	}
 }
+
+// The store's names the tests use often.
+var (
+	metaKey      = store.MetaKey
+	newShardKeys = store.NewKeys
+)
+
+// ttlBucket is the scripts' TTL_BUCKET.
+const ttlBucket = store.TTLBucket
+
+// shardKeys are one shard's keys.
+type shardKeys = store.Keys

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // TestSweepIndexBoundedWithoutSweeper: a set WithSweepIndex and no sweeper.
@@ -20,7 +22,7 @@ func TestSweepIndexBoundedWithoutSweeper(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(1), WithSweepIndex())
 		ctx := context.Background()
-		due := s.shards[0].due
+		due := s.shards[0].Due
 		// 2010 as found; fewer on miniredis, whose Lua is slow (the
 		// behaviour is the same).
 		n := 2010
@@ -88,7 +90,7 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 		}
 		clk.Advance(indexGrace + 2*time.Second)
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Second))
-		due := s.shards[0].due
+		due := s.shards[0].Due
 		if n, ttl := b.rdb.ZCard(ctx, due).Val(), b.rdb.PTTL(ctx, due).Val(); n != 11 || ttl != -1 {
 			t.Fatalf("index of an events set: %d entries, TTL %v; want 11 and none", n, ttl)
 		}
@@ -99,7 +101,7 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 func TestIndexGraceMatchesPrelude(t *testing.T) {
 	t.Parallel()
 	want := "local INDEX_GRACE = " + strconv.FormatInt(indexGrace.Milliseconds(), 10) + "\n"
-	if src := luaSource("add.lua"); !strings.Contains(src, want) {
+	if src := store.Source("add.lua"); !strings.Contains(src, want) {
 		t.Fatalf("lua/prelude.lua lacks %q", want)
 	}
 }
@@ -114,7 +116,7 @@ func TestSweepKeepsTheIndexAlive(t *testing.T) {
 		ctx := context.Background()
 		must[time.Time](t)(s.Add(ctx, "u", "soon", time.Second))
 		must[time.Time](t)(s.Add(ctx, "u", "later", 3*time.Hour))
-		due := s.shards[0].due
+		due := s.shards[0].Due
 		if ttl := b.rdb.PTTL(ctx, due).Val(); ttl > time.Second+indexGrace {
 			t.Fatalf("index TTL %v before the sweep, want at most 1s + %v", ttl, indexGrace)
 		}

@@ -81,32 +81,6 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
-// TestMalformedReplies feeds the reply parsers shapes no script returns.
-func TestMalformedReplies(t *testing.T) {
-	t.Parallel()
-	for _, v := range []any{nil, "x", int64(1), int64(2), int64(3), int64(-1), int64(1<<8 + 3), int64(5<<8 + 1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"},
-		[]any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)}} {
-		if _, err := parseDecision(v, 3); !errors.Is(err, errUnexpectedReply) {
-			t.Errorf("parseDecision(%#v): %v", v, err)
-		}
-	}
-	// The one-integer form: deadline*256 + count*4 + status.
-	if d, err := parseDecision(int64(1700000000123<<8+2<<2+2), 3); err != nil || !d.Allowed || !d.Existing || d.Count != 2 || d.Deadline.UnixMilli() != 1700000000123 {
-		t.Errorf("parseDecision of a good integer reply: %+v %v", d, err)
-	}
-	if d, err := parseDecision(int64(1500<<8+3<<2), 3); err != nil || d.Allowed || d.Count != 3 || d.RetryAfter != 1500*time.Millisecond {
-		t.Errorf("parseDecision of a good integer denial: %+v %v", d, err)
-	}
-	for _, v := range []any{nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}} {
-		if _, err := parseMembers("members.lua", v); !errors.Is(err, errUnexpectedReply) {
-			t.Errorf("parseMembers(%#v): %v", v, err)
-		}
-	}
-	if ms, err := parseMembers("members.lua", []any{"a", "1700000000123", "b", int64(5)}); err != nil || len(ms) != 2 || ms[0].Deadline.UnixMilli() != 1700000000123 {
-		t.Errorf("parseMembers of a good reply: %v %v", ms, err)
-	}
-}
-
 // TestForeignKeyType checks that an owner key of another type, written by
 // something else, gives an error, not a panic or a wrong answer.
 func TestForeignKeyType(t *testing.T) {

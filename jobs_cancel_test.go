@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,8 +31,8 @@ func TestJobCancelDue(t *testing.T) {
 		if j := must[Job](t)(s.Job(ctx, "due")); j != (Job{}) {
 			t.Fatalf("Job after Cancel: %+v, want unknown", j)
 		}
-		shard, owner, _ := s.jobKeys("due")
-		if n := b.rdb.HExists(ctx, s.shards[shard].payload+owner, "due").Val(); n {
+		shard, owner := s.st.JobBucket("due")
+		if n := b.rdb.HExists(ctx, s.shards[shard].Payload+owner, "due").Val(); n {
 			t.Fatal("the cancelled job's payload is left")
 		}
 		st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
@@ -85,20 +86,20 @@ func TestJobCancelSwept(t *testing.T) {
 		if j := must[Job](t)(s.Job(ctx, "unread")); j != (Job{}) {
 			t.Fatalf("after Cancel: %+v, want unknown", j)
 		}
-		if n := b.rdb.XLen(ctx, sk.events).Val(); n != 0 {
+		if n := b.rdb.XLen(ctx, sk.Events).Val(); n != 0 {
 			t.Fatalf("stream holds %d entries, want none", n)
 		}
 
 		// Read into a consumer's batch in group a, no call begun.
 		put("read")
-		if err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "a", Consumer: "c", Streams: []string{sk.events, ">"}, Count: 10, Block: -1}).Err(); err != nil {
+		if err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "a", Consumer: "c", Streams: []string{sk.Events, ">"}, Count: 10, Block: -1}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		cancel("read", true)
-		if p := b.rdb.XPending(ctx, sk.events, "a").Val(); p.Count != 0 {
+		if p := b.rdb.XPending(ctx, sk.Events, "a").Val(); p.Count != 0 {
 			t.Fatalf("group a still holds %d pending", p.Count)
 		}
-		if n := b.rdb.XLen(ctx, sk.events).Val(); n != 0 {
+		if n := b.rdb.XLen(ctx, sk.Events).Val(); n != 0 {
 			t.Fatalf("stream holds %d entries, want none", n)
 		}
 
@@ -138,7 +139,7 @@ func TestJobCancelBelowManyEvents(t *testing.T) {
 			clk.Advance(time.Second)
 			must[SweepStats](t)(w.SweepOnce(ctx))
 		}
-		const newer = jobScanCount + 500
+		const newer = store.JobScanCount + 500
 		concurrently(t, newer, func(i int) error {
 			_, _, err := s.Put(ctx, fmt.Sprintf("n-%d", i), time.Second)
 			return err
@@ -156,7 +157,7 @@ func TestJobCancelBelowManyEvents(t *testing.T) {
 			t.Fatal("Cancel never: true")
 		}
 		left := map[string]int{}
-		for _, e := range b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Val() {
+		for _, e := range b.rdb.XRange(ctx, s.shards[0].Events, "-", "+").Val() {
 			left[e.Values["m"].(string)]++
 		}
 		if len(left) != newer || left["old"]+left["twice"] != 0 {
@@ -239,7 +240,7 @@ func TestJobCancelRacesDelivery(t *testing.T) {
 		})
 		waitFor(t, "every stream empty", func() bool {
 			for i := range s.shards {
-				if b.rdb.XLen(ctx, s.shards[i].events).Val() != 0 {
+				if b.rdb.XLen(ctx, s.shards[i].Events).Val() != 0 {
 					return false
 				}
 			}

@@ -118,7 +118,7 @@ func TestJobPayloadSizes(t *testing.T) {
 		check("moved-")
 		for _, k := range setKeys(t, b.rdb, s.name) {
 			for i := range s.shards {
-				if strings.HasPrefix(k, s.shards[i].payload) || strings.HasPrefix(k, s.shards[i].owner) {
+				if strings.HasPrefix(k, s.shards[i].Payload) || strings.HasPrefix(k, s.shards[i].Owner) {
 					t.Errorf("%s is left once every job was delivered", k)
 				}
 			}

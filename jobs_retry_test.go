@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,7 +50,7 @@ func isJobWrite(cmd redis.Cmder) bool {
 	if len(a) < 2 || a[0] != "evalsha" {
 		return false
 	}
-	for _, sc := range []*redis.Script{scriptPut, scriptCancelWaiting, scriptCancel} {
+	for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 		if a[1] == sc.Hash() {
 			return true
 		}
@@ -73,7 +74,7 @@ func TestJobCallsRetriedReportTheirFirstRun(t *testing.T) {
 		r := must[*Set](t)(Open(ctx, rdb, s.Name(), WithRecordedConfiguration(), WithClock(clk.Now)))
 		// Loaded first (on every master of a cluster): every call is an
 		// EVALSHA, none a NOSCRIPT that runs nothing.
-		for _, sc := range []*redis.Script{scriptPut, scriptCancelWaiting, scriptCancel} {
+		for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 			if err := sc.Load(ctx, rdb).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +162,7 @@ func TestJobReceipts(t *testing.T) {
 		{redis.Options{ReadTimeout: time.Second, MaxRetryBackoff: -1}, 10 * time.Second},
 		{redis.Options{MaxRetries: -1}, 0},
 	} {
-		if got := open(&c.o).jobReceiptMillis(); got != c.want.Milliseconds() {
+		if got := open(&c.o).st.JobReceiptMillis(); got != c.want.Milliseconds() {
 			t.Errorf("%+v: receipts last %d ms, want %v", c.o, got, c.want)
 		}
 	}

@@ -28,7 +28,7 @@ func TestJobsSpreadOverShards(t *testing.T) {
 		keys := setKeys(t, b.rdb, s.name)
 		for i, sk := range s.shards {
 			for _, k := range keys {
-				if strings.HasPrefix(k, sk.owner+jobOwnerPrefix) {
+				if strings.HasPrefix(k, sk.Owner+jobOwnerPrefix) {
 					perShard[i] += b.rdb.ZCard(ctx, k).Val()
 					buckets++
 				}
@@ -117,10 +117,10 @@ func TestJobRescheduleAndCancel(t *testing.T) {
 			t.Fatal("Cancel of a waiting job: false")
 		}
 		// The due index holds each bucket at or before its earliest job.
-		_, owner, keys := s.jobKeys("earlier")
-		shard, _, _ := s.jobKeys("earlier")
-		if sc, err := b.rdb.ZScore(ctx, s.shards[shard].due, owner).Result(); err != nil || sc > float64(t0.Add(time.Second).UnixMilli()) {
-			t.Fatalf("due index %s: %s at %v (%v), after the job's new due time", s.shards[shard].due, keys[0], sc, err)
+		shard, owner := s.st.JobBucket("earlier")
+		keys := []string{s.shards[shard].OwnerKey(owner)}
+		if sc, err := b.rdb.ZScore(ctx, s.shards[shard].Due, owner).Result(); err != nil || sc > float64(t0.Add(time.Second).UnixMilli()) {
+			t.Fatalf("due index %s: %s at %v (%v), after the job's new due time", s.shards[shard].Due, keys[0], sc, err)
 		}
 		w := newSweeper(t, s)
 		clk.Advance(time.Second)

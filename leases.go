@@ -175,13 +175,13 @@ func (k *leaseKeeper) send(all bool) {
 		if lc.next.Sub(now) > c.beat/2 {
 			continue
 		}
-		r := due.add(lc.shard, lc, func() *scriptCall {
+		r := due.Add(lc.shard, lc, func() *scriptCall {
 			sc, keys := c.withSlots(lc.shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(lc.shard)...)
-			return &scriptCall{op: "renew", shard: lc.shard, sc: sc, keys: keys, args: []any{c.group, c.name, c.leaseMs}}
+			return &scriptCall{Op: "renew", Shard: lc.shard, Script: sc, Keys: keys, Args: []any{c.group, c.name, c.leaseMs}}
 		})
-		r.args = append(r.args, lc.id, lc.token)
+		r.Args = append(r.Args, lc.id, lc.token)
 	}
-	calls := due.calls
+	calls := due.Calls
 	var acks []*scriptCall
 	if all || c.acksDue(now) {
 		acks = c.ackCalls()
@@ -199,7 +199,7 @@ func (k *leaseKeeper) send(all bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sent = nil
-	k.renewed(calls, due.items, now)
+	k.renewed(calls, due.Items, now)
 	if len(acks) == 0 {
 		return
 	}
@@ -207,7 +207,7 @@ func (k *leaseKeeper) send(all bool) {
 	wasFailing := k.failing
 	k.failing = false
 	for _, a := range failed {
-		if !isNoGroup(a.err) {
+		if !isNoGroup(a.Err) {
 			k.failing = true
 		}
 	}
@@ -221,7 +221,7 @@ func (k *leaseKeeper) send(all bool) {
 	wait := k.bo.fail()
 	c.ackDue = now.Add(wait)
 	for _, a := range failed {
-		c.set.reportError(k.ctx, "consume", a.shard, a.err, wait)
+		c.set.reportError(k.ctx, "consume", a.Shard, a.Err, wait)
 	}
 }
 
@@ -231,12 +231,12 @@ func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.
 	c := k.c
 	again := min(c.beat, time.Second)
 	for j, r := range calls {
-		held, ok := r.v.([]any)
-		if r.err == nil && (!ok || len(held) != len(due[j])) {
-			r.err = unexpected("renew.lua", r.v)
+		held, ok := r.Reply.([]any)
+		if r.Err == nil && (!ok || len(held) != len(due[j])) {
+			r.Err = unexpected("renew.lua", r.Reply)
 		}
 		for i, lc := range due[j] {
-			if r.err != nil {
+			if r.Err != nil {
 				lc.next = now.Add(again)
 				continue
 			}
@@ -248,8 +248,8 @@ func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.
 			}
 			lc.leased, lc.next = now, now.Add(c.beat)
 		}
-		if r.err != nil {
-			c.set.reportError(k.ctx, "consume", r.shard, r.err, again)
+		if r.Err != nil {
+			c.set.reportError(k.ctx, "consume", r.Shard, r.Err, again)
 		}
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // Wake-ups of the background loops. The scripts publish on two channels of
-// each shard, named after the key they follow (see keys.go), with the
+// each shard, named after the key they follow (see internal/store/keys.go), with the
 // shard's hash tag, so that on Redis Cluster the sharded channel lives on
 // the shard's node and a script's SPUBLISH stays in its slot:
 //
@@ -258,7 +259,7 @@ type wakeups struct {
 }
 
 // slotFreedMessage is what the scripts publish on a shard's event wake-up
-// channel when they free an owner slot (lua/slots.lua).
+// channel when they free an owner slot (internal/store/lua/slots.lua).
 const slotFreedMessage = "s"
 
 // What wakeups record for a shard notified without a deadline: wakeNow for
@@ -275,7 +276,7 @@ const (
 // listen subscribes to the channel of every shard that channel names
 // (expset:{name:S}:due:wake or ...:ev:wake); op names the subscription's
 // errors. A message carrying a number records it as that shard's deadline.
-func (s *Set) listen(op string, channel func(*shardKeys) string) *wakeups {
+func (s *Set) listen(op string, channel func(*store.Keys) string) *wakeups {
 	w := newWakeups()
 	w.subs = s.subscribeWakes(op, channel, w.wake)
 	return w
@@ -291,7 +292,7 @@ func newWakeups() *wakeups {
 // of the shards notified: with the deadline a message carries (else
 // wakeNow), or every shard of a subscription with wakeLost when it is
 // (re)subscribed.
-func (s *Set) subscribeWakes(op string, channel func(*shardKeys) string, wake func(shards []int, d int64)) []*subscription {
+func (s *Set) subscribeWakes(op string, channel func(*store.Keys) string, wake func(shards []int, d int64)) []*subscription {
 	byName := make(map[string]int, len(s.shards))
 	var groups [][]int
 	if _, single := s.rdb.(*redis.Client); single {

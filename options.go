@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // defaultShards is the shard count of a set opened without WithShards.
@@ -142,8 +144,8 @@ type setConfig struct {
 	groups   []string     // WithConsumerGroups
 	recorded bool         // WithRecordedConfiguration
 
-	evictingServer bool       // WithEvictingServer
-	durable        durability // WithDurability
+	evictingServer bool             // WithEvictingServer
+	durable        store.Durability // WithDurability
 }
 
 // WithShards sets how many shards the owners are spread over (default

@@ -238,5 +238,5 @@ func (c *consumer) withSlots(shard int, plain, slots *redis.Script, keys ...stri
 		return plain, keys
 	}
 	sk := &c.set.shards[shard]
-	return slots, append(keys, sk.run, sk.runo)
+	return slots, append(keys, sk.Run, sk.Runo)
 }

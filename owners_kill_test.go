@@ -54,8 +54,8 @@ func TestKillConsumerOwnerSlots(t *testing.T) {
 		held := 0
 		begun := map[string]int{}
 		for i, sk := range s.shards {
-			held += int(b.rdb.ZCard(ctx, sk.run).Val())
-			for field, v := range b.rdb.HGetAll(ctx, sk.att).Val() {
+			held += int(b.rdb.ZCard(ctx, sk.Run).Val())
+			for field, v := range b.rdb.HGetAll(ctx, sk.Att).Val() {
 				id, _, _ := strings.Cut(field, " ")
 				calls, _, _ := strings.Cut(v, " ")
 				c, _ := strconv.Atoi(calls)

@@ -97,8 +97,8 @@ func slotsLeft(t *testing.T, s *Set) int {
 	t.Helper()
 	n := 0
 	for i := range s.shards {
-		n += int(must[int64](t)(s.rdb.ZCard(context.Background(), s.shards[i].run).Result()))
-		n += int(must[int64](t)(s.rdb.HLen(context.Background(), s.shards[i].runo).Result()))
+		n += int(must[int64](t)(s.rdb.ZCard(context.Background(), s.shards[i].Run).Result()))
+		n += int(must[int64](t)(s.rdb.HLen(context.Background(), s.shards[i].Runo).Result()))
 	}
 	return n
 }
@@ -331,7 +331,7 @@ func TestOwnerConcurrencyReadsPastCappedOwner(t *testing.T) {
 		}
 		t.Logf("%d take and begin calls before the quiet event's call", before)
 		stop() // releases the busy events set aside and frees the slot
-		p := must[*redis.XPending](t)(s.rdb.XPending(context.Background(), s.shards[0].events, "g").Result())
+		p := must[*redis.XPending](t)(s.rdb.XPending(context.Background(), s.shards[0].Events, "g").Result())
 		if want := 1200 - handled.Load(); p.Count != want {
 			t.Errorf("%d events pending after the stop, want %d: the busy ones not handled", p.Count, want)
 		}
@@ -382,7 +382,7 @@ func TestOwnerConcurrencyReadsNoMoreThanItStarts(t *testing.T) {
 			t.Errorf("busy owner's calls: %d, want 1", running["busy"])
 		}
 		mu.Unlock()
-		p := must[*redis.XPending](t)(s.rdb.XPending(ctx, s.shards[0].events, "g").Result())
+		p := must[*redis.XPending](t)(s.rdb.XPending(ctx, s.shards[0].Events, "g").Result())
 		if p.Count != 5 {
 			t.Errorf("%d events read (pending), want 5: 3 of busy and 2 of x, y, z", p.Count)
 		}
@@ -404,7 +404,7 @@ func TestOwnerSlotFreedWakesConsumers(t *testing.T) {
 	noLeaks(t)
 	eachBackend(t, func(t *testing.T, b backend) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
-		w := s.listen("subscribe", func(k *shardKeys) string { return k.evWake })
+		w := s.listen("subscribe", func(k *shardKeys) string { return k.EvWake })
 		defer w.close()
 		for _, p := range w.subs {
 			<-p.ready // each says, before, that a wake-up may have been lost

@@ -220,7 +220,7 @@ func TestConsumeConcurrencyStopReleases(t *testing.T) {
 		f.mu.Unlock()
 		ctx := context.Background()
 		for i, sk := range s.shards {
-			if n := b.client(t).HLen(ctx, sk.att).Val(); n != 0 {
+			if n := b.client(t).HLen(ctx, sk.Att).Val(); n != 0 {
 				t.Errorf("shard %d: %d attempt counts left after a stop", i, n)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // Quota caps how many live members each owner of a Set may hold: "at most 3
@@ -109,150 +111,44 @@ func (q *Quota) Acquire(ctx context.Context, owner, member string, ttl time.Dura
 }
 
 // acquire runs one prepared Acquire.
-func (q *Quota) acquire(ctx context.Context, c acquireCall) (Decision, error) {
-	v, durable, err := q.set.runWrite(ctx, "acquire", c.shard, scriptAcquire, c.keys, c.args, true, acquireWrote)
-	if err != nil {
-		return Decision{}, err
-	}
-	return q.set.decided(ctx, c, v, durable)
+func (q *Quota) acquire(ctx context.Context, a store.Acquire) (Decision, error) {
+	d, err := q.set.st.Acquire(ctx, a)
+	return q.set.decided(ctx, a, d, err)
 }
 
-// decided parses an acquire reply, with durable (WithDurability's
-// acknowledgements came after it), and reports it to Hooks.OnAcquire.
-func (s *Set) decided(ctx context.Context, c acquireCall, v any, durable bool) (Decision, error) {
-	d, err := parseDecision(v, c.limit)
-	d.Durable = durable && d.Allowed && !d.Existing
+// decided returns the decision d of Acquire a, or err, and reports a
+// decision to Hooks.OnAcquire.
+func (s *Set) decided(ctx context.Context, a store.Acquire, d store.Decision, err error) (Decision, error) {
 	if err == nil && s.hooks.OnAcquire != nil {
-		s.hooks.OnAcquire(ctx, CallInfo{Set: s.name, Op: "acquire", Shard: c.shard}, d)
+		s.hooks.OnAcquire(ctx, CallInfo{Set: s.name, Op: "acquire", Shard: s.ShardOf(a.Owner)}, Decision(d))
 	}
-	return d, err
+	return Decision(d), err
 }
 
-// acquireCall is one validated Acquire: the script's keys and arguments and
-// the limit it applies.
-type acquireCall struct {
-	shard int
-	keys  []string
-	args  []any
-	limit int
-}
-
-// prepare validates one Acquire and builds its script call; it sends nothing.
-func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []AcquireOption) (acquireCall, error) {
+// prepare validates one Acquire and returns its arguments; it sends
+// nothing.
+func (q *Quota) prepare(owner, member string, ttl time.Duration, opts []AcquireOption) (store.Acquire, error) {
 	if err := q.opened(); err != nil {
-		return acquireCall{}, err
+		return store.Acquire{}, err
 	}
 	s := q.set
 	if err := s.checkOwnerMember(owner, member); err != nil {
-		return acquireCall{}, err
+		return store.Acquire{}, err
 	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
-		return acquireCall{}, err
+		return store.Acquire{}, err
 	}
 	c, err := callOptions(s, opts, AcquireOption.applyAcquire)
 	if err != nil {
-		return acquireCall{}, err
+		return store.Acquire{}, err
 	}
 	limit := q.limit
 	if c.limit != 0 {
 		limit = c.limit
 	}
-	flags := s.flags
-	if q.evict {
-		flags += "v"
-	}
-	if q.refresh {
-		flags += "r"
-	}
-	if c.hasPayload {
-		flags += "P"
-	}
-	// The common call sends ttl, member and limit alone (see acquire.lua).
-	args := []any{ms, member, limit}
-	if flags != "" || s.clock != nil {
-		args = append(args, flags, s.now(), owner)
-	}
-	if c.hasPayload {
-		args = append(args, c.payload)
-	}
-	keys := s.lineKeys(owner) // an evicting quota ignores the line: its keys below
-	if q.evict {
-		if !c.hasPayload {
-			args = append(args, "")
-		}
-		args = append(args, q.receiptTTL.Milliseconds())
-		sk := &s.shards[s.ShardOf(owner)]
-		keys = []string{sk.owner + owner, sk.due, sk.events, sk.payload + owner,
-			sk.receipt + strconv.Itoa(len(owner)) + ":" + owner + member}
-	}
-	return acquireCall{shard: s.ShardOf(owner), keys: keys, args: args, limit: limit}, nil
-}
-
-// waiterArgs returns c's arguments for a waiter's call (acquire.lua's flag
-// w): every argument up to the owner, with w among the flags, then the
-// ticket and its lease in ms.
-func (c acquireCall) waiterArgs(s *Set, owner, ticket string, lease time.Duration) []any {
-	args := append([]any(nil), c.args...)
-	if len(args) == 3 {
-		args = append(args, "", s.now(), owner)
-	}
-	args[3] = args[3].(string) + "w"
-	return append(args, ticket, lease.Milliseconds())
-}
-
-// parseDecision reads acquire.lua's reply: one integer (value*256 +
-// count*4 + status) or the table {status, count, deadline, retry,
-// evicted...}.
-func parseDecision(v any, limit int) (Decision, error) {
-	if x, ok := v.(int64); ok {
-		if x < 0 {
-			return Decision{}, unexpected("acquire.lua", v)
-		}
-		d := Decision{Count: int(x >> 2 & 63), Limit: limit}
-		switch x & 3 {
-		case 0:
-			d.RetryAfter = time.Duration(x>>8) * time.Millisecond
-		case 1, 2:
-			if d.Count < 1 || x>>8 < 1 {
-				// An allowed member counts itself and has a deadline.
-				return Decision{}, unexpected("acquire.lua", v)
-			}
-			d.Allowed, d.Existing = true, x&3 == 2
-			d.Deadline = msTime(x >> 8)
-		default:
-			return Decision{}, unexpected("acquire.lua", v)
-		}
-		return d, nil
-	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 4 {
-		return Decision{}, unexpected("acquire.lua", v)
-	}
-	var n [4]int64
-	for i := range n {
-		if n[i], ok = asInt64(xs[i]); !ok {
-			return Decision{}, unexpected("acquire.lua", v)
-		}
-	}
-	d := Decision{Count: int(n[1]), Limit: limit}
-	switch n[0] {
-	case 0:
-		d.RetryAfter = time.Duration(n[3]) * time.Millisecond // 0 after a partial eviction
-	case 1, 2:
-		d.Allowed, d.Existing = true, n[0] == 2
-		d.Deadline = msTime(n[2])
-	default:
-		return Decision{}, unexpected("acquire.lua", v)
-	}
-	for _, e := range xs[4:] {
-		id, ok := asString(e)
-		if !ok {
-			return Decision{}, unexpected("acquire.lua", v)
-		}
-		d.Evicted = append(d.Evicted, id)
-	}
-	return d, nil
+	return store.Acquire{Owner: owner, Member: member, TTL: ms, Limit: limit, Evict: q.evict, Refresh: q.refresh,
+		ReceiptTTL: q.receiptTTL.Milliseconds(), Payload: c.payload, HasPayload: c.hasPayload}, nil
 }
 
 // Release gives up member's slot and reports whether it held one (an expired
@@ -348,7 +244,7 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	calls := make([]acquireCall, len(reqs))
+	calls := make([]store.Acquire, len(reqs))
 	for i, r := range reqs {
 		c, err := q.prepare(r.Owner, r.Member, r.TTL, r.Options)
 		if err != nil {
@@ -356,102 +252,21 @@ func (q *Quota) AcquireMany(ctx context.Context, reqs []AcquireRequest) ([]Decis
 		}
 		calls[i] = c
 	}
-	// The requests of each shard, in order, still to run.
-	pending := make(map[int][]int)
-	var shards []int
-	for i, c := range calls {
-		if _, ok := pending[c.shard]; !ok {
-			shards = append(shards, c.shard)
-		}
-		pending[c.shard] = append(pending[c.shard], i)
-	}
-
 	out := make([]Decision, len(reqs))
 	var errs []error
-	fail := func(i int, err error) {
-		if errs == nil {
-			errs = make([]error, len(reqs))
+	q.set.st.AcquireMany(ctx, calls, func(i int, d store.Decision, err error) {
+		if err == nil {
+			out[i], err = q.set.decided(ctx, calls[i], d, nil)
 		}
-		errs[i] = err
-	}
-	for len(shards) > 0 {
-		batch := make([]*scriptCall, len(shards))
-		for j, sh := range shards {
-			batch[j] = q.set.manyCall(sh, calls, pending[sh][:min(len(pending[sh]), manyPerCall)])
-		}
-		q.set.runWrites(ctx, batch, true, func(*scriptCall) bool { return true })
-		next := shards[:0]
-		for j, sh := range shards {
-			sent := pending[sh][:min(len(pending[sh]), manyPerCall)]
-			ran, err := q.set.manyReplies(ctx, batch[j], calls, sent, out, fail)
-			if err != nil {
-				// The call failed as a whole, or its reply cannot be read:
-				// what it did is unknown, and it is not sent again.
-				for _, i := range pending[sh][ran:] {
-					fail(i, err)
-				}
-				continue
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(reqs))
 			}
-			if pending[sh] = pending[sh][ran:]; len(pending[sh]) > 0 {
-				next = append(next, sh)
-			}
+			errs[i] = err
 		}
-		shards = next
-	}
+	})
 	if errs != nil {
 		return out, &BatchError{Errs: errs}
 	}
 	return out, nil
-}
-
-// manyPerCall is the most requests one acquire_many.lua call runs.
-const manyPerCall = 100
-
-// manyCall builds the acquire_many.lua call of the requests idx (of one
-// shard) of calls.
-func (s *Set) manyCall(shard int, calls []acquireCall, idx []int) *scriptCall {
-	nk, na := 0, 1
-	for _, i := range idx {
-		nk += len(calls[i].keys)
-		na += 2 + len(calls[i].args)
-	}
-	keys := make([]string, 0, nk)
-	args := make([]any, 0, na)
-	args = append(args, s.now())
-	for _, i := range idx {
-		c := calls[i]
-		keys = append(keys, c.keys...)
-		args = append(args, len(c.keys), len(c.args))
-		args = append(args, c.args...)
-	}
-	return &scriptCall{op: "acquire-many", shard: shard, sc: scriptMany, keys: keys, args: args}
-}
-
-// manyReplies reads the reply of an acquire_many.lua call that sent the
-// requests idx: the decisions of the first ran of them go into out, and a
-// request whose own reply is an error goes to fail. err is the call's own
-// error, or an unexpected-reply error when its reply cannot be read (ran is then
-// 0).
-func (s *Set) manyReplies(ctx context.Context, c *scriptCall, calls []acquireCall, idx []int, out []Decision, fail func(i int, err error)) (ran int, err error) {
-	if c.err != nil {
-		return 0, c.err
-	}
-	xs, ok := c.v.([]any)
-	if !ok || len(xs) == 0 || len(xs) > len(idx) {
-		return 0, unexpected("acquire_many.lua", c.v)
-	}
-	for j, x := range xs {
-		i := idx[j]
-		if rerr, ok := x.(error); ok {
-			fail(i, fmt.Errorf("expset: acquire %s: %w", calls[i].keys[0], rerr))
-			continue
-		}
-		d, derr := s.decided(ctx, calls[i], x, c.durable)
-		if derr != nil {
-			fail(i, derr)
-			continue
-		}
-		out[i] = d
-	}
-	return len(xs), nil
 }

@@ -104,7 +104,7 @@ func TestQuotaEvictOldest(t *testing.T) {
 		if ok := must[bool](t)(s.Contains(ctx, "acct", "s1")); ok {
 			t.Fatal("evicted member still live")
 		}
-		if b.rdb.HExists(ctx, s.shards[s.ShardOf("acct")].payload+"acct", "s1").Val() {
+		if b.rdb.HExists(ctx, s.shards[s.ShardOf("acct")].Payload+"acct", "s1").Val() {
 			t.Fatal("evicted member's payload stayed")
 		}
 		// A per-call limit lower than the live count evicts down to it.
@@ -189,7 +189,7 @@ func TestDropIsBounded(t *testing.T) {
 		if err := b.rdb.Do(ctx, args...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		b.rdb.ZAdd(ctx, s.shards[0].due, redisZ(float64(t0), "u"))
+		b.rdb.ZAdd(ctx, s.shards[0].Due, redisZ(float64(t0), "u"))
 		must[time.Time](t)(s.Add(ctx, "u", "live", time.Hour))
 		clk.Advance(time.Second)
 		d := must[Decision](t)(q.Acquire(ctx, "u", "n1", time.Hour))
@@ -202,7 +202,7 @@ func TestDropIsBounded(t *testing.T) {
 		if n := must[int](t)(s.Remove(ctx, "u", "old1499", "live")); n != 1 {
 			t.Fatalf("remove counted %d, want 1 (only live)", n)
 		}
-		if n := b.rdb.XLen(ctx, s.shards[0].events).Val(); n != 1500 {
+		if n := b.rdb.XLen(ctx, s.shards[0].Events).Val(); n != 1500 {
 			t.Fatalf("%d events, want 1500", n)
 		}
 	})

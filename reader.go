@@ -147,13 +147,13 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 	for k, i := range shards {
 		if counts[k] > 0 {
 			cmds[k] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].events, ">"},
+				Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].Events, ">"},
 				Count: int64(counts[k]), Block: -1,
 			})
 		}
 	}
 	for k, i := range visit {
-		pending[k] = pipe.XPending(ctx, c.set.shards[i].events, c.group)
+		pending[k] = pipe.XPending(ctx, c.set.shards[i].Events, c.group)
 	}
 	at := time.Now()
 	_, _ = pipe.Exec(ctx) // errors are read per command
@@ -185,7 +185,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 			}
 		}
 		if err != nil {
-			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].events, err))
+			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].Events, err))
 			continue
 		}
 		sh.bo.ok()
@@ -212,7 +212,7 @@ func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error)
 	sh := &c.shards[i]
 	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.leaseTTL)
 	at := time.Now()
-	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.events, sk.dead, sk.att},
+	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.Events, sk.Dead, sk.Att},
 		c.group, c.name, c.leaseMs, sh.cursor, readCount(c.cfg.batch, budget), c.cfg.maxAttempts, reason)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // Reservation is one expiry event leased by Set.Reserve: its caller makes
@@ -145,7 +147,7 @@ func (r *reservers) enter(s *Set, c *consumer) *consumer {
 		r.idle = map[[2]string][]*consumer{}
 		r.wakes = map[*wakeups]bool{}
 		r.held = map[*Reservation]time.Time{}
-		r.subs = s.subscribeWakes("subscribe", func(k *shardKeys) string { return k.evWake }, r.wake)
+		r.subs = s.subscribeWakes("subscribe", func(k *store.Keys) string { return k.EvWake }, r.wake)
 	}
 	k := [2]string{c.group, c.name}
 	if olds := r.idle[k]; len(olds) > 0 {

@@ -59,7 +59,7 @@ func pendingIn(t *testing.T, b killBackend, s *Set, group, k string) bool {
 	if err != nil {
 		t.Fatalf("event %q", k)
 	}
-	p, err := b.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: s.shards[i].events, Group: group, Start: id, End: id, Count: 1}).Result()
+	p, err := b.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: s.shards[i].Events, Group: group, Start: id, End: id, Count: 1}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func attemptsBegun(t *testing.T, b killBackend, s *Set, group string) map[string
 	t.Helper()
 	begun := map[string]int{}
 	for i, sk := range s.shards {
-		for field, v := range b.rdb.HGetAll(context.Background(), sk.att).Val() {
+		for field, v := range b.rdb.HGetAll(context.Background(), sk.Att).Val() {
 			id, g, _ := strings.Cut(field, " ")
 			calls, _, _ := strings.Cut(v, " ")
 			c, err := strconv.Atoi(calls)

@@ -458,7 +458,7 @@ func TestReserveSetUpOnce(t *testing.T) {
 		// The streams deleted (DEL, a restart without persistence): the
 		// next events come, with the group made again.
 		for i := range shards {
-			must[int64](t)(b.rdb.Del(ctx, s.shards[i].events).Result())
+			must[int64](t)(b.rdb.Del(ctx, s.shards[i].Events).Result())
 		}
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Second))
 		clk.Advance(time.Second)

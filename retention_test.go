@@ -43,7 +43,7 @@ func TestEventRetentionMaxLen(t *testing.T) {
 			t.Fatalf("sweep: %+v, hooks saw %d trimmed; want 12 expired, 7 trimmed", st, hooked)
 		}
 		var owners []string
-		for _, m := range b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Val() {
+		for _, m := range b.rdb.XRange(ctx, s.shards[0].Events, "-", "+").Val() {
 			owners = append(owners, m.Values["o"].(string))
 		}
 		if got, want := strings.Join(owners, ","), "o7,o8,o9,o10,o11"; got != want {
@@ -55,8 +55,8 @@ func TestEventRetentionMaxLen(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Millisecond))
 		clk.Advance(time.Second)
 		st = must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, 5, defaultEventBytes)).SweepOnce(ctx))
-		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].events).Val() != 5 {
-			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].events).Val())
+		if st.Trimmed != 1 || trimmedTotal(t, s) != 8 || b.rdb.XLen(ctx, s.shards[0].Events).Val() != 5 {
+			t.Fatalf("second sweep: %+v, %d trimmed in all, %d in the stream", st, trimmedTotal(t, s), b.rdb.XLen(ctx, s.shards[0].Events).Val())
 		}
 	})
 }
@@ -74,7 +74,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 		for i, sk := range s.shards {
 			for _, age := range []time.Duration{3 * time.Hour, 2 * time.Hour, time.Minute} {
 				id := strconv.FormatInt(server.Add(-age).UnixMilli(), 10) + "-" + strconv.Itoa(i)
-				if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: sk.events, ID: id, Values: []any{"o", "x", "m", "m", "d", "1"}}).Err(); err != nil {
+				if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: sk.Events, ID: id, Values: []any{"o", "x", "m", "m", "d", "1"}}).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -83,7 +83,7 @@ func TestEventRetentionMaxAge(t *testing.T) {
 		waitFor(t, "old events trimmed", func() bool { return trimmedTotal(t, s) == 6 })
 		stop()
 		for i, sk := range s.shards {
-			if n := b.rdb.XLen(ctx, sk.events).Val(); n != 1 {
+			if n := b.rdb.XLen(ctx, sk.Events).Val(); n != 1 {
 				t.Errorf("shard %d keeps %d events, want the minute-old one", i, n)
 			}
 		}
@@ -160,17 +160,17 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 		if st.Trimmed != n-1 {
 			t.Fatalf("trimmed %d, want %d", st.Trimmed, n-1)
 		}
-		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].events, "-", "+").Result())
+		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, s.shards[0].Events, "-", "+").Result())
 		close(release)
-		att := s.shards[0].att
+		att := s.shards[0].Att
 		waitFor(t, "nothing pending and no attempt field", func() bool {
-			p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result())
+			p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].Events, "g").Result())
 			return p.Count == 0 && b.rdb.HLen(ctx, att).Val() == 0
 		})
 		for _, stop := range stops {
 			stop()
 		}
-		if p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].events, "g").Result()); p.Count != 0 {
+		if p := must[*redis.XPending](t)(b.rdb.XPending(ctx, s.shards[0].Events, "g").Result()); p.Count != 0 {
 			t.Fatalf("%d entries pending: %+v", p.Count, p)
 		}
 		if f := b.rdb.HGetAll(ctx, att).Val(); len(f) != 0 {
@@ -205,7 +205,7 @@ func TestEventRetentionMaxBytes(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		st := must[SweepStats](t)(newSweeper(t, s, WithEventRetention(time.Hour, n, minEventBytes)).SweepOnce(ctx))
-		stream := s.shards[0].events
+		stream := s.shards[0].Events
 		kept := must[[]redis.XMessage](t)(b.rdb.XRange(ctx, stream, "-", "+").Result())
 		used := must[int64](t)(b.rdb.MemoryUsage(ctx, stream).Result())
 		if st.Expired != n || len(kept) == 0 || len(kept) >= n || st.Trimmed != n-len(kept) || trimmedTotal(t, s) != int64(st.Trimmed) {

@@ -54,7 +54,7 @@ func TestKillBetweenFailureAndRetry(t *testing.T) {
 		if calls := h.calls("fail"); len(calls) != 1 || !strings.HasSuffix(calls[0], " 1") {
 			t.Fatalf("the helper made calls %q, want one at attempt 1; stderr:\n%s", calls, h.stderr.String())
 		}
-		p := must[[]redis.XPendingExt](t)(b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.shards[0].events, Group: "g", Start: "-", End: "+", Count: 10}).Result())
+		p := must[[]redis.XPendingExt](t)(b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.shards[0].Events, Group: "g", Start: "-", End: "+", Count: 10}).Result())
 		if len(p) != 1 || p[0].Consumer != "doomed" {
 			t.Fatalf("pending after the kill: %+v, want the event held by the dead consumer", p)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -101,7 +102,7 @@ type retryCall struct {
 	idle   time.Duration
 }
 
-var retrySource = luaSource("now.lua", "groups.lua", "retry.lua")
+var retrySource = store.Source("now.lua", "groups.lua", "retry.lua")
 
 func (h *retryCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -335,7 +336,7 @@ func TestBuryDeadLettersAtOnce(t *testing.T) {
 // TestRetryHolderMatchesLua: the Go and Lua names of the consumer that
 // holds retries agree.
 func TestRetryHolderMatchesLua(t *testing.T) {
-	if want := "local RETRY_HOLDER = '" + retryHolder + "'"; !strings.Contains(luaSource("groups.lua"), want) {
+	if want := "local RETRY_HOLDER = '" + retryHolder + "'"; !strings.Contains(store.Source("groups.lua"), want) {
 		t.Errorf("lua/groups.lua lacks %q", want)
 	}
 }

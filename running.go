@@ -40,7 +40,7 @@ func (s *Set) Running(ctx context.Context, group string, n int) ([]OwnerCalls, e
 	if n < 1 || n > maxRunningOwners {
 		return nil, fmt.Errorf("%w: Running's n %d: want 1 to %d owners", ErrInvalidArgument, n, maxRunningOwners)
 	}
-	running, found, err := s.running(ctx, group)
+	running, found, err := s.st.Running(ctx, group)
 	if err != nil {
 		return nil, err
 	}
@@ -58,56 +58,4 @@ func (s *Set) Running(ctx context.Context, group string, n int) ([]OwnerCalls, e
 		return out[a].Owner < out[b].Owner
 	})
 	return out[:min(n, len(out))], nil
-}
-
-// running reads the live owner slots of every shard (lua/running.lua): the
-// calls under way per group and owner, of group ("": every group), and
-// whether group is on some shard's stream (always, for "").
-func (s *Set) running(ctx context.Context, group string) (map[string]map[string]int64, bool, error) {
-	out := map[string]map[string]int64{}
-	found := group == ""
-	offset := make([]int64, len(s.shards))
-	for {
-		var calls []*scriptCall
-		for i, o := range offset {
-			if o < 0 {
-				continue
-			}
-			sk := &s.shards[i]
-			calls = append(calls, &scriptCall{op: "running", shard: i, sc: scriptRunning,
-				keys: []string{sk.run, sk.runo, sk.events}, args: []any{group, o}})
-		}
-		if len(calls) == 0 {
-			return out, found, nil
-		}
-		s.runPipelined(ctx, calls)
-		for _, c := range calls {
-			if c.err != nil {
-				return nil, false, c.err
-			}
-			xs, ok := c.v.([]any)
-			if !ok || len(xs) < 2 || len(xs)%3 != 2 {
-				return nil, false, unexpected("running.lua", c.v)
-			}
-			on, ok1 := asInt64(xs[0])
-			more, ok2 := asInt64(xs[1])
-			if !ok1 || !ok2 {
-				return nil, false, unexpected("running.lua", c.v)
-			}
-			found = found || on == 1
-			offset[c.shard] = more
-			for j := 2; j < len(xs); j += 3 {
-				g, ok1 := asString(xs[j])
-				o, ok2 := asString(xs[j+1])
-				n, ok3 := asInt64(xs[j+2])
-				if !ok1 || !ok2 || !ok3 {
-					return nil, false, unexpected("running.lua", c.v)
-				}
-				if out[g] == nil {
-					out[g] = map[string]int64{}
-				}
-				out[g][o] += n
-			}
-		}
-	}
 }

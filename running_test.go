@@ -15,9 +15,9 @@ import (
 func putSlot(t *testing.T, b backend, sk shardKeys, field, owner string, end time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	must[int64](t)(b.rdb.ZAdd(ctx, sk.run, redisZ(float64(end.UnixMilli()), field)).Result())
-	must[int64](t)(b.rdb.HSet(ctx, sk.runo, field, owner).Result())
-	must[int64](t)(b.rdb.HIncrBy(ctx, sk.runo, "#"+field[strings.IndexByte(field, ' ')+1:]+" "+owner, 1).Result())
+	must[int64](t)(b.rdb.ZAdd(ctx, sk.Run, redisZ(float64(end.UnixMilli()), field)).Result())
+	must[int64](t)(b.rdb.HSet(ctx, sk.Runo, field, owner).Result())
+	must[int64](t)(b.rdb.HIncrBy(ctx, sk.Runo, "#"+field[strings.IndexByte(field, ' ')+1:]+" "+owner, 1).Result())
 }
 
 // TestRunning: a Consume WithOwnerConcurrency(2) whose handler calls block
@@ -92,7 +92,7 @@ func TestRunning(t *testing.T) {
 		close(release)
 		waitFor(t, "every event of g handled and acknowledged", func() bool { g := groups()["g"]; return g.Pending == 0 && g.Lag == 0 })
 		stop()
-		must[int64](t)(b.rdb.ZRem(ctx, sk.run, "1-2 h").Result())
+		must[int64](t)(b.rdb.ZRem(ctx, sk.Run, "1-2 h").Result())
 		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); len(got) != 0 {
 			t.Errorf("Running after the calls ended: %v, want none", got)
 		}

@@ -6,19 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/expset/expset/internal/store"
 	"github.com/robfig/cron/v3"
 )
 
 // Recurring schedules have no scheduler process. A schedule is a member of
 // its shard's schedule owner (scheduleOwner, a reserved owner like the job
 // buckets) whose deadline is its next tick, so the due index lists it like
-// any owner; its record (lua/schedule.lua) holds its upcoming ticks. The
-// sweep script that finds it due (lua/sweep.lua, flag s) writes one event
+// any owner; its record (internal/store/lua/schedule.lua) holds its upcoming ticks. The
+// sweep script that finds it due (internal/store/lua/sweep.lua, flag s) writes one event
 // per tick and files it at its next listed tick, in one script: whichever
 // sweeper runs it, in whatever process, each tick is taken off the list,
 // and written as an event, once. Cron arithmetic runs in Go: Set.PutSchedule
@@ -28,7 +27,7 @@ import (
 // the list's tail, so a refill racing a put or another refill changes
 // nothing.
 const (
-	scheduleOwner = jobOwnerPrefix + "sched"
+	scheduleOwner = store.ScheduleOwner
 	scheduleTicks = 32      // ticks listed by a put, resume or refill
 	maxSpecLen    = 256     // bytes in a spec
 	maxCatchUp    = 1000    // WithCatchUp's largest n
@@ -154,14 +153,6 @@ func (s *Set) checkSchedule(id string) error {
 	return nil
 }
 
-// scheduleKeys returns the shard of schedule id and the keys of
-// lua/schedule.lua.
-func (s *Set) scheduleKeys(id string) (int, []string) {
-	shard := shardOf(id, len(s.shards))
-	sk := &s.shards[shard]
-	return shard, []string{sk.owner + scheduleOwner, sk.sched, sk.due}
-}
-
 // PutSchedule creates the recurring schedule id, or replaces its spec,
 // catch-up and payload, and returns its next tick (zero when it is
 // paused: a replaced schedule keeps its paused state). Each tick becomes
@@ -211,43 +202,14 @@ func (s *Set) PutSchedule(ctx context.Context, id, spec string, opts ...Schedule
 	if err != nil {
 		return time.Time{}, err
 	}
-	shard, keys := s.scheduleKeys(id)
-	args := []any{s.now(), "put", id, c.catchUp, string(conf), "0", ""}
-	if c.call.hasPayload {
-		args[5], args[6] = "1", c.call.payload
-	}
-	for _, t := range ticks {
-		args = append(args, t)
-	}
-	v, durable, err := s.runWrite(ctx, "put schedule", shard, scriptSchedule, keys, args, true, func(any) bool { return true })
+	next, durable, err := s.st.PutSchedule(ctx, id, string(conf), c.catchUp, c.call.payload, c.call.hasPayload, ticks)
 	if err != nil {
 		return time.Time{}, err
 	}
-	next, _, err := parseScheduleReply(v)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if s.durable.on() && !durable {
-		return next, fmt.Errorf("%w: put schedule %s: %s", ErrNotDurable, keys[1], s.durable.shortfall())
+	if dur := s.st.Durable(); dur.On() && !durable {
+		return next, fmt.Errorf("%w: put schedule %s: %s", ErrNotDurable, s.st.ScheduleKey(id), dur.Shortfall())
 	}
 	return next, nil
-}
-
-// parseScheduleReply reads the {next, paused} reply of put and resume.
-func parseScheduleReply(v any) (time.Time, bool, error) {
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 2 {
-		return time.Time{}, false, unexpected("schedule.lua", v)
-	}
-	next, ok1 := asInt64(xs[0])
-	paused, ok2 := asInt64(xs[1])
-	if !ok1 || !ok2 {
-		return time.Time{}, false, unexpected("schedule.lua", v)
-	}
-	if next < 0 || paused == 1 {
-		return time.Time{}, paused == 1, nil
-	}
-	return msTime(next), false, nil
 }
 
 // RemoveSchedule removes the schedule id and reports whether there was
@@ -257,16 +219,7 @@ func (s *Set) RemoveSchedule(ctx context.Context, id string) (bool, error) {
 	if err := s.checkSchedule(id); err != nil {
 		return false, err
 	}
-	shard, keys := s.scheduleKeys(id)
-	v, _, err := s.runWrite(ctx, "remove schedule", shard, scriptSchedule, keys, []any{s.now(), "remove", id}, true, func(any) bool { return true })
-	if err != nil {
-		return false, err
-	}
-	n, ok := asInt64(v)
-	if !ok {
-		return false, unexpected("schedule.lua", v)
-	}
-	return n == 1, nil
+	return s.st.RemoveSchedule(ctx, id)
 }
 
 // PauseSchedule pauses the schedule id: no tick fires until
@@ -276,15 +229,11 @@ func (s *Set) PauseSchedule(ctx context.Context, id string) error {
 	if err := s.checkSchedule(id); err != nil {
 		return err
 	}
-	shard, keys := s.scheduleKeys(id)
-	v, _, err := s.runWrite(ctx, "pause schedule", shard, scriptSchedule, keys, []any{s.now(), "pause", id}, true, func(any) bool { return true })
-	if err != nil {
-		return err
-	}
-	if v == nil {
+	found, err := s.st.PauseSchedule(ctx, id)
+	if err == nil && !found {
 		return fmt.Errorf("%w: schedule %q", ErrNotFound, id)
 	}
-	return nil
+	return err
 }
 
 // ResumeSchedule resumes the paused schedule id from its first tick after
@@ -295,15 +244,12 @@ func (s *Set) ResumeSchedule(ctx context.Context, id string) (time.Time, error) 
 	if err := s.checkSchedule(id); err != nil {
 		return time.Time{}, err
 	}
-	shard, keys := s.scheduleKeys(id)
 	for {
-		vals, err := s.rdb.HMGet(ctx, keys[1], "c:"+id, "t:"+id).Result()
+		conf, gen, found, err := s.st.ScheduleState(ctx, id)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("expset: resume schedule %s: %w", keys[1], err)
+			return time.Time{}, err
 		}
-		conf, _ := vals[0].(string)
-		state, _ := vals[1].(string)
-		if conf == "" || state == "" {
+		if !found {
 			return time.Time{}, fmt.Errorf("%w: schedule %q", ErrNotFound, id)
 		}
 		var rec scheduleRecord
@@ -311,24 +257,18 @@ func (s *Set) ResumeSchedule(ctx context.Context, id string) (time.Time, error) 
 		if err != nil {
 			return time.Time{}, err
 		}
-		gen, _, _ := strings.Cut(state, " ")
 		now := s.clockNow()
-		args := []any{s.now(), "resume", id, gen}
-		for _, t := range upcoming(sc, now, now, -1, scheduleTicks) {
-			args = append(args, t)
-		}
-		v, _, err := s.runWrite(ctx, "resume schedule", shard, scriptSchedule, keys, args, true, func(any) bool { return true })
+		next, found, again, err := s.st.ResumeSchedule(ctx, id, gen, upcoming(sc, now, now, -1, scheduleTicks))
 		if err != nil {
 			return time.Time{}, err
 		}
-		if v == nil {
+		if !found {
 			return time.Time{}, fmt.Errorf("%w: schedule %q", ErrNotFound, id)
 		}
-		if xs, ok := v.([]any); ok && len(xs) == 2 && xs[0] == int64(-2) {
-			continue // put again meanwhile: read the new spec
+		if !again {
+			return next, nil
 		}
-		next, _, err := parseScheduleReply(v)
-		return next, err
+		// put again meanwhile: read the new spec
 	}
 }
 
@@ -352,106 +292,45 @@ func (s *Set) Schedules(ctx context.Context) ([]Schedule, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
-	cmds := make([]*redis.MapStringStringCmd, len(s.shards))
-	pipe := s.rdb.Pipeline()
-	for i := range s.shards {
-		cmds[i] = pipe.HGetAll(ctx, s.shards[i].sched)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("expset: schedules of %s: %w", s.name, err)
+	recs, err := s.st.Schedules(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var out []Schedule
-	for _, cmd := range cmds {
-		m := cmd.Val()
-		for f, conf := range m {
-			id, ok := strings.CutPrefix(f, "c:")
-			if !ok {
-				continue
-			}
-			var rec scheduleRecord
-			if err := json.Unmarshal([]byte(conf), &rec); err != nil {
-				return nil, fmt.Errorf("%w: schedule record %q: %v", errUnexpectedReply, conf, err)
-			}
-			sch := Schedule{ID: id, Spec: rec.Spec, CatchUp: rec.CatchUp}
-			if p, ok := m["p:"+id]; ok {
-				sch.Payload = []byte(p)
-			}
-			st := strings.Fields(m["t:"+id])
-			if len(st) >= 5 {
-				sch.Paused = st[2] == "1"
-				if fired, _ := strconv.ParseInt(st[3], 10, 64); fired > 0 {
-					sch.Last = msTime(fired)
-				}
-				if len(st) > 5 && !sch.Paused {
-					if next, err := strconv.ParseInt(st[5], 10, 64); err == nil {
-						sch.Next = msTime(next)
-					}
-				}
-			}
-			out = append(out, sch)
+	for _, r := range recs {
+		var rec scheduleRecord
+		if err := json.Unmarshal([]byte(r.Conf), &rec); err != nil {
+			return nil, fmt.Errorf("%w: schedule record %q: %v", errUnexpectedReply, r.Conf, err)
 		}
+		out = append(out, Schedule{ID: r.ID, Spec: rec.Spec, CatchUp: rec.CatchUp, Payload: r.Payload, Paused: r.Paused, Next: r.Next, Last: r.Last})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
-// scheduleRefill is one schedule a sweep found short of ticks.
-type scheduleRefill struct {
-	id   string
-	gen  string
-	tail int64  // ms: the ticks to append follow it
-	conf string // its configuration field, "" when removed meanwhile
-}
-
-// parseRefills reads the refill list of a sweep reply: ID, generation,
-// tail, configuration, per schedule.
-func parseRefills(v any, xs []any) ([]scheduleRefill, error) {
-	if len(xs)%4 != 0 {
-		return nil, unexpected("sweep.lua", v)
-	}
-	var out []scheduleRefill
-	for i := 0; i < len(xs); i += 4 {
-		id, ok1 := asString(xs[i])
-		gen, ok2 := asInt64(xs[i+1])
-		tail, ok3 := asInt64(xs[i+2])
-		conf, ok4 := asString(xs[i+3])
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, unexpected("sweep.lua", v)
-		}
-		out = append(out, scheduleRefill{id: id, gen: strconv.FormatInt(gen, 10), tail: tail, conf: conf})
-	}
-	return out, nil
-}
-
 // refillSchedules appends the next ticks of each schedule a sweep of
-// shard found short of them, computed from its spec after the list's
+// a shard found short of them, computed from its spec after the list's
 // tail; of the ticks missed (more than grace before the sweep's now),
 // only those WithCatchUp keeps are listed. A refill that finds the
 // schedule put again, or refilled by another sweeper, changes nothing.
-func (w *Sweeper) refillSchedules(ctx context.Context, shard int, now int64, rs []scheduleRefill) error {
-	sk := &w.set.shards[shard]
-	keys := []string{sk.owner + scheduleOwner, sk.sched, sk.due}
+func (w *Sweeper) refillSchedules(ctx context.Context, now int64, rs []store.Refill) error {
 	cutoff := msTime(now).Add(-w.grace())
 	var errs []error
 	for _, r := range rs {
-		if r.conf == "" {
+		if r.Conf == "" {
 			continue // removed meanwhile
 		}
 		var rec scheduleRecord
-		sc, err := w.set.parseRecord(r.conf, &rec)
+		sc, err := w.set.parseRecord(r.Conf, &rec)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		ticks := upcoming(sc, msTime(r.tail), cutoff, rec.CatchUp, scheduleTicks)
+		ticks := upcoming(sc, msTime(r.Tail), cutoff, rec.CatchUp, scheduleTicks)
 		if len(ticks) == 0 {
 			continue // never fires again: stays parked
 		}
-		args := []any{w.set.now(), "refill", r.id, r.gen, r.tail}
-		for _, t := range ticks {
-			args = append(args, t)
-		}
-		if _, _, err := w.set.runWrite(ctx, "refill schedule", shard, scriptSchedule, keys, args, true, func(any) bool { return true }); err != nil {
+		if err := w.set.st.RefillSchedule(ctx, r.ID, r.Gen, r.Tail, ticks); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -68,7 +68,7 @@ func TestScheduleSurvivesFailover(t *testing.T) {
 	s := must[*Set](t)(Open(context.Background(), cc, uniqueName(t, cc), WithShards(3), WithExpiryEvents(), WithConsumerGroups("g"),
 		WithDurability(1, false, time.Second)))
 	runScheduleThrough(t, s, func() {
-		master := cl.MasterFor(s.shards[s.ShardOf("beat")].events)
+		master := cl.MasterFor(s.shards[s.ShardOf("beat")].Events)
 		promoted := cl.KillMaster(t, master)
 		t.Logf("killed master %s; replica %s serves the schedule's shard now", master.Addr, promoted.Addr)
 		waitHealed(t, "the cluster client follows the failover", faultWait, func() error {

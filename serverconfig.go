@@ -40,7 +40,7 @@ type serverInfo struct {
 // server that does not say (miniredis, an ACL that denies INFO) passes. It
 // sends nothing when there is nothing to check.
 func checkServerConfig(ctx context.Context, rdb redis.UniversalClient, name string, cfg *setConfig) error {
-	if cfg.evictingServer && !cfg.durable.aof {
+	if cfg.evictingServer && !cfg.durable.AOF {
 		return nil
 	}
 	var (
@@ -73,10 +73,10 @@ func checkServerConfig(ctx context.Context, rdb redis.UniversalClient, name stri
 				"(a quota then admits past its limit and lapses become no events): run CONFIG SET maxmemory-policy noeviction there "+
 				"(on a managed service, its parameter group), or open with WithEvictingServer to accept the risk",
 				ErrNotDurable, name, where, in.policy)
-		case cfg.durable.aof && in.version != "" && !atLeast(in.version, "7.2.0"):
+		case cfg.durable.AOF && in.version != "" && !atLeast(in.version, "7.2.0"):
 			return fmt.Errorf("%w: cannot open set %q: %s runs Redis %s: WithDurability's aof needs WAITAOF, new in Redis 7.2; ask for replicas alone",
 				ErrServerVersion, name, where, in.version)
-		case cfg.durable.aof && in.aof == "0":
+		case cfg.durable.AOF && in.aof == "0":
 			return fmt.Errorf("%w: cannot open set %q: WithDurability asks for the AOF, and %s has appendonly off: run CONFIG SET appendonly yes there, or ask for replicas alone",
 				ErrNotDurable, name, where)
 		}
@@ -146,7 +146,7 @@ func (s *Set) evictedKeys(ctx context.Context) ([]int64, error) {
 	read := map[redis.UniversalClient]int64{}
 	for i, sk := range s.shards {
 		var c redis.UniversalClient = s.rdb
-		if srv := s.serverOf(ctx, sk.due); srv != nil {
+		if srv := s.st.ServerOf(ctx, sk.Due); srv != nil {
 			c = srv
 		}
 		n, ok := read[c]

@@ -121,7 +121,7 @@ func TestStatsEvictedKeys(t *testing.T) {
 		t.Helper()
 		for _, st := range must[[]ShardStats](t)(s.Stats(ctx)) {
 			var srv redis.UniversalClient = rdb
-			if c := s.serverOf(ctx, s.shards[st.Shard].due); c != nil {
+			if c := s.st.ServerOf(ctx, s.shards[st.Shard].Due); c != nil {
 				srv = c
 			}
 			info := must[map[string]string](t)(redistest.Info(ctx, srv, "stats"))

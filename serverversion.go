@@ -2,13 +2,13 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -156,10 +156,7 @@ func readServerVersion(ctx context.Context, c versionReader, protocol int) (serv
 
 // isRedisError reports whether err is an error reply from the server (the
 // command ran and was refused) rather than a failure to reach it.
-func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
+func isRedisError(err error) bool { return store.IsRedisError(err) }
 
 // helloVersion reads the "server" and "version" fields of a HELLO reply: a
 // map in RESP3, a flat list of pairs in RESP2.

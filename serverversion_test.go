@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // allScripts are every script expset runs, to check that none ran.
-var allScripts = []*redis.Script{scriptAdd, scriptAcquire, scriptMany, scriptRemove, scriptExtend,
-	scriptDeadline,
-	scriptCount, scriptMembers, scriptPayload, scriptOpen, scriptSweep, scriptAck, scriptBury, scriptClaim, scriptKick}
+var allScripts = store.All()
 
 // assertNoScriptRan fails t when any of expset's scripts is in the script
 // cache of c (EVALSHA falls back to EVAL, which caches the script) or any key
@@ -59,7 +58,7 @@ func TestOpenRefusesOldServer(t *testing.T) {
 			"Open with no options": func() error { _, err := Open(context.Background(), c, "orders"); return err },
 			"Open":                 func() error { _, err := Open(ctx, c, "orders", WithExpiryEvents()); return err },
 			"WithRecordedConfiguration": func() error {
-				if err := c.HSet(ctx, metaKey("orders"), Configuration{Shards: 16}.fields()...).Err(); err != nil {
+				if err := c.HSet(ctx, metaKey("orders"), store.Config{Shards: 16}.Fields()...).Err(); err != nil {
 					t.Fatal(err)
 				}
 				defer c.Del(ctx, metaKey("orders"))

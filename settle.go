@@ -68,7 +68,7 @@ func leaseLost(shard int, id string) error {
 
 func (c *consumer) leaseKeys(shard int) []string {
 	sk := &c.set.shards[shard]
-	return []string{sk.events, sk.att}
+	return []string{sk.Events, sk.Att}
 }
 
 // pendingAck is an acknowledgement waiting in a consumer's buffer: the
@@ -119,8 +119,8 @@ func (c *consumer) ackCall(shard int, acks []pendingAck) *scriptCall {
 		args = append(args, a.id, a.token)
 	}
 	sk := &c.set.shards[shard]
-	sc, keys := c.withSlots(shard, scriptAck, scriptAckSlots, sk.events, sk.att)
-	return &scriptCall{op: "ack", shard: shard, sc: sc, keys: keys, args: args}
+	sc, keys := c.withSlots(shard, scriptAck, scriptAckSlots, sk.Events, sk.Att)
+	return &scriptCall{Op: "ack", Shard: shard, Script: sc, Keys: keys, Args: args}
 }
 
 // ackDone drops the acknowledgements that went through; those that failed
@@ -128,9 +128,9 @@ func (c *consumer) ackCall(shard int, acks []pendingAck) *scriptCall {
 func (c *consumer) ackDone(ctx context.Context, calls []*scriptCall) error {
 	var first error
 	for _, a := range c.ackSettle(calls) {
-		c.fail(ctx, a.shard, a.err)
+		c.fail(ctx, a.Shard, a.Err)
 		if first == nil {
-			first = a.err
+			first = a.Err
 		}
 	}
 	return first
@@ -161,17 +161,17 @@ func (c *consumer) clearAcks() {
 func (c *consumer) requeueAcks(calls []*scriptCall) []*scriptCall {
 	var failed []*scriptCall
 	for _, a := range calls {
-		if a.err == nil {
+		if a.Err == nil {
 			continue
 		}
 		failed = append(failed, a)
-		if isNoGroup(a.err) {
+		if isNoGroup(a.Err) {
 			// The stream is gone, and the event with it: nothing to
 			// acknowledge.
 			continue
 		}
-		for j := 1; j+1 < len(a.args); j += 2 {
-			c.acks[a.shard] = append(c.acks[a.shard], pendingAck{a.args[j].(string), a.args[j+1].(string)})
+		for j := 1; j+1 < len(a.Args); j += 2 {
+			c.acks[a.Shard] = append(c.acks[a.Shard], pendingAck{a.Args[j].(string), a.Args[j+1].(string)})
 		}
 	}
 	if c.acksWaiting() && c.ackDue.IsZero() {
@@ -208,7 +208,7 @@ func (c *consumer) flushAcks(ctx context.Context) error {
 // attempts used.
 func (c *consumer) bury(ctx context.Context, shard int, id string, need int, reason, token string) (bool, error) {
 	sk := &c.set.shards[shard]
-	sc, keys := c.withSlots(shard, scriptBury, scriptBurySlots, sk.events, sk.dead, sk.att)
+	sc, keys := c.withSlots(shard, scriptBury, scriptBurySlots, sk.Events, sk.Dead, sk.Att)
 	v, err := c.set.run(ctx, "bury", shard, sc, keys, c.group, c.name, id, need, reason, token)
 	n, _ := asInt64(v)
 	return n == 1, err
@@ -253,7 +253,7 @@ func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, re
 // nothing there.
 func (c *consumer) prune(ctx context.Context, i int, idleMs int64, leaving string) error {
 	p := c.pruneCall(i, idleMs, leaving)
-	_, err := c.set.run(ctx, p.op, p.shard, p.sc, p.keys, p.args...)
+	_, err := c.set.run(ctx, p.Op, p.Shard, p.Script, p.Keys, p.Args...)
 	return err
 }
 
@@ -263,7 +263,7 @@ func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
 		idle = strconv.FormatInt(idleMs, 10)
 	}
 	sk := &c.set.shards[i]
-	return &scriptCall{op: "prune", shard: i, sc: scriptPrune, keys: []string{sk.events, sk.take}, args: []any{c.group, idle, leaving}}
+	return &scriptCall{Op: "prune", Shard: i, Script: scriptPrune, Keys: []string{sk.Events, sk.Take}, Args: []any{c.group, idle, leaving}}
 }
 
 // stop settles what a stopping Consume leaves: acknowledgements waiting,
@@ -363,18 +363,18 @@ func (a *ackCommit) send(ctx context.Context) {
 		}
 		var bs batches[key, *ackWaiter]
 		for _, w := range batch {
-			a := bs.add(key{w.c.group, w.shard}, w, func() *scriptCall { return w.c.ackCall(w.shard, nil) })
-			a.args = append(a.args, w.ack.id, w.ack.token)
+			a := bs.Add(key{w.c.group, w.shard}, w, func() *scriptCall { return w.c.ackCall(w.shard, nil) })
+			a.Args = append(a.Args, w.ack.id, w.ack.token)
 		}
-		calls, of := bs.calls, bs.items
+		calls, of := bs.Calls, bs.Items
 		batch[0].c.set.runPipelined(ctx, calls)
 		for j, call := range calls {
-			xs, ok := call.v.([]any)
-			if call.err == nil && (!ok || len(xs) != len(of[j])) {
-				call.err = unexpected("ack.lua", call.v)
+			xs, ok := call.Reply.([]any)
+			if call.Err == nil && (!ok || len(xs) != len(of[j])) {
+				call.Err = unexpected("ack.lua", call.Reply)
 			}
 			for i, w := range of[j] {
-				if w.err = call.err; w.err == nil {
+				if w.err = call.Err; w.err == nil {
 					n, _ := asInt64(xs[i])
 					w.held = n == 1
 				}

@@ -2,20 +2,12 @@ package expset
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Stats: the state of each shard, for operators (the CLI's `expset stats`,
 // expsetprom's collector).
-
-// statsOwnerScan is how many due owners of a shard Stats reads to count the
-// members due; with more due, ShardStats.Partial is set.
-const statsOwnerScan = 1000
 
 // ShardStats describes one shard, for operators (the CLI's `expset stats`).
 // A shard with 1200 owners indexed, 3 of them holding 7 expired members the
@@ -55,7 +47,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
 	}
-	now, err := s.statsNow(ctx)
+	now, err := s.st.Now(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,45 +55,39 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
 	}
-	nowArg := strconv.FormatInt(now, 10)
-	cmds, err := s.statsCounts(ctx, nowArg)
+	counts, err := s.st.Counts(ctx, now)
 	if err != nil {
 		return nil, err
 	}
-	owners, groups := s.statsDueOwners(ctx, cmds, nowArg)
 	evicted, err := s.evictedKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ShardStats, len(s.shards))
 	var retrying []retryCount
-	for i := range s.shards {
-		st := ShardStats{
-			Shard:     i,
-			Now:       msTime(now),
-			Owners:    cmds[i].owners.Val(),
-			OwnersDue: cmds[i].ownersDue.Val(),
-			Events:    cmds[i].events.Val(),
-			Dead:      cmds[i].dead.Val(),
-			Trimmed:   counter(cmds[i].trimmed),
-			Leased:    holder(reg.tokens, i) != "",
+	for i, c := range counts {
+		out[i] = ShardStats{
+			Shard:      i,
+			Now:        msTime(now),
+			Owners:     c.Owners,
+			OwnersDue:  c.OwnersDue,
+			MembersDue: c.MembersDue,
+			Partial:    c.Partial,
+			OldestDue:  c.OldestDue,
+			Events:     c.Events,
+			Dead:       c.Dead,
+			Trimmed:    c.Trimmed,
+			Leased:     holder(reg.Tokens, i) != "",
 
 			EvictedKeys: evicted[i],
 
-			EventsKey:      s.shards[i].events,
-			DeadLettersKey: s.shards[i].dead,
+			EventsKey:      s.shards[i].Events,
+			DeadLettersKey: s.shards[i].Dead,
 		}
-		st.Partial = st.OwnersDue > statsOwnerScan
-		if err := s.addMembersDue(&st, owners[i], now); err != nil {
-			return nil, err
-		}
-		out[i] = st
-		if g := groups[i]; g.Err() == nil {
-			for _, x := range g.Val() {
-				out[i].Pending += x.Pending
-				if x.Pending > 0 {
-					retrying = append(retrying, retryCount{s.shards[i].events, x.Name, &out[i].Retrying})
-				}
+		for _, g := range c.Groups {
+			out[i].Pending += g.Pending
+			if g.Pending > 0 {
+				retrying = append(retrying, retryCount{s.shards[i].Events, g.Name, &out[i].Retrying})
 			}
 		}
 	}
@@ -109,106 +95,4 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// statsShardCmds are the commands of Stats's first round for one shard.
-type statsShardCmds struct {
-	owners, ownersDue, events, dead *redis.IntCmd
-	due                             *redis.StringSliceCmd
-	trimmed                         *redis.StringCmd
-}
-
-// statsOwnerCmds are the commands of Stats's second round for one due owner.
-type statsOwnerCmds struct {
-	count *redis.IntCmd
-	first *redis.ZSliceCmd
-}
-
-// statsCounts runs Stats's first round, one pipeline: each shard's index
-// sizes, its first statsOwnerScan due owners, stream lengths and trim
-// counter.
-func (s *Set) statsCounts(ctx context.Context, nowArg string) ([]statsShardCmds, error) {
-	cmds := make([]statsShardCmds, len(s.shards))
-	pipe := s.rdb.Pipeline()
-	for i, sk := range s.shards {
-		cmds[i] = statsShardCmds{
-			owners:    pipe.ZCard(ctx, sk.due),
-			ownersDue: pipe.ZCount(ctx, sk.due, "-inf", nowArg),
-			due:       pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: sk.due, Start: "-inf", Stop: nowArg, ByScore: true, Count: statsOwnerScan}),
-			events:    pipe.XLen(ctx, sk.events),
-			dead:      pipe.XLen(ctx, sk.dead),
-			trimmed:   pipe.Get(ctx, sk.trimmed),
-		}
-	}
-	// A missing counter answers redis.Nil, which Exec may report instead of
-	// another command's error: check each command.
-	_, _ = pipe.Exec(ctx)
-	for i := range cmds {
-		c := &cmds[i]
-		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.trimmed} {
-			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
-			}
-		}
-	}
-	return cmds, nil
-}
-
-// statsDueOwners runs Stats's second round, one pipeline: the members due of
-// the due owners, and the groups' pending counts of streams that exist. Its
-// commands are read one by one: a missing stream fails its XINFO.
-func (s *Set) statsDueOwners(ctx context.Context, cmds []statsShardCmds, nowArg string) ([][]statsOwnerCmds, []*redis.XInfoGroupsCmd) {
-	owners := make([][]statsOwnerCmds, len(s.shards))
-	groups := make([]*redis.XInfoGroupsCmd, len(s.shards))
-	pipe := s.rdb.Pipeline()
-	for i, sk := range s.shards {
-		for _, o := range cmds[i].due.Val() {
-			owners[i] = append(owners[i], statsOwnerCmds{
-				count: pipe.ZCount(ctx, sk.owner+o, "-inf", nowArg),
-				first: pipe.ZRangeWithScores(ctx, sk.owner+o, 0, 0),
-			})
-		}
-		groups[i] = pipe.XInfoGroups(ctx, sk.events)
-	}
-	_, _ = pipe.Exec(ctx)
-	return owners, groups
-}
-
-// addMembersDue adds the due owners' members due at now to st, and sets its
-// OldestDue.
-func (s *Set) addMembersDue(st *ShardStats, owners []statsOwnerCmds, now int64) error {
-	for _, oc := range owners {
-		if err := oc.count.Err(); err != nil {
-			return fmt.Errorf("expset: stats of %q, shard %d (%s): %w", s.name, st.Shard, s.shards[st.Shard].due, err)
-		}
-		st.MembersDue += oc.count.Val()
-		if z := oc.first.Val(); len(z) == 1 && int64(z[0].Score) <= now {
-			if d := msTime(int64(z[0].Score)); st.OldestDue.IsZero() || d.Before(st.OldestDue) {
-				st.OldestDue = d
-			}
-		}
-	}
-	return nil
-}
-
-// counter reads a counter's GET: 0 when it does not exist (or holds
-// something other than an integer).
-func counter(c *redis.StringCmd) int64 {
-	n, err := c.Int64()
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// statsNow returns now in ms: the set's clock, or the server's TIME.
-func (s *Set) statsNow(ctx context.Context) (int64, error) {
-	if s.clock != nil {
-		return s.clock().UnixMilli(), nil
-	}
-	t, err := s.rdb.Time(ctx).Result()
-	if err != nil {
-		return 0, fmt.Errorf("expset: stats of %q: %w", s.name, err)
-	}
-	return t.UnixMilli(), nil
 }

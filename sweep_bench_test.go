@@ -57,7 +57,7 @@ func BenchmarkSweep(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				for _, sk := range s.shards {
-					rdb.Del(context.Background(), sk.events)
+					rdb.Del(context.Background(), sk.Events)
 				}
 				seedBench(b, s, clk.Now(), benchExpiredOwners, benchMembersPerOwner, -time.Second, "gone")
 				b.StartTimer()
@@ -84,12 +84,15 @@ func indexSweep(b *testing.B, s *Set) int {
 // anything in it is due.
 func scanSweep(b *testing.B, s *Set) int {
 	ctx := context.Background()
-	now := s.now()
+	now := "" // the scripts' ARGV[1]: the injected clock, or "" for the server's
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock().UnixMilli(), 10)
+	}
 	total := 0
 	for _, sk := range s.shards {
 		var cursor uint64
 		for {
-			keys, next, err := s.rdb.Scan(ctx, cursor, sk.owner+"*", 1000).Result()
+			keys, next, err := s.rdb.Scan(ctx, cursor, sk.Owner+"*", 1000).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -127,8 +130,8 @@ func seedBench(b *testing.B, s *Set, now time.Time, owners, per int, offset time
 		for j := range zs {
 			zs[j] = redis.Z{Score: d, Member: "m" + strconv.Itoa(j)}
 		}
-		pipe.ZAdd(ctx, sk.owner+o, zs...)
-		pipe.ZAdd(ctx, sk.due, redis.Z{Score: d, Member: o})
+		pipe.ZAdd(ctx, sk.Owner+o, zs...)
+		pipe.ZAdd(ctx, sk.Due, redis.Z{Score: d, Member: o})
 		if pipe.Len() >= 2000 {
 			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // Sweeper defaults.
@@ -21,7 +23,7 @@ const (
 // over many shards drains faster with several in flight.
 const sweepOnceParallel = 4
 
-// indexGrace is INDEX_GRACE of lua/prelude.lua: on a set without events, how
+// indexGrace is INDEX_GRACE of internal/store/lua/prelude.lua: on a set without events, how
 // long a due index entry may stay overdue before writes remove it, and how
 // long the index key outlives the latest deadline filed in it.
 const indexGrace = time.Hour
@@ -148,117 +150,41 @@ func (s *SweepStats) add(o SweepStats) {
 	}
 }
 
-// sweepReply is one sweep.lua reply.
+// sweepReply is one sweep round's reply, its counts as SweepStats.
 type sweepReply struct {
 	now, earliest int64 // ms; earliest is -1 when the index is empty
 	stats         SweepStats
 	due           []string
-	refills       []scheduleRefill // schedules short of ticks (schedules.go)
+	refills       []store.Refill // schedules short of ticks (schedules.go)
 }
 
-func parseSweep(v any) (sweepReply, error) {
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 8 {
-		return sweepReply{}, unexpected("sweep.lua", v)
-	}
-	var n [8]int64
-	for i := range n {
-		if n[i], ok = asInt64(xs[i]); !ok {
-			return sweepReply{}, unexpected("sweep.lua", v)
-		}
-	}
-	r := sweepReply{now: n[0], earliest: n[6]}
-	r.stats = SweepStats{
-		Expired:     int(n[1]),
-		lateSum:     n[2],
-		MaxLateness: time.Duration(n[3]) * time.Millisecond,
-		Owners:      int(n[4]),
-		Stale:       int(n[5]),
-		Trimmed:     int(n[7]),
-	}
-	for _, e := range xs[8:] {
-		if rs, ok := e.([]any); ok {
-			var err error
-			if r.refills, err = parseRefills(v, rs); err != nil {
-				return sweepReply{}, err
-			}
-			continue
-		}
-		o, ok := asString(e)
-		if !ok {
-			return sweepReply{}, unexpected("sweep.lua", v)
-		}
-		r.due = append(r.due, o)
-	}
-	return r, nil
-}
-
-// sweepBatch runs one sweep.lua over owners (possibly none: a read of what is
-// due).
-func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string) (sweepReply, error) {
-	// The schedules' owner goes last, with the keys of flag s (schedules.go).
-	sched := false
-	for i, o := range owners {
-		if o == scheduleOwner {
-			owners = append(owners[:i:i], owners[i+1:]...)
-			sched = true
-			break
-		}
-	}
-	// Payload keys are declared only for a set with payloads: the server
-	// builds a string for every key it is given.
-	nk := 3 + len(owners)
-	if w.set.payloads {
-		nk += len(owners)
-	}
-	keys := make([]string, 3, nk)
-	keys[0], keys[1], keys[2] = sk.due, sk.events, sk.trimmed
+// sweepBatch runs one sweep.lua over owners of shard (possibly none: a
+// read of what is due).
+func (w *Sweeper) sweepBatch(ctx context.Context, shard int, owners []string) (sweepReply, error) {
 	ret := w.cfg.retain
-	args := make([]any, 7, 7+len(owners))
-	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = w.set.now(), w.set.flags, w.cfg.members, w.cfg.owners, ret.maxAge.Milliseconds(), ret.maxLen, ret.maxBytes
-	for _, o := range owners {
-		keys = append(keys, sk.owner+o)
-		args = append(args, o)
-	}
-	if w.set.payloads {
-		for _, o := range owners {
-			keys = append(keys, sk.payload+o)
-		}
-	}
-	if sched {
-		keys = append(keys, sk.owner+scheduleOwner, sk.sched)
-		args[1] = w.set.flags + "s"
-		args = append(args, w.grace().Milliseconds())
-	}
-	// With WithDurability, a batch that wrote events waits for them.
-	wroteEvents := func(v any) bool {
-		r, err := parseSweep(v)
-		return w.set.events && err == nil && r.stats.Expired > 0
-	}
-	v, durable, err := w.set.runWrite(ctx, "sweep", sk.shard, scriptSweep, keys, args, false, wroteEvents)
+	sw, err := w.set.st.Sweep(ctx, store.SweepArgs{Shard: shard, Owners: owners, Members: w.cfg.members, PerRound: w.cfg.owners,
+		MaxAge: ret.maxAge, MaxLen: ret.maxLen, MaxBytes: ret.maxBytes, Grace: w.grace})
 	if err != nil {
 		return sweepReply{}, err
 	}
-	r, err := parseSweep(v)
-	if err != nil {
-		return r, err
-	}
-	if w.set.durable.on() && wroteEvents(v) && !durable {
+	r := sweepReply{now: sw.Now, earliest: sw.Earliest, due: sw.Due, refills: sw.Refills, stats: SweepStats{
+		Expired: sw.Expired, lateSum: sw.LateSum, MaxLateness: sw.MaxLateness, Owners: sw.Owners, Stale: sw.Stale, Trimmed: sw.Trimmed}}
+	if sw.NotDurable {
 		r.stats.NotDurable = r.stats.Expired
 	}
-	if len(owners) > 0 || sched {
+	if len(owners) > 0 { // the schedules' owner among them too
 		r.stats.Batches = 1
 	}
 	if len(r.refills) > 0 {
-		err = w.refillSchedules(ctx, sk.shard, r.now, r.refills)
+		err = w.refillSchedules(ctx, r.now, r.refills)
 		if !slices.Contains(r.due, scheduleOwner) {
 			r.due = append(r.due, scheduleOwner) // look again: the refill may have made ticks due
 		}
 	}
-	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || sched || r.stats.Trimmed > 0) {
+	if h := w.set.hooks.OnSweep; h != nil && (len(owners) > 0 || r.stats.Trimmed > 0) {
 		var st SweepStats
 		st.add(r.stats) // computes MeanLateness
-		h(ctx, CallInfo{Set: w.set.name, Op: "sweep", Shard: sk.shard}, st)
+		h(ctx, CallInfo{Set: w.set.name, Op: "sweep", Shard: shard}, st)
 	}
 	return r, err
 }
@@ -267,14 +193,13 @@ func (w *Sweeper) sweepBatch(ctx context.Context, sk *shardKeys, owners []string
 // batch: an error from keep (a shard handed over) stops the sweep at once. The reply
 // returned is the last one, whose earliest tells when the shard is next due.
 func (w *Sweeper) sweepShard(ctx context.Context, i int, keep func(context.Context) error) (SweepStats, sweepReply, error) {
-	sk := &w.set.shards[i]
 	var st SweepStats
 	var owners []string
 	for {
 		if err := keep(ctx); err != nil {
 			return st, sweepReply{}, err
 		}
-		r, err := w.sweepBatch(ctx, sk, owners)
+		r, err := w.sweepBatch(ctx, i, owners)
 		st.add(r.stats) // a schedule's refill may fail after the sweep
 		if err != nil {
 			return st, r, err
@@ -322,7 +247,7 @@ func (w *Sweeper) SweepOnce(ctx context.Context) (SweepStats, error) {
 	if err != nil {
 		return SweepStats{}, err
 	}
-	if len(reg.tokens) > 0 {
+	if len(reg.Tokens) > 0 {
 		return SweepStats{Skipped: len(w.set.shards)}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -392,13 +317,13 @@ func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time
 		(!sh.due.IsZero() && !sh.due.After(now)) {
 		return false
 	}
-	head, err := w.set.rdb.ZRangeWithScores(ctx, w.set.shards[i].due, 0, 0).Result()
+	head, ok, err := w.set.st.DueHead(ctx, i)
 	if err != nil {
 		return false // the sweep reports what fails
 	}
 	sh.next = nextPoll(sh.grid, now, safety)
-	if len(head) == 1 {
-		at := time.UnixMilli(int64(head[0].Score) - sh.skew)
+	if ok {
+		at := time.UnixMilli(head - sh.skew)
 		if !at.After(now) {
 			return false
 		}
@@ -456,7 +381,7 @@ func (w *Sweeper) Run(ctx context.Context) error {
 		shards[i].grid = pollOrigin(start, safety, i, len(shards))
 	}
 	l := newSweeperLease(w.cfg.leaseTTL)
-	wk := w.set.listen("subscribe", func(k *shardKeys) string { return k.dueWake })
+	wk := w.set.listen("subscribe", func(k *store.Keys) string { return k.DueWake })
 	defer wk.close()
 	defer w.leave(ctx, l)
 	return w.set.loop(ctx, "sweep", wk.signal, func() (time.Duration, error) {

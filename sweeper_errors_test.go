@@ -81,14 +81,14 @@ func TestRunReportsAWrongTypeShard(t *testing.T) {
 		for _, o := range owners {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
-		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+		if err := b.rdb.Set(ctx, s.shards[0].Events, "not a stream", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "shards 1 to 3 swept", func() bool {
 			for i := 1; i < 4; i++ {
-				if b.rdb.XLen(ctx, s.shards[i].events).Val() != 1 {
+				if b.rdb.XLen(ctx, s.shards[i].Events).Val() != 1 {
 					return false
 				}
 			}
@@ -99,16 +99,16 @@ func TestRunReportsAWrongTypeShard(t *testing.T) {
 			return strings.Contains(out, "WRONGTYPE") && strings.Contains(out, "shard=0") &&
 				strings.Contains(out, "level=WARN") && strings.Contains(out, "op=sweep")
 		})
-		if first := strings.SplitN(logs.String(), "\n", 2)[0]; !strings.Contains(first, s.shards[0].due) {
+		if first := strings.SplitN(logs.String(), "\n", 2)[0]; !strings.Contains(first, s.shards[0].Due) {
 			t.Errorf("logged line does not name the key: %q", first)
 		}
-		if err := b.rdb.Del(ctx, s.shards[0].events).Err(); err != nil {
+		if err := b.rdb.Del(ctx, s.shards[0].Events).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "shard 0 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 })
+		waitFor(t, "shard 0 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[0].Events).Val() == 1 })
 		stop()
 		for i, sk := range s.shards {
-			if n := b.rdb.XLen(ctx, sk.events).Val(); n != 1 {
+			if n := b.rdb.XLen(ctx, sk.Events).Val(); n != 1 {
 				t.Errorf("shard %d: %d events, want 1", i, n)
 			}
 		}
@@ -126,7 +126,7 @@ func TestWithLoggerReceivesLoopErrors(t *testing.T) {
 		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		ctx := context.Background()
 		must[time.Time](t)(s.Add(ctx, oneOwnerPerShard(s)[0], "m", time.Second))
-		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+		if err := b.rdb.Set(ctx, s.shards[0].Events, "not a stream", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
@@ -168,14 +168,14 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 		for _, o := range owners {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
-		if err := b.rdb.HSet(ctx, s.shards[2].events, "f", "v").Err(); err != nil {
+		if err := b.rdb.HSet(ctx, s.shards[2].Events, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
 		stop := runSweeper(t, newSweeper(t, s, WithPollInterval(5*time.Millisecond)))
 		clk.Advance(2 * time.Second)
 		waitFor(t, "three errors reported", func() bool { return len(reported()) >= 3 })
 		waitFor(t, "shards 0 and 1 swept", func() bool {
-			return b.rdb.XLen(ctx, s.shards[0].events).Val() == 1 && b.rdb.XLen(ctx, s.shards[1].events).Val() == 1
+			return b.rdb.XLen(ctx, s.shards[0].Events).Val() == 1 && b.rdb.XLen(ctx, s.shards[1].Events).Val() == 1
 		})
 		errs := reported()
 		for i, e := range errs {
@@ -190,10 +190,10 @@ func TestRunReportsEveryErrorToTheHook(t *testing.T) {
 				t.Fatalf("report %d: retry %v, want %v to %v", i, errs[i].Retry, lo, retryMax)
 			}
 		}
-		if err := b.rdb.Del(ctx, s.shards[2].events).Err(); err != nil {
+		if err := b.rdb.Del(ctx, s.shards[2].Events).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "shard 2 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[2].events).Val() == 1 })
+		waitFor(t, "shard 2 swept once healed", func() bool { return b.rdb.XLen(ctx, s.shards[2].Events).Val() == 1 })
 		stop()
 		if out := logs.String(); out != "" {
 			t.Fatalf("logged with a hook set: %s", out)
@@ -212,7 +212,7 @@ func TestRunReportsToTheErrorHandler(t *testing.T) {
 		for _, o := range oneOwnerPerShard(s) {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
-		if err := b.rdb.Set(ctx, s.shards[1].events, "x", 0).Err(); err != nil {
+		if err := b.rdb.Set(ctx, s.shards[1].Events, "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -285,7 +285,7 @@ func TestRunRetakesItsLeasesAfterAnOutage(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second)
 	waitFor(t, "both shards swept after the outage", func() bool {
-		return rdb.XLen(ctx, s.shards[0].events).Val() == 1 && rdb.XLen(ctx, s.shards[1].events).Val() == 1
+		return rdb.XLen(ctx, s.shards[0].Events).Val() == 1 && rdb.XLen(ctx, s.shards[1].Events).Val() == 1
 	})
 	waitFor(t, "the lease renewed", func() bool { return len(leases()) == 1 })
 	if l := leases(); !slices.Equal(l, held) {
@@ -305,7 +305,7 @@ func TestSweepOnceSweepsPastAFailingShard(t *testing.T) {
 		for _, o := range oneOwnerPerShard(s) {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
-		if err := b.rdb.Set(ctx, s.shards[0].events, "not a stream", 0).Err(); err != nil {
+		if err := b.rdb.Set(ctx, s.shards[0].Events, "not a stream", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(2 * time.Second)
@@ -318,7 +318,7 @@ func TestSweepOnceSweepsPastAFailingShard(t *testing.T) {
 			t.Errorf("SweepOnce swept %d members, want 3 (shards 1 to 3)", st.Expired)
 		}
 		for i := 1; i < 4; i++ {
-			if n := b.rdb.XLen(ctx, s.shards[i].events).Val(); n != 1 {
+			if n := b.rdb.XLen(ctx, s.shards[i].Events).Val(); n != 1 {
 				t.Errorf("shard %d: %d events, want 1", i, n)
 			}
 		}
@@ -345,15 +345,15 @@ func TestSweepWrongTypeKeepsMembers(t *testing.T) {
 				d1 := must[time.Time](t)(s.Add(ctx, "o", "m1", time.Second))
 				d2 := must[time.Time](t)(s.Add(ctx, "o", "m2", time.Hour))
 				clk.Advance(2 * time.Second)
-				broken := sk.events
+				broken := sk.Events
 				if payloads {
-					broken = sk.payload + "o"
+					broken = sk.Payload + "o"
 				}
 				if err := b.rdb.Set(ctx, broken, "not mine", 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 				w := newSweeper(t, s)
-				if _, err := w.sweepBatch(ctx, sk, []string{"o"}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				if _, err := w.sweepBatch(ctx, sk.Shard, []string{"o"}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 					t.Fatalf("sweep over a %s of another type: %v, want WRONGTYPE", broken, err)
 				}
 				zs := must[[]redis.Z](t)(b.rdb.ZRangeWithScores(ctx, s.OwnerKey("o"), 0, -1).Result())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 )
 
 // A sweeper in another process killed (SIGKILL) in the middle of a drain
@@ -76,13 +77,13 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		h.mu.Unlock()
 		swept, _ := strconv.Atoi(strings.Fields(lastLine)[2])
 		// The shards the helper's lease holds, and how long it has left.
-		reg := must[registry](t)(s.sweepers(ctx, "", -1))
+		reg := must[store.Registry](t)(s.sweepers(ctx, "", -1))
 		end := b.rdb.ZScore(ctx, sweepersKey(s.name), helper[0]).Val()
-		leaseLeft := time.Duration(int64(end)-reg.now) * time.Millisecond
+		leaseLeft := time.Duration(int64(end)-reg.Now) * time.Millisecond
 		leaseRead := time.Now()
 		var held []int
 		for i := range s.shards {
-			if holder(reg.tokens, i) == helper[0] {
+			if holder(reg.Tokens, i) == helper[0] {
 				held = append(held, i)
 			}
 		}
@@ -100,7 +101,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		waitHealed(t, "every member swept after the kill", killWait, func() error {
 			n := int64(0)
 			for _, sk := range s.shards {
-				n += b.rdb.XLen(ctx, sk.events).Val()
+				n += b.rdb.XLen(ctx, sk.Events).Val()
 			}
 			if n < total {
 				return fmt.Errorf("%d events of %d", n, total)
@@ -118,7 +119,7 @@ func TestKillSweeperMidDrain(t *testing.T) {
 		var firstAfter, lastAfter int64 = -1, -1
 		killMs := killed.UnixMilli()
 		for i, sk := range s.shards {
-			for _, m := range b.rdb.XRange(ctx, sk.events, "-", "+").Val() {
+			for _, m := range b.rdb.XRange(ctx, sk.Events, "-", "+").Val() {
 				e, err := parseExpiry(i, m, 0)
 				if err != nil {
 					t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,7 +45,7 @@ func indexOf(t *testing.T, s *Set) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, sk := range s.shards {
-		zs, err := s.rdb.ZRangeWithScores(context.Background(), sk.due, 0, -1).Result()
+		zs, err := s.rdb.ZRangeWithScores(context.Background(), sk.Due, 0, -1).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +61,7 @@ func eventsOf(t *testing.T, s *Set) []Expiry {
 	t.Helper()
 	var out []Expiry
 	for i, sk := range s.shards {
-		msgs, err := s.rdb.XRange(context.Background(), sk.events, "-", "+").Result()
+		msgs, err := s.rdb.XRange(context.Background(), sk.Events, "-", "+").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,9 +211,9 @@ func TestSweepLatenessAndStale(t *testing.T) {
 		}
 		// A stale early entry, and one of an owner that no longer exists.
 		sk := s.shards[0]
-		b.rdb.ZAdd(ctx, sk.due, redisZ(float64(clk.Now().UnixMilli()-5000), "ghost"))
+		b.rdb.ZAdd(ctx, sk.Due, redisZ(float64(clk.Now().UnixMilli()-5000), "ghost"))
 		must[time.Time](t)(s.Add(ctx, "d", "x", time.Hour))
-		b.rdb.ZAdd(ctx, sk.due, redisZ(float64(clk.Now().UnixMilli()), "d"))
+		b.rdb.ZAdd(ctx, sk.Due, redisZ(float64(clk.Now().UnixMilli()), "d"))
 		clk.Advance(4 * time.Second)
 		st, err := newSweeper(t, s).SweepOnce(ctx)
 		if err != nil {
@@ -261,7 +262,7 @@ func TestNoIndexWithoutEvents(t *testing.T) {
 		must[Decision](t)(q.Acquire(ctx, "v", "b", time.Minute))
 		must[Decision](t)(q.Acquire(ctx, "v", "c", time.Millisecond))
 		must[int](t)(s.Remove(ctx, "u", "a"))
-		if n := b.rdb.Exists(ctx, s.shards[0].due).Val(); n != 0 {
+		if n := b.rdb.Exists(ctx, s.shards[0].Due).Val(); n != 0 {
 			t.Fatalf("a set without events or WithSweepIndex wrote its due index")
 		}
 		checkKeyTTL(t, b, s.OwnerKey("v"), time.Minute)
@@ -512,13 +513,13 @@ func TestLeaseStolen(t *testing.T) {
 			must[time.Time](t)(s.Add(ctx, o, "m", time.Second))
 		}
 		clk.Advance(time.Second)
-		waitFor(t, "our shard's sweep", func() bool { return b.rdb.XLen(ctx, s.shards[ours].events).Val() == 1 })
+		waitFor(t, "our shard's sweep", func() bool { return b.rdb.XLen(ctx, s.shards[ours].Events).Val() == 1 })
 		time.Sleep(50 * time.Millisecond)
-		if n := b.rdb.XLen(ctx, s.shards[theirs].events).Val(); n != 0 {
+		if n := b.rdb.XLen(ctx, s.shards[theirs].Events).Val(); n != 0 {
 			t.Fatalf("shard %d swept under the thief's lease: %d events", theirs, n)
 		}
 		b.rdb.ZRem(ctx, key, "thief")
-		waitFor(t, "the thief's shard taken back", func() bool { return b.rdb.XLen(ctx, s.shards[theirs].events).Val() == 1 })
+		waitFor(t, "the thief's shard taken back", func() bool { return b.rdb.XLen(ctx, s.shards[theirs].Events).Val() == 1 })
 		stop()
 	})
 }
@@ -565,7 +566,7 @@ func TestSweepOnceSkipsLeasedShard(t *testing.T) {
 // sweeperTokens returns the tokens of the set's live sweeper leases, sorted.
 func sweeperTokens(t testing.TB, s *Set) []string {
 	t.Helper()
-	return must[registry](t)(s.sweepers(context.Background(), "", -1)).tokens
+	return must[store.Registry](t)(s.sweepers(context.Background(), "", -1)).Tokens
 }
 
 func TestSweepStatsAdd(t *testing.T) {

@@ -3,14 +3,14 @@ package expset
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/google/uuid"
 )
 
 // A Sweeper's lease. Each Sweeper.Run holds one lease, an entry of the set's
-// sweeper registry (sweepersKey, lua/sweepers.lua) that it renews about every
+// sweeper registry (sweepersKey, internal/store/lua/sweepers.lua) that it renews about every
 // third of WithLeaseTTL, and sweeps the shards the live leases assign it
 // (holder): the shards are dealt round-robin over the live sweepers, ordered
 // by token. Renewing costs one script call whatever the shard count, on one
@@ -23,56 +23,15 @@ import (
 // lease TTL. A sweeper killed keeps its shards until its lease ends; the
 // others read the registry when it ends and take them over.
 
+// sweepers runs internal/store/lua/sweepers.lua (internal/store/sweepers.go): ttl > 0
+// joins or renews token's lease, ttl 0 leaves, ttl < 0 only reads. One
+// round trip.
+func (s *Set) sweepers(ctx context.Context, token string, ttl time.Duration) (store.Registry, error) {
+	return s.st.Sweepers(ctx, token, ttl)
+}
+
 // sweepersKey is the key of set name's sweeper registry.
-func sweepersKey(name string) string { return keyPrefix + "{" + name + "}:sweepers" }
-
-var scriptSweepers = script("sweepers.lua")
-
-// registry is one reply of lua/sweepers.lua.
-type registry struct {
-	now    int64    // the server's TIME, ms
-	joined bool     // the caller's entry was not there
-	tokens []string // the live sweepers, sorted
-	first  int64    // the earliest lease end of the others (ms, server TIME); 0 when none
-}
-
-// sweepers runs lua/sweepers.lua: ttl > 0 joins or renews token's lease, ttl
-// 0 leaves, ttl < 0 only reads. One round trip.
-func (s *Set) sweepers(ctx context.Context, token string, ttl time.Duration) (registry, error) {
-	arg := ""
-	if ttl >= 0 {
-		arg = fmt.Sprint(ttl.Milliseconds())
-	}
-	v, err := s.run(ctx, "lease", -1, scriptSweepers, []string{sweepersKey(s.name)}, token, arg)
-	if err != nil {
-		return registry{}, err
-	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 2 || len(xs)%2 != 0 {
-		return registry{}, unexpected("sweepers.lua", v)
-	}
-	var r registry
-	var joined int64
-	r.now, ok = asInt64(xs[0])
-	joined, ok2 := asInt64(xs[1])
-	if !ok || !ok2 {
-		return registry{}, unexpected("sweepers.lua", v)
-	}
-	r.joined = joined == 1
-	for i := 2; i < len(xs); i += 2 {
-		tok, ok := asString(xs[i])
-		end, ok2 := asInt64(xs[i+1])
-		if !ok || !ok2 {
-			return registry{}, unexpected("sweepers.lua", v)
-		}
-		r.tokens = append(r.tokens, tok)
-		if tok != token && (r.first == 0 || end < r.first) {
-			r.first = end
-		}
-	}
-	slices.Sort(r.tokens)
-	return r, nil
-}
+func sweepersKey(name string) string { return store.SweepersKey(name) }
 
 // holder returns which of tokens (sorted) sweeps shard i: "" when none.
 func holder(tokens []string, i int) string {
@@ -117,15 +76,15 @@ func (w *Sweeper) renew(ctx context.Context, l *sweeperLease) error {
 	}
 	l.retry.ok()
 	first := l.tokens == nil
-	l.tokens, l.renewed = r.tokens, sent
+	l.tokens, l.renewed = r.Tokens, sent
 	l.next = sent.Add(l.ttl / 3)
 	l.peerEnd = time.Time{}
-	if r.first > 0 {
+	if r.First > 0 {
 		// The registry's clock is the server's: wait for the distance.
-		l.peerEnd = sent.Add(time.Duration(r.first-r.now) * time.Millisecond)
+		l.peerEnd = sent.Add(time.Duration(r.First-r.Now) * time.Millisecond)
 		l.next = minTime(l.next, l.peerEnd)
 	}
-	if r.joined && !first {
+	if r.Joined && !first {
 		return fmt.Errorf("%w: %s: the lease of sweeper %s had ended; taken anew", ErrLeaseLost, sweepersKey(w.set.name), l.token)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,18 +65,16 @@ func (q *Quota) AcquireWait(ctx context.Context, owner, member string, ttl time.
 }
 
 // wait queues a denied Acquire until it is admitted or ctx ends.
-func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, member string) (Decision, error) {
+func (r *waitRoom) wait(ctx context.Context, s *Set, c store.Acquire, owner, member string) (Decision, error) {
 	start := time.Now()
-	w, err := r.enter(ctx, s, owner, c.limit)
+	w, err := r.enter(ctx, s, owner, c.Limit)
 	if err != nil {
 		return Decision{}, s.waited(ctx, w, start, false, err)
 	}
 	defer r.exit(w)
 
-	// The waiter's call: acquire.lua with flag w, the leases key before the
-	// line key, and the ticket and lease after the other arguments.
-	keys := append(s.ownerKeys(owner), w.keys[0], w.keys[1])
-	args := c.waiterArgs(s, owner, w.ticket, waitLease)
+	// The waiter's call: acquire.lua with flag w, holding the ticket.
+	call := s.st.Waiter(c, w.ticket, waitLease)
 
 	var timer *time.Timer
 	defer func() {
@@ -87,38 +86,30 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	backoff := 10 * time.Millisecond
 	uncertain := false // a call may have admitted the member without our knowing
 	for {
-		v, durable, err := s.runWrite(ctx, "acquire", c.shard, scriptAcquire, keys, args, true, acquireWrote)
+		sd, q, queued, err := call.Acquire(ctx)
 		uncertain = err != nil
 		if err == nil {
 			backoff = 10 * time.Millisecond
-			rank, retry, queued, perr := parseQueued(v)
-			if perr != nil {
-				err, uncertain = perr, true
-			} else if !queued {
-				d, err := s.decided(ctx, acquireCall{shard: c.shard, keys: keys, limit: c.limit}, v, durable)
-				if err == nil {
-					if d.Existing {
-						// The member held a slot already (held before, or a
-						// retried admission): no ticket may stay behind.
-						r.leave(s, w)
-					}
-					return d, s.waited(ctx, w, start, true, nil)
+			if !queued {
+				d, _ := s.decided(ctx, c, sd, nil)
+				if d.Existing {
+					// The member held a slot already (held before, or a
+					// retried admission): no ticket may stay behind.
+					r.leave(s, w)
 				}
-				uncertain = true
-				return Decision{}, s.waited(ctx, w, start, false, r.giveUp(s, w, owner, member, uncertain, err))
-			} else {
-				w.rank.Store(int64(rank))
-				timerC = nil
-				if rank == 0 {
-					// The head waits for the earliest deadline, unless a
-					// wake-up comes first.
-					if timer == nil {
-						timer = time.NewTimer(retry)
-					} else {
-						timer.Reset(retry)
-					}
-					timerC = timer.C
+				return d, s.waited(ctx, w, start, true, nil)
+			}
+			w.rank.Store(int64(q.Rank))
+			timerC = nil
+			if q.Rank == 0 {
+				// The head waits for the earliest deadline, unless a
+				// wake-up comes first.
+				if timer == nil {
+					timer = time.NewTimer(q.Retry)
+				} else {
+					timer.Reset(q.Retry)
 				}
+				timerC = timer.C
 			}
 		}
 		if err != nil {
@@ -145,24 +136,6 @@ func (r *waitRoom) wait(ctx context.Context, s *Set, c acquireCall, owner, membe
 	}
 }
 
-// parseQueued reads a waiter's denial, {3, count, rank, retry}; queued is
-// false for any other reply (an admission, parsed by parseDecision).
-func parseQueued(v any) (rank int, retry time.Duration, queued bool, err error) {
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 4 {
-		return 0, 0, false, nil
-	}
-	if st, ok := asInt64(xs[0]); !ok || st != 3 {
-		return 0, 0, false, nil
-	}
-	r, ok1 := asInt64(xs[2])
-	ms, ok2 := asInt64(xs[3])
-	if !ok1 || !ok2 || r < 0 {
-		return 0, 0, true, unexpected("acquire.lua", v)
-	}
-	return int(r), time.Duration(max(ms, 1)) * time.Millisecond, true, nil
-}
-
 // giveUp ends a wait that will not be admitted: it leaves the line and,
 // when the last call's outcome is unknown (it may have admitted the member
 // before ctx ended), releases the member, so the caller holds nothing. It
@@ -187,8 +160,7 @@ func (r *waitRoom) giveUp(s *Set, w *waiter, owner, member string, uncertain boo
 func (r *waitRoom) leave(s *Set, w *waiter) error {
 	ctx, cancel := context.WithTimeout(context.Background(), waitCleanup)
 	defer cancel()
-	_, err := s.run(ctx, "wait-leave", w.shard, scriptLeave, w.keys, s.now(), w.ticket)
-	return err
+	return s.st.WaitLeave(ctx, w.owner, w.ticket)
 }
 
 // waited reports a finished wait to Hooks.OnWait and returns err.
@@ -235,7 +207,7 @@ type waitRoom struct {
 	id      string                        // random ticket prefix, set on first use
 	seq     uint64                        // tickets issued
 	waiters map[string]*waiter            // by ticket
-	lines   map[string]map[string]*waiter // line key -> ticket -> waiter
+	lines   map[string]map[string]*waiter // owner -> ticket -> waiter
 	subs    map[int]*subscription         // by shard
 	keep    *keepAlive                    // nil when no one waits
 }
@@ -245,7 +217,7 @@ type waiter struct {
 	ticket string
 	shard  int
 	limit  int
-	keys   []string      // the owner's leases and line keys
+	owner  string        // the owner whose line it is in
 	wake   chan struct{} // a wake-up for this waiter (buffer 1)
 	rank   atomic.Int64  // its rank at its last call (-1 before the first)
 }
@@ -273,13 +245,13 @@ func (r *waitRoom) enter(ctx context.Context, s *Set, owner string, limit int) (
 		r.subs = map[int]*subscription{}
 	}
 	w := &waiter{ticket: r.ticketID(), shard: s.ShardOf(owner), limit: limit,
-		keys: []string{sk.leases + owner, sk.line + owner}, wake: make(chan struct{}, 1)}
+		owner: owner, wake: make(chan struct{}, 1)}
 	w.rank.Store(-1)
 	r.waiters[w.ticket] = w
-	line := r.lines[w.keys[1]]
+	line := r.lines[w.owner]
 	if line == nil {
 		line = map[string]*waiter{}
-		r.lines[w.keys[1]] = line
+		r.lines[w.owner] = line
 	}
 	line[w.ticket] = w
 	sub := r.subs[w.shard]
@@ -287,7 +259,7 @@ func (r *waitRoom) enter(ctx context.Context, s *Set, owner string, limit int) (
 		// Each wake-up names a ticket; every (re)subscription after the
 		// first asks the keep-alive to run at once, which wakes any head
 		// whose wake-up was lost meanwhile.
-		sub = s.subscribe(subscriber{op: "wait-subscribe", shard: w.shard, channels: []string{sk.wake},
+		sub = s.subscribe(subscriber{op: "wait-subscribe", shard: w.shard, channels: []string{sk.Wake},
 			message: func(m *redis.Message) { r.wakeTicket(m.Payload) }, resubscribed: r.kick})
 		r.subs[w.shard] = sub
 	}
@@ -318,10 +290,10 @@ func (r *waitRoom) exit(w *waiter) {
 		return
 	}
 	delete(r.waiters, w.ticket)
-	line := r.lines[w.keys[1]]
+	line := r.lines[w.owner]
 	delete(line, w.ticket)
 	if len(line) == 0 {
-		delete(r.lines, w.keys[1])
+		delete(r.lines, w.owner)
 	}
 	var sub *subscription
 	if !r.shardBusy(w.shard) {
@@ -417,22 +389,20 @@ func (k *keepAlive) run(ctx context.Context, r *waitRoom, s *Set) {
 // waiter whose ticket lapsed (it joins again, at the back).
 func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 	type batch struct {
-		keys    []string
+		owner   string
 		shard   int
 		tickets []string
 	}
 	var batches []batch
 	r.mu.Lock()
-	for _, line := range r.lines {
-		var b batch
+	for owner, line := range r.lines {
+		b := batch{owner: owner}
 		for t, w := range line {
-			if b.keys == nil {
-				b.keys, b.shard = w.keys, w.shard
-			}
+			b.shard = w.shard
 			b.tickets = append(b.tickets, t)
 			if len(b.tickets) == maxBatch {
 				batches = append(batches, b)
-				b = batch{keys: w.keys, shard: w.shard}
+				b = batch{owner: owner, shard: w.shard}
 			}
 		}
 		if len(b.tickets) > 0 {
@@ -441,16 +411,7 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 	}
 	r.mu.Unlock()
 	for _, b := range batches {
-		args := make([]any, 0, 2+len(b.tickets))
-		args = append(args, s.now(), waitLease.Milliseconds())
-		for _, t := range b.tickets {
-			args = append(args, t)
-		}
-		v, err := s.run(ctx, "wait-renew", b.shard, scriptRenew, b.keys, args...)
-		xs, ok := v.([]any)
-		if err == nil && (!ok || len(xs) < 1) {
-			err = unexpected("wait_renew.lua", v)
-		}
+		rn, err := s.st.WaitRenew(ctx, b.owner, waitLease, b.tickets)
 		if err != nil {
 			// The next round retries; the tickets' leases outlast a few
 			// failed rounds.
@@ -461,13 +422,13 @@ func (r *waitRoom) renewAll(ctx context.Context, s *Set, force bool) {
 			continue
 		}
 		r.mu.Lock()
-		if head, _ := asString(xs[0]); head != "" {
-			if w := r.waiters[head]; w != nil && (force || w.rank.Load() != 0) {
+		if rn.Head != "" {
+			if w := r.waiters[rn.Head]; w != nil && (force || w.rank.Load() != 0) {
 				w.signal()
 			}
 		}
-		for _, e := range xs[1:] {
-			if t, _ := asString(e); r.waiters[t] != nil {
+		for _, t := range rn.Lost {
+			if r.waiters[t] != nil {
 				r.waiters[t].signal()
 			}
 		}

@@ -20,7 +20,7 @@ import (
 // waitKeys returns owner's wait line and ticket leases keys.
 func waitKeys(s *Set, owner string) (line, leases string) {
 	sk := &s.shards[s.ShardOf(owner)]
-	return sk.line + owner, sk.leases + owner
+	return sk.Line + owner, sk.Leases + owner
 }
 
 // waitQueued waits until owner's line holds n tickets.

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/expset/expset/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -79,20 +80,20 @@ func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON
 		return err
 	}
 	key := set.OwnerKey(owner)
-	now, err := c.rdb.Time(ctx).Result()
+	st := store.New(c.rdb, name, store.Options{Shards: set.Shards()})
+	now, err := st.ServerTime(ctx)
 	if err != nil {
 		return fmt.Errorf("read the server's TIME: %w", err)
 	}
-	zs, err := c.rdb.ZRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
+	es, err := st.OwnerEntries(ctx, owner, 0, limit)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", key, err)
 	}
 	rep := inspectReport{Set: name, Owner: owner, OwnerB64: exact(owner), Shard: set.ShardOf(owner), Key: key, KeyB64: exact(key),
 		Now: now.UTC().Truncate(time.Millisecond), Members: []inspectMember{}}
-	for _, z := range zs {
-		member, _ := z.Member.(string)
-		d := time.UnixMilli(int64(z.Score)).UTC()
-		m := inspectMember{Member: member, MemberB64: exact(member), Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
+	for _, e := range es {
+		d := e.Deadline.UTC()
+		m := inspectMember{Member: e.ID, MemberB64: exact(e.ID), Deadline: d, LeftMS: d.Sub(rep.Now).Milliseconds(), Expired: !d.After(rep.Now)}
 		if m.Expired {
 			rep.Expired++
 		} else {
@@ -124,7 +125,7 @@ func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON
 		return err
 	}
 	more := ""
-	if len(zs) == limit {
+	if len(es) == limit {
 		more = fmt.Sprintf(" (showing the first %d; --limit to see more)", limit)
 	}
 	fmt.Fprintf(stdout, "\n%d live, %d expired awaiting the sweeper%s\n", rep.Live, rep.Expired, more)

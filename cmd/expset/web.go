@@ -179,7 +179,7 @@ func (s *webServer) serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); sample(sctx, s.rdb, s.sets) }()
+	go func() { defer wg.Done(); sample(sctx, s.sets) }()
 	defer func() { cancel(); wg.Wait() }()
 
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}

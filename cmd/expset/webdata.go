@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // What "expset web" reads, and how much at most. Every read is bounded: a
 // page of dead letters reads the streams in steps of webScanBatch entries
 // from an exclusive start (deadscan.lua: XRANGE with COUNT, the filter
-// applied in Redis), counts them all with XLEN, and counts those a filter
+// applied in Redis; internal/store/lua/deadscan.lua), counts them all with XLEN, and counts those a filter
 // selects in the same pass as its first page, stopping after
 // webCountBudget entries.
 const (
@@ -42,8 +43,9 @@ type webSet struct {
 	name   string
 	set    *expset.Set
 	cfg    expset.Configuration
-	events []string // per shard: the expiry event stream's key
-	dead   []string // per shard: the dead-letter stream's key
+	st     *store.Store // the set's keys and reads
+	events []string     // per shard: the expiry event stream's key
+	dead   []string     // per shard: the dead-letter stream's key
 	rates  rates
 	counts countCache
 }
@@ -58,58 +60,22 @@ func openWebSet(ctx context.Context, c *conn, name string) (*webSet, error) {
 	if err != nil {
 		return nil, noSet(err, name, c)
 	}
-	st, err := set.Stats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w := &webSet{name: name, set: set, cfg: cfg}
-	for _, s := range st {
-		w.events = append(w.events, s.EventsKey)
-		w.dead = append(w.dead, s.DeadLettersKey)
+	w := &webSet{name: name, set: set, cfg: cfg,
+		st: store.New(c.rdb, name, store.Options{Shards: cfg.Shards, Events: cfg.Events, Payloads: cfg.Payloads, Index: cfg.Index})}
+	for _, k := range w.st.Shards() {
+		w.events = append(w.events, k.Events)
+		w.dead = append(w.dead, k.Dead)
 	}
 	return w, nil
 }
 
-// payloadKey is the key of owner's payload hash (the key layout in keys.go
-// of the library: the owner key with p: in place of o:).
-func (w *webSet) payloadKey(owner string) string {
-	return fmt.Sprintf("expset:{%s:%d}:p:%s", w.name, w.set.ShardOf(owner), owner)
-}
-
 // discoverSets lists the names of the sets recorded in Redis (their meta
-// keys), on every master of a cluster. It scans the whole keyspace once.
+// keys), on every master of a cluster, sorted. It scans the whole keyspace
+// once.
 func discoverSets(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
-	var (
-		mu    sync.Mutex
-		names []string
-	)
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, "expset:{*}:meta", 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			name := strings.TrimSuffix(strings.TrimPrefix(k, "expset:{"), "}:meta")
-			if name != k && !strings.ContainsAny(name, "{}") {
-				mu.Lock()
-				names = append(names, name)
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, rdb)
-	}
+	names, err := store.Sets(ctx, rdb)
 	sort.Strings(names)
 	return names, err
-}
-
-// noKey reports whether err is Redis saying a stream is not there (XINFO of
-// a missing key).
-func noKey(err error) bool {
-	return redis.HasErrorPrefix(err, "no such key")
 }
 
 // groupRow is one consumer group over all shards of a set.
@@ -151,51 +117,26 @@ type counters struct {
 // (XINFO GROUPS and XINFO STREAM: one pipelined round trip) and, with
 // detail, the groups' consumers and the lag Redis cannot tell (XINFO
 // CONSUMERS, XRANGE of at most webLagCount+1 entries: one more).
-func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, detail bool) ([]groupRow, counters, error) {
+func (w *webSet) readGroups(ctx context.Context, detail bool) ([]groupRow, counters, error) {
 	cnt := counters{At: time.Now(), Known: true}
 	if !w.cfg.Events {
 		cnt.Known = false
 		return nil, cnt, nil
 	}
-	pipe := rdb.Pipeline()
-	groups := make([]*redis.XInfoGroupsCmd, len(w.events))
-	evInfo := make([]*redis.XInfoStreamCmd, len(w.events))
-	deadInfo := make([]*redis.XInfoStreamCmd, len(w.events))
-	for i := range w.events {
-		groups[i] = pipe.XInfoGroups(ctx, w.events[i])
-		evInfo[i] = pipe.XInfoStream(ctx, w.events[i])
-		deadInfo[i] = pipe.XInfoStream(ctx, w.dead[i])
+	shards, err := w.st.ReadStreamInfo(ctx, detail, webLagCount)
+	if err != nil {
+		return nil, cnt, err
 	}
-	_, _ = pipe.Exec(ctx) // a missing stream fails its XINFO: read per command
 	byName := map[string]*groupRow{}
-	type gc struct {
-		row  *groupRow
-		cmds *redis.XInfoConsumersCmd
-		lag  *redis.XMessageSliceCmd // where Redis cannot tell the lag
-	}
-	var cons []gc
-	pipe = rdb.Pipeline()
-	for i := range w.events {
-		for _, c := range []*redis.XInfoStreamCmd{evInfo[i], deadInfo[i]} {
-			if err := c.Err(); err != nil && !noKey(err) {
-				return nil, cnt, fmt.Errorf("read %s: %w", c.Args()[2], err)
-			}
-		}
-		if v := evInfo[i].Val(); v != nil {
+	for _, sh := range shards {
+		if v := sh.Events; v != nil {
 			cnt.Expiries += v.EntriesAdded
 			cnt.Known = cnt.Known && (v.EntriesAdded > 0 || v.Length == 0)
 		}
-		if v := deadInfo[i].Val(); v != nil {
+		if v := sh.Dead; v != nil {
 			cnt.Buried += v.EntriesAdded
 		}
-		g := groups[i]
-		if err := g.Err(); err != nil {
-			if noKey(err) {
-				continue
-			}
-			return nil, cnt, fmt.Errorf("read %s: %w", w.events[i], err)
-		}
-		for _, x := range g.Val() {
+		for _, x := range sh.Groups {
 			row := byName[x.Name]
 			if row == nil {
 				row = &groupRow{Name: x.Name}
@@ -204,53 +145,9 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 			row.Shards++
 			row.Pending += x.Pending
 			cnt.Delivered += x.EntriesRead
-			if !detail {
-				continue
-			}
-			c := gc{row: row, cmds: pipe.XInfoConsumers(ctx, w.events[i], x.Name)}
-			if x.Lag >= 0 {
-				row.Lag += x.Lag
-			} else {
-				// Entries were deleted (every group had them): Redis does
-				// not count what is left after last-delivered-id; count it,
-				// up to webLagCount.
-				c.lag = pipe.XRangeN(ctx, w.events[i], "("+x.LastDeliveredID, "+", webLagCount+1)
-			}
-			cons = append(cons, c)
-		}
-	}
-	if len(cons) > 0 {
-		_, _ = pipe.Exec(ctx)
-	}
-	for _, c := range cons {
-		if c.lag != nil {
-			n := int64(len(c.lag.Val()))
-			if n > webLagCount {
-				n = webLagCount
-				c.row.LagMore = true
-			}
-			c.row.Lag += n
-		}
-		if err := c.cmds.Err(); err != nil {
-			if noKey(err) || redis.HasErrorPrefix(err, "NOGROUP") {
-				continue // deleted in between
-			}
-			return nil, cnt, fmt.Errorf("read the consumers of %s: %w", c.row.Name, err)
-		}
-		for _, x := range c.cmds.Val() {
-			idx := -1
-			for j, r := range c.row.Consumers {
-				if r.Name == x.Name {
-					idx = j
-				}
-			}
-			if idx < 0 {
-				c.row.Consumers = append(c.row.Consumers, consumerRow{Name: x.Name, Idle: x.Idle})
-				idx = len(c.row.Consumers) - 1
-			}
-			r := &c.row.Consumers[idx]
-			r.Pending += x.Pending
-			r.Idle = min(r.Idle, x.Idle)
+			row.Lag += x.Lag
+			row.LagMore = row.LagMore || x.LagMore
+			row.addConsumers(x.Consumers)
 		}
 	}
 	out := make([]groupRow, 0, len(byName))
@@ -265,6 +162,26 @@ func (w *webSet) readGroups(ctx context.Context, rdb redis.UniversalClient, deta
 		}
 	}
 	return out, cnt, nil
+}
+
+// addConsumers adds the consumers of one shard's stream to the group's,
+// by name: their pending events summed, the least idle time kept.
+func (g *groupRow) addConsumers(cs []redis.XInfoConsumer) {
+	for _, x := range cs {
+		idx := -1
+		for j, r := range g.Consumers {
+			if r.Name == x.Name {
+				idx = j
+			}
+		}
+		if idx < 0 {
+			g.Consumers = append(g.Consumers, consumerRow{Name: x.Name, Idle: x.Idle})
+			idx = len(g.Consumers) - 1
+		}
+		r := &g.Consumers[idx]
+		r.Pending += x.Pending
+		r.Idle = min(r.Idle, x.Idle)
+	}
 }
 
 // readRunning fills in each group's handler calls running under owner
@@ -337,13 +254,13 @@ func (r *rates) series() ([]ratePoint, bool, error) {
 
 // sample reads the counters of every set every webSampleEvery until ctx
 // ends.
-func sample(ctx context.Context, rdb redis.UniversalClient, sets []*webSet) {
+func sample(ctx context.Context, sets []*webSet) {
 	t := time.NewTicker(webSampleEvery)
 	defer t.Stop()
 	for {
 		for _, w := range sets {
 			if w.cfg.Events {
-				_, c, err := w.readGroups(ctx, rdb, false)
+				_, c, err := w.readGroups(ctx, false)
 				w.rates.add(c, err)
 			}
 		}
@@ -357,33 +274,16 @@ func sample(ctx context.Context, rdb redis.UniversalClient, sets []*webSet) {
 
 // ownerDue is an owner of the due index with its score (at or before its
 // earliest deadline).
-type ownerDue struct {
-	Owner string
-	Shard int
-	Due   time.Time
-}
+type ownerDue = store.DueOwner
 
 // nextOwners returns up to n owners with the earliest scores in the due
 // indexes (one pipelined ZRANGE per shard).
-func (w *webSet) nextOwners(ctx context.Context, rdb redis.UniversalClient, st []expset.ShardStats, n int) ([]ownerDue, error) {
-	pipe := rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, len(st))
-	for i, s := range st {
-		// The due index's key sits beside the event stream's: expset:{name:S}:due.
-		cmds[i] = pipe.ZRangeWithScores(ctx, strings.TrimSuffix(s.EventsKey, "ev")+"due", 0, int64(n-1))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+func (w *webSet) nextOwners(ctx context.Context, n int) ([]ownerDue, error) {
+	out, err := w.st.NextDue(ctx, n)
+	if err != nil {
 		return nil, fmt.Errorf("read the due indexes of %s: %w", w.name, err)
 	}
-	var out []ownerDue
-	for i, c := range cmds {
-		for _, z := range c.Val() {
-			o, _ := z.Member.(string)
-			out = append(out, ownerDue{Owner: o, Shard: i, Due: time.UnixMilli(int64(z.Score))})
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Due.Before(out[b].Due) })
-	return out[:min(n, len(out))], nil
+	return out, nil
 }
 
 // memberRow is one member of an owner, as the page shows it.
@@ -409,34 +309,15 @@ type ownerPage struct {
 
 // readOwner reads a page of owner's members from offset (ZRANGE by rank,
 // ZCARD, TIME and one HSTRLEN per member with payloads: two round trips).
-func (w *webSet) readOwner(ctx context.Context, rdb redis.UniversalClient, owner string, offset int) (ownerPage, error) {
+func (w *webSet) readOwner(ctx context.Context, owner string, offset int) (ownerPage, error) {
 	p := ownerPage{Owner: owner, Shard: w.set.ShardOf(owner), Key: w.set.OwnerKey(owner), Offset: offset}
-	pipe := rdb.Pipeline()
-	now := pipe.Time(ctx)
-	count := pipe.ZCard(ctx, p.Key)
-	zs := pipe.ZRangeWithScores(ctx, p.Key, int64(offset), int64(offset+webPageSize-1))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return p, fmt.Errorf("read %s: %w", p.Key, err)
+	pg, err := w.st.ReadOwnerPage(ctx, owner, offset, webPageSize, w.cfg.Payloads)
+	if err != nil {
+		return p, err
 	}
-	p.Now, p.Count = now.Val(), count.Val()
-	var sizes []*redis.IntCmd
-	if w.cfg.Payloads && len(zs.Val()) > 0 {
-		pipe = rdb.Pipeline()
-		for _, z := range zs.Val() {
-			m, _ := z.Member.(string)
-			sizes = append(sizes, pipe.HStrLen(ctx, w.payloadKey(owner), m))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return p, fmt.Errorf("read %s: %w", w.payloadKey(owner), err)
-		}
-	}
-	for i, z := range zs.Val() {
-		m, _ := z.Member.(string)
-		d := time.UnixMilli(int64(z.Score))
-		r := memberRow{ID: m, Deadline: d, Left: d.Sub(p.Now).Truncate(time.Millisecond), Expired: !d.After(p.Now)}
-		if sizes != nil {
-			r.PayloadBytes = sizes[i].Val()
-		}
+	p.Now, p.Count = pg.Now, pg.Count
+	for _, e := range pg.Entries {
+		r := memberRow{ID: e.ID, Deadline: e.Deadline, Left: e.Deadline.Sub(p.Now).Truncate(time.Millisecond), Expired: !e.Deadline.After(p.Now), PayloadBytes: e.PayloadBytes}
 		p.Members = append(p.Members, r)
 	}
 	if int64(offset+webPageSize) < p.Count {
@@ -516,11 +397,6 @@ func parseRef(s string, shards int, emptyID bool) (cursor, error) {
 	return cursor{n, id}, nil
 }
 
-//go:embed lua/deadscan.lua
-var deadScanLua string
-
-var deadScan = redis.NewScript(deadScanLua)
-
 // filterDead reads the dead letters of the shards f selects from after, in
 // shard order, with deadscan.lua (the filter runs in Redis: only matches
 // travel), webScanBatch entries a call. It returns up to want matching
@@ -529,7 +405,7 @@ var deadScan = redis.NewScript(deadScanLua)
 // upTo, when not nil, holds per shard the last ID to read ("" to skip the
 // shard). It returns where the next page starts: after the want-th match,
 // else after the last entry read; and whether it read to the end.
-func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
+func (w *webSet) filterDead(ctx context.Context, f deadFilter, after cursor, want int, stop bool, budget int, upTo []string) (out []letter, matches int64, next cursor, done bool, err error) {
 	pos := after
 	defer func() {
 		next = pos
@@ -563,24 +439,18 @@ func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f de
 			if pos.ID != "" {
 				start = "(" + pos.ID
 			}
-			stopArg := "0"
-			if stop {
-				stopArg = "1"
-			}
-			v, err := deadScan.Run(ctx, rdb, []string{w.dead[shard]}, start, end, n, want-len(out), f.Group, f.Owner, text, stopArg).Result()
+			r, err := w.st.ScanDead(ctx, store.DeadScan{Shard: shard, Start: start, End: end, Read: n, Want: want - len(out),
+				Group: f.Group, Owner: f.Owner, Text: text, Stop: stop})
 			if err != nil {
 				return out, matches, pos, false, fmt.Errorf("read %s: %w", w.dead[shard], err)
 			}
-			last, got, m, entries, ok := parseDeadScan(v)
-			if !ok {
-				return out, matches, pos, false, fmt.Errorf("deadscan.lua on %s answered %v", w.dead[shard], v)
-			}
+			got := r.Read
 			read += got
-			matches += m
-			if last != "" {
-				pos.ID = last
+			matches += r.Matches
+			if r.Last != "" {
+				pos.ID = r.Last
 			}
-			for _, e := range entries {
+			for _, e := range r.Entries {
 				out = append(out, parseLetter(shard, e))
 			}
 			if stop && want > 0 && len(out) >= want {
@@ -594,55 +464,12 @@ func (w *webSet) filterDead(ctx context.Context, rdb redis.UniversalClient, f de
 	return out, matches, pos, true, nil
 }
 
-// parseDeadScan reads deadscan.lua's reply.
-func parseDeadScan(v any) (last string, read int, matches int64, entries []redis.XMessage, ok bool) {
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 4 {
-		return "", 0, 0, nil, false
-	}
-	last, ok1 := xs[0].(string)
-	n, ok2 := xs[1].(int64)
-	m, ok3 := xs[2].(int64)
-	es, ok4 := xs[3].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return "", 0, 0, nil, false
-	}
-	for _, e := range es {
-		pair, ok := e.([]any)
-		if !ok || len(pair) != 2 {
-			return "", 0, 0, nil, false
-		}
-		id, ok1 := pair[0].(string)
-		fields, ok2 := pair[1].([]any)
-		if !ok1 || !ok2 || len(fields)%2 != 0 {
-			return "", 0, 0, nil, false
-		}
-		msg := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
-		for i := 0; i < len(fields); i += 2 {
-			k, _ := fields[i].(string)
-			msg.Values[k] = fields[i+1]
-		}
-		entries = append(entries, msg)
-	}
-	return last, int(n), m, entries, true
-}
-
 // lastDeadIDs returns the newest dead letter's ID of every shard ("" for
 // an empty one), in one pipelined round trip.
-func (w *webSet) lastDeadIDs(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
-	pipe := rdb.Pipeline()
-	cmds := make([]*redis.XMessageSliceCmd, len(w.dead))
-	for i, k := range w.dead {
-		cmds[i] = pipe.XRevRangeN(ctx, k, "+", "-", 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+func (w *webSet) lastDeadIDs(ctx context.Context) ([]string, error) {
+	out, err := w.st.LastDeadIDs(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("read the dead-letter streams of %s: %w", w.name, err)
-	}
-	out := make([]string, len(cmds))
-	for i, c := range cmds {
-		if v := c.Val(); len(v) == 1 {
-			out[i] = v[0].ID
-		}
 	}
 	return out, nil
 }
@@ -661,26 +488,22 @@ type deadPage struct {
 // readDead reads a page of dead letters after from: XLEN per shard for the
 // total, XRANGE with COUNT for the page, and with a filter a scan of at most
 // webCountBudget entries to count the matches.
-func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f deadFilter, from cursor) (deadPage, error) {
+func (w *webSet) readDead(ctx context.Context, f deadFilter, from cursor) (deadPage, error) {
 	var p deadPage
-	pipe := rdb.Pipeline()
-	lens := make([]*redis.IntCmd, len(w.dead))
-	for i, k := range w.dead {
-		lens[i] = pipe.XLen(ctx, k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	lens, err := w.st.DeadLengths(ctx)
+	if err != nil {
 		return p, fmt.Errorf("count the dead letters of %s: %w", w.name, err)
 	}
-	for i, c := range lens {
+	for i, n := range lens {
 		if f.Shard < 0 || f.Shard == i {
-			p.Total += c.Val()
+			p.Total += n
 		}
 	}
 	p.Matches = p.Total
 	first := from == cursor{max(f.Shard, 0), ""}
 	if f.any() && first {
 		// The first page and the count in one pass.
-		letters, m, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, false, webCountBudget, nil)
+		letters, m, next, done, err := w.filterDead(ctx, f, from, webPageSize, false, webCountBudget, nil)
 		if err != nil {
 			return p, err
 		}
@@ -691,7 +514,7 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 		w.counts.put(f, m, !done)
 		return p, nil
 	}
-	letters, _, next, done, err := w.filterDead(ctx, rdb, f, from, webPageSize, true, webPageBudget, nil)
+	letters, _, next, done, err := w.filterDead(ctx, f, from, webPageSize, true, webPageBudget, nil)
 	if err != nil {
 		return p, err
 	}
@@ -703,7 +526,7 @@ func (w *webSet) readDead(ctx context.Context, rdb redis.UniversalClient, f dead
 	if f.any() {
 		m, atLeast, ok := w.counts.get(f)
 		if !ok {
-			_, m, _, done, err = w.filterDead(ctx, rdb, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
+			_, m, _, done, err = w.filterDead(ctx, f, cursor{max(f.Shard, 0), ""}, 0, false, webCountBudget, nil)
 			if err != nil {
 				return p, err
 			}
@@ -755,15 +578,15 @@ func (c *countCache) put(f deadFilter, n int64, atLeast bool) {
 }
 
 // readLetter reads one dead letter, or fails with errNotFound.
-func (w *webSet) readLetter(ctx context.Context, rdb redis.UniversalClient, ref cursor) (letter, error) {
-	msgs, err := rdb.XRangeN(ctx, w.dead[ref.Shard], ref.ID, ref.ID, 1).Result()
+func (w *webSet) readLetter(ctx context.Context, ref cursor) (letter, error) {
+	m, found, err := w.st.DeadLetter(ctx, ref.Shard, ref.ID)
 	if err != nil {
 		return letter{}, fmt.Errorf("read %s: %w", w.dead[ref.Shard], err)
 	}
-	if len(msgs) == 0 {
+	if !found {
 		return letter{}, fmt.Errorf("%w: no dead letter %s in shard %d (kicked or deleted?)", errNotFound, ref.ID, ref.Shard)
 	}
-	return parseLetter(ref.Shard, msgs[0]), nil
+	return parseLetter(ref.Shard, m), nil
 }
 
 // act kicks (kick true) or deletes dead letters through the library, at most
@@ -795,15 +618,15 @@ func (w *webSet) act(ctx context.Context, kick bool, refs []cursor) (int, error)
 // actMatching kicks or deletes every dead letter f selects that was there
 // when it began (a kicked letter buried again meanwhile is left for the
 // next time), scanning and acting in batches.
-func (w *webSet) actMatching(ctx context.Context, rdb redis.UniversalClient, kick bool, f deadFilter) (int, error) {
-	upTo, err := w.lastDeadIDs(ctx, rdb)
+func (w *webSet) actMatching(ctx context.Context, kick bool, f deadFilter) (int, error) {
+	upTo, err := w.lastDeadIDs(ctx)
 	if err != nil {
 		return 0, err
 	}
 	total := 0
 	pos := cursor{max(f.Shard, 0), ""}
 	for {
-		letters, _, next, done, err := w.filterDead(ctx, rdb, f, pos, webActionBatch, true, 0, upTo)
+		letters, _, next, done, err := w.filterDead(ctx, f, pos, webActionBatch, true, 0, upTo)
 		if err != nil {
 			return total, err
 		}

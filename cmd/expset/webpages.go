@@ -285,7 +285,7 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, errors.New(d.Err))
 		return
 	}
-	if d.Groups, _, err = ws.readGroups(r.Context(), s.rdb, true); err != nil {
+	if d.Groups, _, err = ws.readGroups(r.Context(), true); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -297,7 +297,7 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 	if rerr != nil {
 		d.RErr = rerr.Error()
 	}
-	if d.Owners, err = ws.nextOwners(r.Context(), s.rdb, d.Shards, webOwnersShown); err != nil {
+	if d.Owners, err = ws.nextOwners(r.Context(), webOwnersShown); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -332,7 +332,7 @@ func (s *webServer) owner(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: at=%q: want an offset of 0 or more", errUsage, q.Get("at")))
 		return
 	}
-	op, err := ws.readOwner(r.Context(), s.rdb, o, at)
+	op, err := ws.readOwner(r.Context(), o, at)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -393,13 +393,13 @@ func (s *webServer) deadList(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	dp, err := ws.readDead(r.Context(), s.rdb, f, from)
+	dp, err := ws.readDead(r.Context(), f, from)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	d := deadData{deadPage: dp, Filter: f, After: after}
-	if d.Groups, _, err = ws.readGroups(r.Context(), s.rdb, false); err != nil {
+	if d.Groups, _, err = ws.readGroups(r.Context(), false); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -417,7 +417,7 @@ func (s *webServer) letter(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	l, err := ws.readLetter(r.Context(), s.rdb, ref)
+	l, err := ws.readLetter(r.Context(), ref)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -487,7 +487,7 @@ func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		what = fmt.Sprintf("all matching group=%q owner=%q error~%q shard=%s", f.Group, f.Owner, f.Err, f.ShardText())
-		n, err = ws.actMatching(r.Context(), s.rdb, kick, f)
+		n, err = ws.actMatching(r.Context(), kick, f)
 	default:
 		s.fail(w, fmt.Errorf("%w: do=%q: want kick, delete, kick-matching or delete-matching", errUsage, do))
 		return

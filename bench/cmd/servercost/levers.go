@@ -94,7 +94,7 @@ func acquireLevers(e *env) ([]workload, error) {
 		states     []string // the states it runs in (nil: all)
 	}
 	variants := []variant{
-		{name: "base-evalsha", what: "copy of lua/prelude.lua + lua/acquire.lua, EVALSHA (as Quota.Acquire)", call: evalsha(prelude+"\n"+body, libArgs)},
+		{name: "base-evalsha", what: "copy of internal/store/lua/prelude.lua + internal/store/lua/acquire.lua, EVALSHA (as Quota.Acquire)", call: evalsha(prelude+"\n"+body, libArgs)},
 		{name: "base-fcall", what: "the same body inside a Redis Function, FCALL", call: fcall("expsetlever_same", libArgs)},
 		{name: "base-fcall-top", what: "FCALL, the prelude at the library's top level (built once at load)", call: fcall("expsetlever_top", libArgs)},
 	}
@@ -216,7 +216,7 @@ func leverPrep(libraries map[string]string, st leverState, call leverCall, packe
 	}
 }
 
-// sweepLevers are lua/sweep.lua's copy and its variants, driven shard by
+// sweepLevers are internal/store/lua/sweep.lua's copy and its variants, driven shard by
 // shard the way Sweeper.SweepOnce drives sweep.lua (without the leases):
 // instructions per member reclaimed.
 func sweepLevers(e *env) ([]workload, error) {
@@ -225,7 +225,7 @@ func sweepLevers(e *env) ([]workload, error) {
 		name, file, what string
 		payloadKeys      bool
 	}{
-		{"sweep", "sweep.lua", "copy of lua/prelude.lua + lua/sweep.lua, driven as SweepOnce drives it", true},
+		{"sweep", "sweep.lua", "copy of internal/store/lua/prelude.lua + internal/store/lua/sweep.lua, driven as SweepOnce drives it", true},
 		{"sweep-lean", "sweep-lean.lua", "one read per owner for drop and re-file; index written once per round; string arguments", true},
 		{"sweep-lean-nopkeys", "sweep-lean.lua", "sweep-lean.lua without the payload keys declared (a set without payloads)", false},
 		{"sweep-lean-1field", "sweep-lean-1field.lua", "sweep-lean.lua, each event one field instead of three", true},

@@ -191,7 +191,7 @@ func run(ctx context.Context, goroutines int, j job) error {
 	return nil
 }
 
-// ttlBucket is the library's TTL bucket in ms (lua/prelude.lua's
+// ttlBucket is the library's TTL bucket in ms (internal/store/lua/prelude.lua's
 // TTL_BUCKET): the owner key of a set without events expires at the end of
 // its latest deadline's bucket.
 const ttlBucket = 16384

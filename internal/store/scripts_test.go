@@ -1,4 +1,4 @@
-package expset
+package store
 
 import (
 	"regexp"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestMaxBatchMatchesLua checks that the scripts' MAX_BATCH is maxBatch.
+// TestMaxBatchMatchesLua checks that the scripts' MAX_BATCH is MaxBatch.
 func TestMaxBatchMatchesLua(t *testing.T) {
 	t.Parallel()
 	src, err := luaFS.ReadFile("lua/prelude.lua")
@@ -18,16 +18,16 @@ func TestMaxBatchMatchesLua(t *testing.T) {
 	if m == nil {
 		t.Fatal("lua/prelude.lua defines no MAX_BATCH")
 	}
-	if n, _ := strconv.Atoi(string(m[1])); n != maxBatch {
-		t.Fatalf("MAX_BATCH = %d in lua/prelude.lua, maxBatch = %d in scripts.go", n, maxBatch)
+	if n, _ := strconv.Atoi(string(m[1])); n != MaxBatch {
+		t.Fatalf("MAX_BATCH = %d in lua/prelude.lua, MaxBatch = %d in scripts.go", n, MaxBatch)
 	}
 }
 
-// TestTTLBucketMatchesLua checks that the scripts' TTL_BUCKET is ttlBucket.
+// TestTTLBucketMatchesLua checks that the scripts' TTL_BUCKET is TTLBucket.
 func TestTTLBucketMatchesLua(t *testing.T) {
 	t.Parallel()
-	want := "local TTL_BUCKET = " + strconv.FormatInt(ttlBucket.Milliseconds(), 10) + "\n"
-	if src := luaSource("acquire.lua"); !strings.Contains(src, want) {
+	want := "local TTL_BUCKET = " + strconv.FormatInt(TTLBucket.Milliseconds(), 10) + "\n"
+	if src := Source("acquire.lua"); !strings.Contains(src, want) {
 		t.Fatalf("lua/prelude.lua lacks %q", want)
 	}
 }
@@ -69,7 +69,7 @@ func TestScriptHeaders(t *testing.T) {
 }
 
 // ownerScriptKeys is the one key order of the scripts that work on one
-// owner (Set.ownerKeys): each declares it, or KEYS[1] alone; a script's own
+// owner (Store.ownerKeys): each declares it, or KEYS[1] alone; a script's own
 // keys, if any, come after it (acquire.lua's eviction receipt, KEYS[5]).
 var ownerScriptKeys = []string{
 	"owner sorted set      expset:{name:S}:o:<owner>",

@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// acquire.go serves acquire.lua: Quota.Acquire, and AcquireWait's calls
+// (flag w).
+
+// Acquire is one Acquire's arguments, validated.
+type Acquire struct {
+	Owner, Member string
+	TTL           int64 // ms
+	Limit         int
+	Evict         bool  // WithEvictOldest (flag v)
+	Refresh       bool  // WithRefresh (flag r)
+	ReceiptTTL    int64 // ms: an eviction receipt's life (with Evict)
+	Payload       []byte
+	HasPayload    bool // a payload goes with the call (flag P), even an empty one
+}
+
+// Decision is acquire.lua's decision, in the fields of expset.Decision.
+type Decision struct {
+	Allowed    bool
+	Existing   bool
+	Count      int
+	Limit      int
+	Deadline   time.Time
+	RetryAfter time.Duration
+	Evicted    []string
+	Durable    bool
+}
+
+// acquireCall builds acquire.lua's call for a. The common call sends ttl,
+// member and limit alone; an evicting quota ignores the wait line and
+// declares the eviction receipt instead.
+func (s *Store) acquireCall(a Acquire) *Call {
+	flags := s.flags
+	if a.Evict {
+		flags += "v"
+	}
+	if a.Refresh {
+		flags += "r"
+	}
+	if a.HasPayload {
+		flags += "P"
+	}
+	args := []any{a.TTL, a.Member, a.Limit}
+	if flags != "" || s.clock != nil {
+		args = append(args, flags, s.now(), a.Owner)
+	}
+	if a.HasPayload {
+		args = append(args, a.Payload)
+	}
+	keys := s.lineKeys(a.Owner)
+	if a.Evict {
+		if !a.HasPayload {
+			args = append(args, "")
+		}
+		args = append(args, a.ReceiptTTL)
+		sk := &s.shards[s.ShardOf(a.Owner)]
+		keys = []string{sk.Owner + a.Owner, sk.Due, sk.Events, sk.Payload + a.Owner,
+			sk.Receipt + strconv.Itoa(len(a.Owner)) + ":" + a.Owner + a.Member}
+	}
+	return &Call{Op: "acquire", Shard: s.ShardOf(a.Owner), Script: scriptAcquire, Keys: keys, Args: args}
+}
+
+// waiterCall builds the call of a waiter of AcquireWait (acquire.lua's flag
+// w): a's call with every argument up to the owner, w among the flags, then
+// the ticket and its lease in ms, and the owner's leases key before its line
+// key.
+func (s *Store) waiterCall(a Acquire, ticket string, lease time.Duration) *Call {
+	c := s.acquireCall(Acquire{Owner: a.Owner, Member: a.Member, TTL: a.TTL, Limit: a.Limit, Refresh: a.Refresh, Payload: a.Payload, HasPayload: a.HasPayload})
+	if len(c.Args) == 3 {
+		c.Args = append(c.Args, "", s.now(), a.Owner)
+	}
+	c.Args[3] = c.Args[3].(string) + "w"
+	c.Args = append(c.Args, ticket, lease.Milliseconds())
+	c.Keys = append(s.ownerKeys(a.Owner), s.waitKeys(a.Owner)...)
+	return c
+}
+
+// readDecision reads acquire.lua's reply to a call at limit: one integer
+// (value*256 + count*4 + status) or the table {status, count, deadline,
+// retry, evicted...}.
+func readDecision(v any, limit int) (Decision, error) {
+	if x, ok := v.(int64); ok {
+		return packedDecision(v, x, limit)
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) < 4 {
+		return Decision{}, Unexpected("acquire.lua", v)
+	}
+	var n [4]int64
+	for i := range n {
+		if n[i], ok = Int64(xs[i]); !ok {
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+	}
+	d := Decision{Count: int(n[1]), Limit: limit}
+	switch n[0] {
+	case 0:
+		d.RetryAfter = time.Duration(n[3]) * time.Millisecond // 0 after a partial eviction
+	case 1, 2:
+		d.Allowed, d.Existing = true, n[0] == 2
+		d.Deadline = msTime(n[2])
+	default:
+		return Decision{}, Unexpected("acquire.lua", v)
+	}
+	for _, e := range xs[4:] {
+		id, ok := String(e)
+		if !ok {
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+		d.Evicted = append(d.Evicted, id)
+	}
+	return d, nil
+}
+
+// packedDecision reads the one-integer reply x (v) of acquire.lua.
+func packedDecision(v any, x int64, limit int) (Decision, error) {
+	if x < 0 {
+		return Decision{}, Unexpected("acquire.lua", v)
+	}
+	d := Decision{Count: int(x >> 2 & 63), Limit: limit}
+	switch x & 3 {
+	case 0:
+		d.RetryAfter = time.Duration(x>>8) * time.Millisecond
+	case 1, 2:
+		if d.Count < 1 || x>>8 < 1 {
+			// An allowed member counts itself and has a deadline.
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+		d.Allowed, d.Existing = true, x&3 == 2
+		d.Deadline = msTime(x >> 8)
+	default:
+		return Decision{}, Unexpected("acquire.lua", v)
+	}
+	return d, nil
+}
+
+// acquireWrote reports whether an acquire.lua reply admitted a member anew:
+// the one write an Acquire waits to see acknowledged.
+func acquireWrote(v any) bool {
+	d, err := readDecision(v, 1)
+	return err == nil && d.Allowed && !d.Existing
+}
+
+// decided reads the reply of c, an acquire.lua call at limit that ran:
+// its decision, Durable when WithDurability's acknowledgements came after
+// an admission anew.
+func decided(c *Call, limit int) (Decision, error) {
+	if c.Err != nil {
+		return Decision{}, c.Err
+	}
+	d, err := readDecision(c.Reply, limit)
+	d.Durable = c.Durable && d.Allowed && !d.Existing
+	return d, err
+}
+
+// Acquire runs acquire.lua for a and returns its decision.
+func (s *Store) Acquire(ctx context.Context, a Acquire) (Decision, error) {
+	c := s.acquireCall(a)
+	s.runWrite(ctx, c, true, acquireWrote)
+	return decided(c, a.Limit)
+}
+
+// Queued is a waiter's denial: its rank in the owner's line (0 for the
+// head) and, for the head, when the earliest deadline comes.
+type Queued struct {
+	Rank  int
+	Retry time.Duration
+}
+
+// readQueued reads a waiter's denial, {3, count, rank, retry}; queued is
+// false for any other reply (an admission, read by readDecision).
+func readQueued(v any) (q Queued, queued bool, err error) {
+	xs, ok := v.([]any)
+	if !ok || len(xs) != 4 {
+		return Queued{}, false, nil
+	}
+	if st, ok := Int64(xs[0]); !ok || st != 3 {
+		return Queued{}, false, nil
+	}
+	r, ok1 := Int64(xs[2])
+	ms, ok2 := Int64(xs[3])
+	if !ok1 || !ok2 || r < 0 {
+		return Queued{}, true, Unexpected("acquire.lua", v)
+	}
+	return Queued{Rank: int(r), Retry: time.Duration(max(ms, 1)) * time.Millisecond}, true, nil
+}
+
+// Waiter is the acquire.lua call of one AcquireWait, built once: every try
+// sends the same arguments.
+type Waiter struct {
+	s     *Store
+	c     *Call
+	limit int
+}
+
+// Waiter returns the call of a waiter of AcquireWait for a, holding ticket,
+// leased for lease.
+func (s *Store) Waiter(a Acquire, ticket string, lease time.Duration) *Waiter {
+	return &Waiter{s: s, c: s.waiterCall(a, ticket, lease), limit: a.Limit}
+}
+
+// Acquire runs the waiter's call and returns its decision, or queued with
+// its place when it is denied and waits on.
+func (w *Waiter) Acquire(ctx context.Context) (d Decision, q Queued, queued bool, err error) {
+	c := w.c
+	c.Reply, c.Err, c.Durable = nil, nil, false
+	w.s.runWrite(ctx, c, true, acquireWrote)
+	if c.Err != nil {
+		return Decision{}, Queued{}, false, c.Err
+	}
+	if q, queued, err = readQueued(c.Reply); queued || err != nil {
+		return Decision{}, q, queued, err
+	}
+	d, err = decided(c, w.limit)
+	return d, Queued{}, false, err
+}

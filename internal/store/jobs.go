@@ -1,0 +1,107 @@
+package store
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// jobs.go holds the layout the job scripts (put.lua, cancel_waiting.lua,
+// cancel.lua, job.lua, and jobs.lua, which the last two share) work on.
+//
+// Jobs without owners (Set.Put) are members of owners the set makes for
+// them: a job's ID picks its shard (ShardOf, as an owner's would) and, in
+// that shard, one of jobBuckets/shards buckets, whose owner is
+// JobOwnerPrefix and the bucket's number. The due index, the sweeper, the
+// event stream and Consume then treat a job as any member; only the Expiry
+// a handler gets shows it, with an empty Owner. Buckets keep each sorted set
+// small (Redis stores one of up to 128 members as a compact list: about a
+// quarter of the memory of a larger one) while the due index holds a
+// bounded number of them. The mapping is part of the stored layout: it must
+// never change.
+const (
+	JobOwnerPrefix = "\x00job:"
+	jobBuckets     = 8192 // buckets of a set over all its shards (at least one per shard)
+	JobScanCount   = 1000 // stream entries one call of job.lua or cancel.lua looks through
+)
+
+// ScheduleOwner is the owner of each shard's schedules (Set.PutSchedule):
+// a reserved owner like the job buckets.
+const ScheduleOwner = JobOwnerPrefix + "sched"
+
+// IsJobOwner reports whether an owner is a bucket of jobs (or the
+// schedules' owner).
+func IsJobOwner(owner string) bool { return strings.HasPrefix(owner, JobOwnerPrefix) }
+
+// jobKeys returns the shard, the bucket's owner and the owner keys
+// (ownerKeys) of the job with ID id.
+func (s *Store) jobKeys(id string) (int, string, []string) {
+	n := uint32(len(s.shards))
+	h := fnv32(id)
+	shard := int(h % n)
+	bucket := (h / n) % max(jobBuckets/n, 1)
+	owner := JobOwnerPrefix + strconv.FormatUint(uint64(bucket), 10)
+	return shard, owner, s.keysIn(shard, owner)
+}
+
+// JobBucket returns the shard of the job with ID id and the owner of its
+// bucket there.
+func (s *Store) JobBucket(id string) (shard int, owner string) {
+	shard, owner, _ = s.jobKeys(id)
+	return shard, owner
+}
+
+// receiptKey returns a key for the receipt of one job call in shard (see
+// lua/put.lua): the shard's receipt prefix, "#" (an eviction receipt's
+// name starts with a digit) and 96 random bits. The call's retries, sent by
+// the client with the same arguments, find it.
+func (s *Store) receiptKey(shard int) string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return s.shards[shard].Receipt + "#" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// jobReceiptMin is the shortest a job call's receipt lasts: past the
+// client's own retries (24s with go-redis's defaults on one server), a
+// receipt is only memory.
+const jobReceiptMin = 10 * time.Second
+
+// JobReceiptMillis is how long, in ms, the receipt of a job call lasts
+// (see receiptKey): the longest its client goes on sending a call
+// whose reply it lost again, (attempts) x (ReadTimeout + MaxRetryBackoff)
+// as the client's options say after their defaults, and at least
+// jobReceiptMin; a client of another kind gets jobReceiptMin. It is 0, and
+// the scripts write no receipt, for a *redis.Client or *redis.Ring that
+// never sends a call again (MaxRetries -1) on a set without WithDurability
+// (whose RunWrites may).
+func (s *Store) JobReceiptMillis() int64 {
+	attempts := 1
+	var read, backoff time.Duration
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		o := c.Options()
+		attempts, read, backoff = o.MaxRetries+1, o.ReadTimeout, o.MaxRetryBackoff
+	case *redis.Ring:
+		o := c.Options()
+		attempts, read, backoff = o.MaxRetries+1, o.ReadTimeout, o.MaxRetryBackoff
+	case *redis.ClusterClient:
+		// Each of its redirects and retries on a timeout runs the node
+		// client's retries.
+		o := c.Options()
+		attempts, read, backoff = (o.MaxRedirects+1)*(o.MaxRetries+1), o.ReadTimeout, o.MaxRetryBackoff
+		attempts = max(attempts, 2)
+	default:
+		return jobReceiptMin.Milliseconds()
+	}
+	if attempts <= 1 && !s.durable.On() {
+		return 0
+	}
+	span := time.Duration(max(attempts, 1)) * (max(read, 0) + max(backoff, 0))
+	return max(span, jobReceiptMin).Milliseconds()
+}

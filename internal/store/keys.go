@@ -1,0 +1,146 @@
+package store
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The key layout. For a set named "orders" with the owner in shard S:
+//
+//	expset:{orders}:meta        hash    the configuration recorded by the first Open
+//	expset:{orders}:sweepers    zset    Sweeper.Run's leases: token -> lease end (Unix ms)
+//	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
+//	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
+//	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
+//	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
+//	expset:{orders:S}:dead      stream  dead-lettered expiry events
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
+//	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
+//	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
+//	expset:{orders:S}:take      hash    "<group>\x00<consumer>" -> the receipt of its last read (lua/take.lua)
+//	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
+//	expset:{orders:S}:r:<n>:<owner><member>
+//	                            list    an eviction receipt (WithEvictOldest):
+//	                                    n is len(owner) in decimal
+//	expset:{orders:S}:r:#<token> string a job call's receipt (jobs.go)
+//	expset:{orders:S}:o:\x00job:<b> zset  the jobs of bucket b (Set.Put; jobs.go)
+//	expset:{orders:S}:p:\x00job:<b> hash  their payloads
+//	expset:{orders:S}:o:\x00job:sched zset the shard's schedules: ID -> next tick (Set.PutSchedule; schedule.go)
+//	expset:{orders:S}:sched     hash    their records (lua/schedule.lua)
+//	expset:{orders:S}:w:<owner> zset    wait line: ticket -> arrival number (AcquireWait)
+//	expset:{orders:S}:wl:<owner> zset   ticket -> lease deadline (Unix ms)
+//	expset:{orders:S}:wake      channel wake-ups of the shard's waiters (pub/sub)
+//	expset:{orders:S}:due:wake  channel the due index's next deadline moved earlier (Sweeper)
+//	expset:{orders:S}:ev:wake   channel events were appended to the stream (Consume)
+//
+// Every key of one shard shares the hash tag {orders:S}, so each script's
+// keys lie in one Redis Cluster slot. The owner follows the tag verbatim:
+// Redis takes the first {...} as the tag, so braces, colons or binary bytes
+// in an owner neither move it nor collide with another owner.
+const KeyPrefix = "expset:"
+
+// Keys holds the precomputed keys of one shard.
+type Keys struct {
+	Owner   string // prefix of owner keys: expset:{name:S}:o:
+	Payload string // prefix of payload keys: expset:{name:S}:p:
+	Receipt string // prefix of eviction receipts: expset:{name:S}:r:
+	Due     string
+	Events  string
+	Dead    string
+	Att     string
+	Run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
+	Runo    string // their owners and counts: hash
+	Take    string // the receipts of the consumers' last reads: hash, see lua/take.lua
+	Trimmed string
+	Sched   string // the schedules' records: hash, see lua/schedule.lua
+	Line    string // prefix of wait lines: expset:{name:S}:w:
+	Leases  string // prefix of ticket leases: expset:{name:S}:wl:
+	Wake    string // the shard's wake-up channel
+	DueWake string // the channel of the due index's wake-ups: Due + ":wake"
+	EvWake  string // the channel of the event stream's wake-ups: Events + ":wake"
+	Shard   int    // S: the shard these keys belong to
+}
+
+// NewKeys returns the keys of shard of the set called name.
+func NewKeys(name string, shard int) Keys {
+	tag := KeyPrefix + "{" + name + ":" + strconv.Itoa(shard) + "}:"
+	return Keys{
+		Owner:   tag + "o:",
+		Payload: tag + "p:",
+		Receipt: tag + "r:",
+		Due:     tag + "due",
+		Events:  tag + "ev",
+		Dead:    tag + "dead",
+		Att:     tag + "att",
+		Run:     tag + "run",
+		Runo:    tag + "runo",
+		Take:    tag + "take",
+		Trimmed: tag + "trimmed",
+		Sched:   tag + "sched",
+		Line:    tag + "w:",
+		Leases:  tag + "wl:",
+		Wake:    tag + "wake",
+		DueWake: tag + "due:wake",
+		EvWake:  tag + "ev:wake",
+		Shard:   shard,
+	}
+}
+
+// Owns reports whether key is one of the shard's keys. The pattern
+// ShardPattern gives also matches the meta key of the set called "name:S",
+// which is not. A key added to Keys belongs here too.
+func (k *Keys) Owns(key string) bool {
+	switch key {
+	case k.Due, k.Events, k.Dead, k.Att, k.Run, k.Runo, k.Take, k.Trimmed, k.Sched, k.Wake, k.DueWake, k.EvWake: // the wakes are channels: no key has their names
+		return true
+	}
+	return strings.HasPrefix(key, k.Owner) || strings.HasPrefix(key, k.Payload) || strings.HasPrefix(key, k.Receipt) ||
+		strings.HasPrefix(key, k.Line) || strings.HasPrefix(key, k.Leases)
+}
+
+// ShardPattern is the SCAN pattern that finds every key of shard of the set
+// called name (and the meta key of a set called "name:shard": see Owns).
+func ShardPattern(name string, shard int) string {
+	return KeyPrefix + "{" + name + ":" + strconv.Itoa(shard) + "}:*"
+}
+
+// MetaKey is the key of the configuration recorded for the set called name.
+func MetaKey(name string) string { return KeyPrefix + "{" + name + "}:meta" }
+
+// MetaPattern is the SCAN pattern that finds every set's meta key.
+const MetaPattern = KeyPrefix + "{*}:meta"
+
+// NameOfMeta returns the set name of a meta key, and false for a key that
+// is not one.
+func NameOfMeta(key string) (string, bool) {
+	name, ok := strings.CutPrefix(key, KeyPrefix+"{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(name, "}:meta")
+}
+
+// SweepersKey is the key of the sweeper registry of the set called name.
+func SweepersKey(name string) string { return KeyPrefix + "{" + name + "}:sweepers" }
+
+// OwnerKey is the key of owner's sorted set, in the shard of k.
+func (k *Keys) OwnerKey(owner string) string { return k.Owner + owner }
+
+// PayloadKey is the key of owner's payload hash, in the shard of k.
+func (k *Keys) PayloadKey(owner string) string { return k.Payload + owner }
+
+// ShardOf maps an owner to its shard (of shards) with 32-bit FNV-1a. The
+// mapping is part of the stored layout: it must never change.
+func ShardOf(owner string, shards int) int {
+	return int(fnv32(owner) % uint32(shards))
+}
+
+// fnv32 is the 32-bit FNV-1a hash of s.
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"embed"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// Each script is lua/prelude.lua, then the shared files it names, then its
+// own file, joined unchanged with a newline between them (script): no Lua
+// text is cut or replaced. The shared files are now.lua (now_ms),
+// wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
+// decision), groups.lua (the consumer-group scripts' helpers) and jobs.lua
+// (the job scripts' look through the stream, after groups.lua); each
+// script's own file starts with its KEYS, ARGV and reply.
+//
+// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
+// Script.Run), so a flushed script cache costs one extra round trip.
+//
+// The scripts whose builder and reader live in this package are unexported
+// (scriptAdd, ...), each beside its file (add.go for add.lua). The consumer
+// engine's scripts are exported: the root package builds their calls and
+// reads their replies, and runs them with Run and RunPipelined.
+var (
+	scriptAdd           = script("add.lua")
+	scriptAcquire       = script("wait_gate.lua", "quota.lua", "acquire.lua")
+	scriptMany          = script("wait_gate.lua", "quota.lua", "acquire_many.lua")
+	scriptRemove        = script("wait_gate.lua", "remove.lua")
+	scriptExtend        = script("extend.lua")
+	scriptDeadline      = script("now.lua", "deadline.lua")
+	scriptCount         = script("now.lua", "count.lua")
+	scriptMembers       = script("now.lua", "members.lua")
+	scriptPayload       = script("now.lua", "payload.lua")
+	scriptOpen          = script("open.lua")
+	scriptSweep         = script("now.lua", "sweep.lua")
+	scriptKick          = script("kick.lua")
+	scriptJob           = script("groups.lua", "jobs.lua", "job.lua")
+	scriptCancel        = script("groups.lua", "jobs.lua", "cancel.lua")
+	scriptSchedule      = script("now.lua", "schedule.lua")
+	scriptWaitRenew     = script("now.lua", "wait_gate.lua", "wait_renew.lua")
+	scriptWaitLeave     = script("now.lua", "wait_gate.lua", "wait_leave.lua")
+	scriptRemoveGroup   = script("groups.lua", "remove_group.lua")
+	scriptRunning       = script("now.lua", "groups.lua", "running.lua")
+	scriptSweepers      = script("sweepers.lua")
+	scriptPut           = script("put.lua")
+	scriptCancelWaiting = script("cancel_waiting.lua")
+
+	// The dead-letter scan of the expset command's web page, alone: it
+	// uses nothing of prelude.lua.
+	scriptDeadScan = redis.NewScript(file("deadscan.lua"))
+)
+
+// The consumer engine's scripts, and the same with the owner slots of
+// WithOwnerConcurrency (slots.lua).
+var (
+	Ack          = script("groups.lua", "ack.lua")
+	LeaseRenew   = script("groups.lua", "renew.lua")
+	Begins       = script("groups.lua", "begins.lua")
+	Take         = script("groups.lua", "take.lua")
+	Bury         = script("groups.lua", "bury.lua")
+	Claim        = script("now.lua", "groups.lua", "claim.lua")
+	Release      = script("groups.lua", "release.lua")
+	Retry        = script("now.lua", "groups.lua", "retry.lua")
+	Prune        = script("groups.lua", "prune.lua")
+	AckSlots     = script("groups.lua", "slots.lua", "ack.lua")
+	RenewSlots   = script("groups.lua", "slots.lua", "renew.lua")
+	BeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
+	TakeSlots    = script("groups.lua", "slots.lua", "take.lua")
+	BurySlots    = script("groups.lua", "slots.lua", "bury.lua")
+	ReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
+	RetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+)
+
+// MaxBatch is the most items one script call takes: members removed (Remove
+// sends more in several calls), owners and members of one sweep round
+// (WithOwnersPerBatch, WithMembersPerBatch), events read, acknowledged or
+// kicked. A script's keys and unpack calls then stay far inside what Redis
+// (about 8000 values) and miniredis (about 5000) accept. The scripts call it
+// MAX_BATCH (lua/prelude.lua), also the most expired members one write drops.
+const MaxBatch = 1000
+
+// TTLBucket is the scripts' TTL_BUCKET (lua/prelude.lua): the owner key of a
+// set without expiry events expires at the end of its latest deadline's
+// bucket of this length, so it lives at most this long past the latest
+// deadline it was given.
+const TTLBucket = 16384 * time.Millisecond
+
+// script returns the script made of lua/prelude.lua and lua/<names...>, in
+// that order.
+func script(names ...string) *redis.Script {
+	return redis.NewScript(Source(names...))
+}
+
+// Source returns lua/prelude.lua and lua/<names...> joined by newlines: the
+// text of the script made of them.
+func Source(names ...string) string {
+	var b strings.Builder
+	for i, name := range append([]string{"prelude.lua"}, names...) {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(file(name))
+	}
+	return b.String()
+}
+
+// file returns the text of lua/<name>.
+func file(name string) string {
+	src, err := luaFS.ReadFile("lua/" + name)
+	if err != nil {
+		panic("expset: embedded lua/" + name + " missing: " + err.Error())
+	}
+	return string(src)
+}
+
+// named maps each script's own file to the script, for Named.
+var named = map[string]*redis.Script{
+	"add.lua": scriptAdd, "acquire.lua": scriptAcquire, "acquire_many.lua": scriptMany, "remove.lua": scriptRemove,
+	"extend.lua": scriptExtend, "deadline.lua": scriptDeadline, "count.lua": scriptCount, "members.lua": scriptMembers,
+	"payload.lua": scriptPayload, "open.lua": scriptOpen, "sweep.lua": scriptSweep, "kick.lua": scriptKick,
+	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,
+	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
+	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "cancel_waiting.lua": scriptCancelWaiting,
+	"deadscan.lua": scriptDeadScan,
+	"ack.lua":      Ack, "renew.lua": LeaseRenew, "begins.lua": Begins, "take.lua": Take, "bury.lua": Bury,
+	"claim.lua": Claim, "release.lua": Release, "retry.lua": Retry, "prune.lua": Prune,
+}
+
+// Named returns the script whose own file is file ("add.lua"; without the
+// owner slots of slots.lua), nil for none.
+func Named(file string) *redis.Script { return named[file] }
+
+// All returns every script of the package.
+func All() []*redis.Script {
+	out := []*redis.Script{AckSlots, RenewSlots, BeginsSlots, TakeSlots, BurySlots, ReleaseSlots, RetrySlots}
+	for _, sc := range named {
+		out = append(out, sc)
+	}
+	return out
+}
