@@ -102,6 +102,18 @@ func (s *Set) jobReceiptMillis() int64 {
 // receipt is only memory.
 const jobReceiptMin = 10 * time.Second
 
+// jobOwners returns the owners a shard of s may keep jobs and schedule
+// ticks under: its job buckets (the same names in every shard) and the
+// schedules' owner.
+func (s *Set) jobOwners() []any {
+	n := max(jobBuckets/len(s.shards), 1)
+	out := make([]any, 0, n+1)
+	for b := range n {
+		out = append(out, jobOwnerPrefix+strconv.Itoa(b))
+	}
+	return append(out, scheduleOwner)
+}
+
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return strings.HasPrefix(owner, jobOwnerPrefix) }
 

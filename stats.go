@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,21 +21,30 @@ const statsOwnerScan = 1000
 // ShardStats describes one shard, for operators (the CLI's `expset stats`).
 // A shard with 1200 owners indexed, 3 of them holding 7 expired members the
 // sweeper has not reached yet, the oldest 2s overdue, reports Owners=1200,
-// OwnersDue=3, MembersDue=7 and OldestDue two seconds before Now.
+// OwnersDue=3, MembersDue=7 and OldestDue two seconds before Now. The jobs
+// of Set.Put and the ticks of schedules are kept under owners of their
+// own, which are not counted as owners: the jobs and ticks due count in
+// JobsDue.
 type ShardStats struct {
 	Shard      int
 	Now        time.Time // the "now" the numbers are taken at (server TIME or WithClock)
 	Owners     int64     // owners in the due index: every owner with members, plus stale entries
-	OwnersDue  int64     // index entries due now: owners the next sweep will visit
-	MembersDue int64     // expired members not yet swept, counted over the first 1000 due owners
-	Partial    bool      // more than 1000 owners are due: MembersDue counts only the first 1000's
-	OldestDue  time.Time // the earliest deadline among those members; zero when none
-	Events     int64     // expiry events in the stream: not yet handled, or pending
-	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
-	Dead       int64     // dead letters
-	Retrying   int64     // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
-	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
-	Leased     bool      // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
+	OwnersDue  int64     // owners due now: owners the next sweep will visit
+	MembersDue int64     // expired members not yet swept, counted over the first 1000 due index entries
+	JobsDue    int64     // jobs (Set.Put) and schedule ticks due and not yet swept, counted over the same entries
+	Partial    bool      // more than 1000 owners and job buckets are due: MembersDue and JobsDue count only the first 1000's
+	OldestDue  time.Time // the earliest deadline among those members and jobs; zero when none
+	// Stalled reports work due on the shard (an owner, a job or a tick)
+	// and no sweeper alive on the set to sweep it: Leased is false. Nothing
+	// of the shard is delivered until a Sweeper.Run, or a Consume or
+	// Reserve without WithoutSweeper, runs in some process.
+	Stalled  bool
+	Events   int64 // expiry events in the stream: not yet handled, or pending
+	Pending  int64 // events delivered and not yet acknowledged, over all consumer groups
+	Dead     int64 // dead letters
+	Retrying int64 // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
+	Trimmed  int64 // events retention removed before every group had them, ever (WithEventRetention)
+	Leased   bool  // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
 	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
 	// holds the shard: keys of any kind its maxmemory-policy evicted since it
 	// started. Anything above 0 on a server of this set's keys means lost
@@ -92,6 +102,10 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			DeadLettersKey: s.shards[i].dead,
 		}
 		st.Partial = st.OwnersDue > statsOwnerScan
+		st.Stalled = st.OwnersDue > 0 && !st.Leased
+		jobs, jobsDue := jobOwnersIn(cmds[i].jobs, now)
+		st.Owners -= jobs
+		st.OwnersDue -= jobsDue
 		if err := s.addMembersDue(&st, owners[i], now); err != nil {
 			return nil, err
 		}
@@ -116,12 +130,36 @@ type statsShardCmds struct {
 	owners, ownersDue, events, dead *redis.IntCmd
 	due                             *redis.StringSliceCmd
 	trimmed                         *redis.StringCmd
+	jobs                            *redis.Cmd // ZMSCORE of the job owners in the due index
 }
 
 // statsOwnerCmds are the commands of Stats's second round for one due owner.
 type statsOwnerCmds struct {
+	job   bool // a job bucket or the schedules' owner
 	count *redis.IntCmd
 	first *redis.ZSliceCmd
+}
+
+// jobOwnersIn counts, from the ZMSCORE of the job owners in a due index,
+// those present and those due at now (ms).
+func jobOwnersIn(c *redis.Cmd, now int64) (present, due int64) {
+	scores, _ := c.Val().([]any)
+	for _, v := range scores {
+		var f float64
+		switch x := v.(type) {
+		case float64: // RESP3
+			f = x
+		case string: // RESP2
+			f, _ = strconv.ParseFloat(x, 64)
+		default:
+			continue // nil: not in the index
+		}
+		present++
+		if int64(f) <= now {
+			due++
+		}
+	}
+	return present, due
 }
 
 // statsCounts runs Stats's first round, one pipeline: each shard's index
@@ -129,8 +167,11 @@ type statsOwnerCmds struct {
 // counter.
 func (s *Set) statsCounts(ctx context.Context, nowArg string) ([]statsShardCmds, error) {
 	cmds := make([]statsShardCmds, len(s.shards))
+	jobs := append([]any{"ZMSCORE", ""}, s.jobOwners()...)
 	pipe := s.rdb.Pipeline()
 	for i, sk := range s.shards {
+		args := slices.Clone(jobs)
+		args[1] = sk.due
 		cmds[i] = statsShardCmds{
 			owners:    pipe.ZCard(ctx, sk.due),
 			ownersDue: pipe.ZCount(ctx, sk.due, "-inf", nowArg),
@@ -138,6 +179,7 @@ func (s *Set) statsCounts(ctx context.Context, nowArg string) ([]statsShardCmds,
 			events:    pipe.XLen(ctx, sk.events),
 			dead:      pipe.XLen(ctx, sk.dead),
 			trimmed:   pipe.Get(ctx, sk.trimmed),
+			jobs:      pipe.Do(ctx, args...),
 		}
 	}
 	// A missing counter answers redis.Nil, which Exec may report instead of
@@ -145,7 +187,7 @@ func (s *Set) statsCounts(ctx context.Context, nowArg string) ([]statsShardCmds,
 	_, _ = pipe.Exec(ctx)
 	for i := range cmds {
 		c := &cmds[i]
-		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.trimmed} {
+		for _, cmd := range []redis.Cmder{c.owners, c.ownersDue, c.due, c.events, c.dead, c.trimmed, c.jobs} {
 			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 				return nil, fmt.Errorf("expset: stats of %q: %w", s.name, err)
 			}
@@ -164,6 +206,7 @@ func (s *Set) statsDueOwners(ctx context.Context, cmds []statsShardCmds, nowArg 
 	for i, sk := range s.shards {
 		for _, o := range cmds[i].due.Val() {
 			owners[i] = append(owners[i], statsOwnerCmds{
+				job:   isJobOwner(o),
 				count: pipe.ZCount(ctx, sk.owner+o, "-inf", nowArg),
 				first: pipe.ZRangeWithScores(ctx, sk.owner+o, 0, 0),
 			})
@@ -174,14 +217,18 @@ func (s *Set) statsDueOwners(ctx context.Context, cmds []statsShardCmds, nowArg 
 	return owners, groups
 }
 
-// addMembersDue adds the due owners' members due at now to st, and sets its
-// OldestDue.
+// addMembersDue adds the due owners' members (and jobs) due at now to st,
+// and sets its OldestDue.
 func (s *Set) addMembersDue(st *ShardStats, owners []statsOwnerCmds, now int64) error {
 	for _, oc := range owners {
 		if err := oc.count.Err(); err != nil {
 			return fmt.Errorf("expset: stats of %q, shard %d (%s): %w", s.name, st.Shard, s.shards[st.Shard].due, err)
 		}
-		st.MembersDue += oc.count.Val()
+		if oc.job {
+			st.JobsDue += oc.count.Val()
+		} else {
+			st.MembersDue += oc.count.Val()
+		}
 		if z := oc.first.Val(); len(z) == 1 && int64(z[0].Score) <= now {
 			if d := msTime(int64(z[0].Score)); st.OldestDue.IsZero() || d.Before(st.OldestDue) {
 				st.OldestDue = d

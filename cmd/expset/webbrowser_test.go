@@ -140,7 +140,7 @@ func TestWebBrowser(t *testing.T) {
 	}
 	var total expset.ShardStats
 	for i, s := range st {
-		want := map[string]int64{"shard": int64(s.Shard), "owners": s.Owners, "owners-due": s.OwnersDue, "members-due": s.MembersDue,
+		want := map[string]int64{"shard": int64(s.Shard), "owners": s.Owners, "owners-due": s.OwnersDue, "members-due": s.MembersDue, "jobs-due": s.JobsDue,
 			"events": s.Events, "pending": s.Pending, "dead": s.Dead, "leased": map[bool]int64{true: 1}[s.Leased]}
 		for k, v := range want {
 			if shown[i][k] != v {
@@ -156,6 +156,10 @@ func TestWebBrowser(t *testing.T) {
 	}
 	if got := b.text(`#totals [data-k="dead"]`); got != "20" {
 		t.Errorf("total dead letters shown %q; want 20", got)
+	}
+	// Members due and no sweeper running: the page says so.
+	if got := b.text(`#sweeping`); !strings.Contains(got, "work due and no sweeper running") {
+		t.Errorf("with members due and no sweeper the page shows %q; want the warning", got)
 	}
 	if got := b.text(`#groups tr[data-group="billing"] [data-k="lag"]`); got != "10" {
 		t.Errorf("billing's lag shown %q; want 10", got)
@@ -252,6 +256,9 @@ func TestWebBrowser(t *testing.T) {
 	if n := deadTotal(t, set); n != 19 {
 		t.Errorf("%d dead letters after kicking one of 20", n)
 	}
+	// The consumer sweeps: the set's page drops its warning.
+	b.open(base + "/set?s=" + name)
+	waitFor(t, "the warning gone with a consumer sweeping", func() bool { return b.text(`#sweeping`) == "" })
 	if !strings.Contains(log.String(), "kicked 1 dead letter(s) of set "+name) {
 		t.Errorf("the kick is not logged: %q", log.String())
 	}

@@ -232,12 +232,13 @@ func (s *webServer) setOf(r *http.Request) (*webSet, error) {
 
 // setSummary is one set's row on the index and its totals.
 type setSummary struct {
-	Set    *webSet
-	Shards []expset.ShardStats
-	Total  statCounts
-	Leased int
-	Now    time.Time
-	Err    string
+	Set     *webSet
+	Shards  []expset.ShardStats
+	Total   statCounts
+	Leased  int
+	Stalled int // shards with work due and no sweeper alive
+	Now     time.Time
+	Err     string
 }
 
 func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
@@ -246,7 +247,7 @@ func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
 		return setSummary{Set: w, Err: err.Error()}
 	}
 	rep := newStatsReport(w.name, w.cfg.Events, st)
-	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Now: rep.Now}
+	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Stalled: rep.Total.Stalled, Now: rep.Now}
 	return out
 }
 
