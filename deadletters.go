@@ -11,7 +11,8 @@ import (
 )
 
 // Dead letters: the events that failed every attempt Consume allowed, read
-// (DeadLetters), put back (Kick) or deleted (DeleteDeadLetters).
+// (DeadLetters, JobDeadLetters), put back (Kick) or deleted
+// (DeleteDeadLetters).
 
 // DeadLetter is an expiry event that failed every attempt Consume allowed
 // (WithMaxAttempts) and now waits in its shard's dead-letter stream until it
@@ -19,7 +20,7 @@ import (
 type DeadLetter struct {
 	Shard    int
 	ID       string    // the dead letter's ID in the shard's dead-letter stream
-	Event    Expiry    // the event; Attempt is the number of deliveries it had, ID its former ID
+	Event    Expiry    // the event; Attempt is the number of deliveries it had, ID its former ID; a job's has Owner "" and its ID as Member
 	Group    string    // the consumer group that gave up on it
 	Consumer string    // the consumer that buried it
 	Error    string    // the last handler error, or why it was never acknowledged
@@ -62,6 +63,47 @@ func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, 
 		}
 	}
 	return out, nil
+}
+
+// JobDeadLetters returns the dead letters of the job id (Set.Put), oldest
+// first: one per consumer group that gave up on it, for every put of the ID
+// dead-lettered and not yet kicked or deleted; none for a job never
+// dead-lettered. Each has the Event a handler got: Owner "", Member id. Kick
+// and DeleteDeadLetters take them as they are. It fails with
+// ErrInvalidArgument for an ID Put would refuse, or a set without expiry
+// events. Cost: it reads the dead-letter stream of the job's shard, one
+// round trip per 1,000 dead letters there (payloads included), and keeps
+// those of the job.
+func (s *Set) JobDeadLetters(ctx context.Context, id string) ([]DeadLetter, error) {
+	if _, err := s.checkJob(id, 0, false); err != nil {
+		return nil, err
+	}
+	shard, owner, _ := s.jobKeys(id)
+	key := s.shards[shard].dead
+	var out []DeadLetter
+	for start := "-"; ; {
+		msgs, err := s.rdb.XRangeN(ctx, key, start, "+", jobScanCount).Result()
+		if err != nil {
+			return out, fmt.Errorf("expset: read the dead letters of %s: %w", jobName(id), err)
+		}
+		for _, m := range msgs {
+			if o, _ := m.Values["o"].(string); o != owner {
+				continue
+			}
+			if mem, _ := m.Values["m"].(string); mem != id {
+				continue
+			}
+			d, err := parseDeadLetter(shard, m)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, d)
+		}
+		if len(msgs) < jobScanCount {
+			return out, nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
 }
 
 func (s *Set) shardRange(shard int) (lo, hi int, err error) {

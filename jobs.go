@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -117,6 +118,24 @@ func (s *Set) jobOwners() []any {
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return strings.HasPrefix(owner, jobOwnerPrefix) }
 
+// jobName names job id in errors.
+func jobName(id string) string { return "job " + strconv.Quote(id) }
+
+// hideJobOwner returns err, of call op on the job or schedule called what
+// (`job "id"`), naming that instead of the key of the owner it is kept
+// under, which no caller should see: the cause the runner wrapped with the
+// key, wrapped anew. Other errors come back as they are.
+func hideJobOwner(err error, op, what string) error {
+	if err == nil || !strings.Contains(err.Error(), jobOwnerPrefix) {
+		return err
+	}
+	cause := err
+	for strings.Contains(cause.Error(), jobOwnerPrefix) && errors.Unwrap(cause) != nil {
+		cause = errors.Unwrap(cause)
+	}
+	return fmt.Errorf("expset: %s %s: %w", op, what, cause)
+}
+
 // checkJob checks a call on job id and, when hasDelay, its delay, which
 // it returns in ms.
 func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, error) {
@@ -178,7 +197,7 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 		return n&1 == 1
 	})
 	if err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, false, hideJobOwner(err, "put", jobName(id))
 	}
 	n, ok := v.(int64)
 	if !ok {
@@ -186,7 +205,7 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 	}
 	d, put := n>>1, n&1 == 1 // 2 x deadline + 1 when put (lua/put.lua)
 	if put && s.durable.on() && !durable {
-		return msTime(d), true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
+		return msTime(d), true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, jobName(id), s.durable.shortfall())
 	}
 	return msTime(d), put, nil
 }
@@ -218,7 +237,7 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	args := s.jobArgs(ms, id, "x")
 	v, durable, err := s.runWrite(ctx, "reschedule", shard, scriptPut, keys, args, true, func(v any) bool { return v != nil })
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, hideJobOwner(err, "reschedule", jobName(id))
 	}
 	if v == nil {
 		return time.Time{}, fmt.Errorf("%w: job %q is not waiting", ErrNotFound, id)
@@ -228,7 +247,7 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 		return time.Time{}, unexpected("put.lua", v)
 	}
 	if s.durable.on() && !durable {
-		return msTime(d), fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, keys[0], s.durable.shortfall())
+		return msTime(d), fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, jobName(id), s.durable.shortfall())
 	}
 	return msTime(d), nil
 }
@@ -260,7 +279,7 @@ func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	}
 	v, err := s.run(ctx, "cancel", shard, scriptCancelWaiting, keys, id, ms)
 	if err != nil {
-		return false, err
+		return false, hideJobOwner(err, "cancel", jobName(id))
 	}
 	if kind, ok := v.(int64); !ok || kind < 0 || kind > 2 {
 		return false, unexpected("cancel_waiting.lua", v)
@@ -272,7 +291,7 @@ func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	for {
 		v, err := s.run(ctx, "cancel", shard, scriptCancel, keys, id, owner, where, jobScanCount, ms)
 		if err != nil {
-			return false, err
+			return false, hideJobOwner(err, "cancel", jobName(id))
 		}
 		xs, ok := v.([]any)
 		if !ok || len(xs) == 0 {
@@ -309,7 +328,7 @@ func (s *Set) Job(ctx context.Context, id string) (Job, error) {
 	for {
 		v, err := s.run(ctx, "job", shard, scriptJob, keys, id, owner, where, jobScanCount)
 		if err != nil {
-			return Job{}, err
+			return Job{}, hideJobOwner(err, "read", jobName(id))
 		}
 		xs, ok := v.([]any)
 		if !ok || len(xs) == 0 {

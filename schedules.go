@@ -221,7 +221,7 @@ func (s *Set) PutSchedule(ctx context.Context, id, spec string, opts ...Schedule
 	}
 	v, durable, err := s.runWrite(ctx, "put schedule", shard, scriptSchedule, keys, args, true, func(any) bool { return true })
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, hideJobOwner(err, "put schedule", "schedule "+strconv.Quote(id))
 	}
 	next, _, err := parseScheduleReply(v)
 	if err != nil {
@@ -260,7 +260,7 @@ func (s *Set) RemoveSchedule(ctx context.Context, id string) (bool, error) {
 	shard, keys := s.scheduleKeys(id)
 	v, _, err := s.runWrite(ctx, "remove schedule", shard, scriptSchedule, keys, []any{s.now(), "remove", id}, true, func(any) bool { return true })
 	if err != nil {
-		return false, err
+		return false, hideJobOwner(err, "remove schedule", "schedule "+strconv.Quote(id))
 	}
 	n, ok := asInt64(v)
 	if !ok {
@@ -279,7 +279,7 @@ func (s *Set) PauseSchedule(ctx context.Context, id string) error {
 	shard, keys := s.scheduleKeys(id)
 	v, _, err := s.runWrite(ctx, "pause schedule", shard, scriptSchedule, keys, []any{s.now(), "pause", id}, true, func(any) bool { return true })
 	if err != nil {
-		return err
+		return hideJobOwner(err, "pause schedule", "schedule "+strconv.Quote(id))
 	}
 	if v == nil {
 		return fmt.Errorf("%w: schedule %q", ErrNotFound, id)
@@ -319,7 +319,7 @@ func (s *Set) ResumeSchedule(ctx context.Context, id string) (time.Time, error) 
 		}
 		v, _, err := s.runWrite(ctx, "resume schedule", shard, scriptSchedule, keys, args, true, func(any) bool { return true })
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, hideJobOwner(err, "resume schedule", "schedule "+strconv.Quote(id))
 		}
 		if v == nil {
 			return time.Time{}, fmt.Errorf("%w: schedule %q", ErrNotFound, id)

@@ -613,8 +613,8 @@ func TestBinaryEventsDead(t *testing.T) {
 		want string
 	}{
 		{[]string{"kick", set.Name(), "bogus"}, 2, "not a dead letter's ID"},
-		{[]string{"kick", set.Name()}, 2, "IDs or --all"},
-		{[]string{"kick", set.Name(), "--all", "1-0"}, 2, "IDs or --all"},
+		{[]string{"kick", set.Name()}, 2, "IDs, --all or --job"},
+		{[]string{"kick", set.Name(), "--all", "1-0"}, 2, "IDs, --all or --job"},
 		{[]string{"tail", set.Name(), "1-0"}, 2, "want NAME, got 2 arguments: expset events tail"},
 		{[]string{"tail", set.Name(), "--yes"}, 2, "unknown flag: --yes (run 'expset events tail --help'"},
 		{[]string{"peek", set.Name()}, 2, `unknown verb "peek": want tail, dead, kick or drop`},

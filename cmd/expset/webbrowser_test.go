@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -271,6 +272,44 @@ func TestWebBrowser(t *testing.T) {
 	var v map[string]any
 	if kind != "JSON" || json.Unmarshal([]byte(text), &v) != nil || !strings.Contains(text, "\n  \"cents\": 1250") {
 		t.Errorf("payload shown as %s:\n%s", kind, text)
+	}
+
+	// A job's dead letter shows the job's ID, found by the job filter.
+	buryJob(t, set, "job-7")
+	b.open(base + "/dead?s=" + name)
+	b.eval(`document.querySelector('input[name="job"]').value = "job-7"; document.querySelector("form.filters button").click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "job=job-7") })
+	b.eval(`[...document.querySelectorAll("#letters tbody tr")].map(tr => tr.dataset.ref)`, &refs)
+	if len(refs) != 1 || !strings.Contains(b.text("#letters tbody"), "job job-7") {
+		t.Errorf("the job filter shows %v: %q; want job-7's one letter", refs, b.text("#letters tbody"))
+	}
+	var html string
+	b.eval(`document.documentElement.outerHTML`, &html)
+	noJobOwner(t, "the dead letters of job-7", html)
+}
+
+// buryJob puts job id due at once and dead-letters it in the group
+// "reminders", whose consumer buries it (and sweeps).
+func buryJob(t *testing.T, set *expset.Set, id string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, _, err := set.Put(ctx, id, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- set.Consume(ctx, "reminders", "r1", func(_ context.Context, e expset.Expiry) error {
+			return expset.Bury(errors.New("no such customer"))
+		}, expset.WithLeaseTTL(600*time.Millisecond))
+	}()
+	waitFor(t, id+" dead-lettered", func() bool {
+		ds, err := set.JobDeadLetters(ctx, id)
+		return err == nil && len(ds) == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
