@@ -58,9 +58,11 @@ type ShardStats struct {
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another: TIME (unless
 // WithClock), a read of the sweeper registry, two pipelines (each one round
-// trip per node on a cluster), a third for Retrying when a group has events
-// pending (an XPENDING per shard and such group), then INFO stats once per
-// server for EvictedKeys.
+// trip per node on a cluster; the first asks each shard's due index, with
+// one ZMSCORE, for the 8,192/shards + 1 owners jobs and schedules are kept
+// under), a third for Retrying when a group has events pending (an
+// XPENDING per shard and such group), then INFO stats once per server for
+// EvictedKeys.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
