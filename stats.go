@@ -105,9 +105,10 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		}
 		st.Partial = st.OwnersDue > statsOwnerScan
 		st.Stalled = st.OwnersDue > 0 && !st.Leased
+		// Read beside the counts, not atomically with them: never below 0.
 		jobs, jobsDue := jobOwnersIn(cmds[i].jobs, now)
-		st.Owners -= jobs
-		st.OwnersDue -= jobsDue
+		st.Owners = max(st.Owners-jobs, 0)
+		st.OwnersDue = max(st.OwnersDue-jobsDue, 0)
 		if err := s.addMembersDue(&st, owners[i], now); err != nil {
 			return nil, err
 		}
