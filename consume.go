@@ -54,6 +54,7 @@ type consumeConfig struct {
 	retryFirst  time.Duration // WithRetryBackoff
 	retryLimit  time.Duration
 	stopWait    time.Duration // WithShutdownTimeout
+	noSweep     bool          // WithoutSweeper
 }
 
 // WithMaxAttempts sets how many handler calls an event gets in a group
@@ -112,7 +113,12 @@ func WithShutdownTimeout(d time.Duration) ConsumeOption {
 }
 
 // Consume delivers the set's expiry events to handle until ctx ends, as
-// consumer consumerName of the consumer group group. Every group receives
+// consumer consumerName of the consumer group group. It also sweeps the
+// set while it runs, so that what falls due becomes events with no other
+// process running: the Consume and Reserve calls of a Set in one process
+// share one Sweeper.Run, which takes its share of the shards beside the
+// set's other sweepers (WithoutSweeper turns this off, for deployments
+// that run sweepers apart). Every group receives
 // every event (fan-out: "billing" and "email" each see all of them); within a
 // group, each event goes to one of its consumers, in any processes. A group
 // is created on each shard's stream when missing, starting at the oldest
@@ -169,7 +175,7 @@ func WithShutdownTimeout(d time.Duration) ConsumeOption {
 // (a bad group, consumer or option, or a set without expiry events).
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff,
 // WithMaxHandlingTime, WithReadBatch, WithPollInterval, WithConcurrency,
-// WithOwnerConcurrency, WithShutdownTimeout.
+// WithOwnerConcurrency, WithShutdownTimeout, WithoutSweeper.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	cfg := defaultConsumeConfig()
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
@@ -181,6 +187,12 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	c, err := s.newConsumer(group, consumerName, cfg)
 	if err != nil {
 		return err
+	}
+	if !cfg.noSweep {
+		if err := s.sweeping.join(ctx, s); err != nil {
+			return err
+		}
+		defer s.sweeping.leave() // last: after the calls have settled
 	}
 	c.handle = handle
 	c.pool = newPool(c)

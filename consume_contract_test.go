@@ -20,8 +20,9 @@ import (
 
 // steady are options for tests that count handler calls exactly: with a
 // one-second lease TTL no lease lapses on a loaded machine, so
-// nothing is handled twice.
-var steady = []ConsumeOption{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond)}
+// nothing is handled twice. The tests sweep when they choose to
+// (SweepOnce on a fake clock): the consumers run no sweeper.
+var steady = []ConsumeOption{WithLeaseTTL(time.Second), WithPollInterval(5 * time.Millisecond), WithoutSweeper()}
 
 // handledBy records, per event (shard/ID), the attempts with which handler
 // calls that returned nil saw it, and which consumer made them.

@@ -13,8 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fastConsume are options that make redelivery quick in tests.
-var fastConsume = []ConsumeOption{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+// fastConsume are options that make redelivery quick in tests, which
+// sweep when they choose to (SweepOnce on a fake clock): the consumers run
+// no sweeper.
+var fastConsume = []ConsumeOption{WithLeaseTTL(60 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithoutSweeper()}
 
 // consumeInBackground runs s.Consume until the returned stop is called (or t
 // ends) and checks that it returned nil.
@@ -358,7 +360,7 @@ func TestStats(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "c", "m", time.Hour))
 		clk.Advance(3 * time.Second)
 		st := must[[]ShardStats](t)(s.Stats(ctx))[0]
-		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second),
+		want := ShardStats{Now: clk.Now(), Owners: 3, OwnersDue: 2, MembersDue: 3, OldestDue: t0.Add(time.Second), Stalled: true,
 			EventsKey: "expset:{" + s.Name() + ":0}:ev", DeadLettersKey: "expset:{" + s.Name() + ":0}:dead"}
 		if st != want {
 			t.Fatalf("stats %+v\nwant  %+v", st, want)

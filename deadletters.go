@@ -11,7 +11,8 @@ import (
 )
 
 // Dead letters: the events that failed every attempt Consume allowed, read
-// (DeadLetters), put back (Kick) or deleted (DeleteDeadLetters).
+// (DeadLetters, JobDeadLetters), put back (Kick) or deleted
+// (DeleteDeadLetters).
 
 // DeadLetter is an expiry event that failed every attempt Consume allowed
 // (WithMaxAttempts) and now waits in its shard's dead-letter stream until it
@@ -19,7 +20,7 @@ import (
 type DeadLetter struct {
 	Shard    int
 	ID       string    // the dead letter's ID in the shard's dead-letter stream
-	Event    Expiry    // the event; Attempt is the number of deliveries it had, ID its former ID
+	Event    Expiry    // the event; Attempt is the number of deliveries it had, ID its former ID; a job's has Owner "" and its ID as Member
 	Group    string    // the consumer group that gave up on it
 	Consumer string    // the consumer that buried it
 	Error    string    // the last handler error, or why it was never acknowledged
@@ -50,13 +51,42 @@ func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, 
 		if err != nil {
 			return out, err
 		}
-		for _, m := range msgs {
-			d, err := parseDeadLetter(i, m)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, d)
+		if out, err = appendDeadLetters(out, i, msgs); err != nil {
+			return out, err
 		}
+	}
+	return out, nil
+}
+
+// JobDeadLetters returns the dead letters of the job id (Set.Put), oldest
+// first: one per consumer group that gave up on it, for every put of the ID
+// dead-lettered and not yet kicked or deleted; none for a job never
+// dead-lettered. Each has the Event a handler got: Owner "", Member id. Kick
+// and DeleteDeadLetters take them as they are. It fails with
+// ErrInvalidArgument for an ID Put would refuse, or a set without expiry
+// events. Cost: it reads the dead-letter stream of the job's shard in
+// Redis, one round trip per 1,000 dead letters there; only the job's
+// travel.
+func (s *Set) JobDeadLetters(ctx context.Context, id string) ([]DeadLetter, error) {
+	if _, err := s.checkJob(id, 0, false); err != nil {
+		return nil, err
+	}
+	shard, msgs, err := s.st.JobDeadLetters(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("expset: read the dead letters of %s: %w", jobName(id), err)
+	}
+	return appendDeadLetters(nil, shard, msgs)
+}
+
+// appendDeadLetters appends the dead letters msgs of shard to out, up to
+// the first malformed one.
+func appendDeadLetters(out []DeadLetter, shard int, msgs []redis.XMessage) ([]DeadLetter, error) {
+	for _, m := range msgs {
+		d, err := parseDeadLetter(shard, m)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

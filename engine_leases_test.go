@@ -114,7 +114,7 @@ func TestOwnerCapHoldsWhenAConsumerReleases(t *testing.T) {
 		must[time.Time](t)(s.Add(ctx, "x", "m1", time.Second))
 		clk.Advance(time.Second)
 		must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
-		opts := []ConsumeOption{WithOwnerConcurrency(1), WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond)}
+		opts := []ConsumeOption{WithOwnerConcurrency(1), WithLeaseTTL(time.Minute), WithPollInterval(5 * time.Millisecond), WithoutSweeper()}
 		in := make(chan Expiry, 2)
 		release := make(chan struct{})
 		var once sync.Once

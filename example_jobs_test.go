@@ -2,7 +2,9 @@ package expset_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"sort"
 	"sync"
 	"time"
@@ -12,78 +14,168 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A reminder service: reminders are jobs put by ID with a delay, never
-// doubled by a retried request, moved or cancelled by ID, and delivered by
-// the set's Sweeper and Consume once due, with an empty Owner.
-func ExampleSet_Put() {
+// The examples of docs/jobs.md: a job service, a worker pool and a Reserve
+// loop over one set of reminders. The functions below hold the code the
+// doc shows, line for line; the examples run them on an embedded Redis.
+
+// reminderSet opens the set "reminders" on an embedded Redis, and returns
+// it with a function that closes everything.
+func reminderSet() (context.Context, *expset.Set, func()) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
 	}
-	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	ctx, shutdown := context.WithCancel(context.Background())
-	defer shutdown()
-
+	ctx := context.Background()
 	reminders, err := expset.Open(ctx, rdb, "reminders", expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	if err != nil {
 		panic(err)
 	}
-	remind := func(id string, in time.Duration, text string) {
-		_, put, err := reminders.Put(ctx, id, in, expset.WithPayload([]byte(text)))
-		if err != nil {
+	return ctx, reminders, func() { _ = rdb.Close(); mr.Close() }
+}
+
+// jobService puts, moves, reads and cancels one reminder.
+func jobService(ctx context.Context, reminders *expset.Set) error {
+	// Put: due in a day, unless rem-42 waits already; then nothing changes
+	// (a retried request puts nothing twice) and put is false.
+	due, put, err := reminders.Put(ctx, "rem-42", 24*time.Hour, expset.WithPayload([]byte("call mum")))
+	if err != nil {
+		return err // Redis failed, or bad input: errors.Is(err, expset.ErrInvalidArgument)
+	}
+	_, again, err := reminders.Put(ctx, "rem-42", time.Hour)
+	if err != nil {
+		return err
+	}
+	fmt.Println("put:", put, "then:", again)
+	// Reschedule moves a waiting job, earlier or later.
+	moved, err := reminders.Reschedule(ctx, "rem-42", time.Hour)
+	if errors.Is(err, expset.ErrNotFound) {
+		return nil // not waiting: delivered, cancelled or never put
+	} else if err != nil {
+		return err
+	}
+	fmt.Println("moved earlier:", moved.Before(due))
+	j, err := reminders.Job(ctx, "rem-42")
+	if err != nil {
+		return err
+	}
+	fmt.Println("state:", j.State) // "waiting", "running", "dead" or "" (unknown)
+	// Cancel reaches a job until a handler call of it begins.
+	cancelled, err := reminders.Cancel(ctx, "rem-42")
+	if err != nil {
+		return err
+	}
+	fmt.Println("cancelled:", cancelled)
+	return nil
+}
+
+// ExampleSet_Put runs the job service: a reminder put, put again (which
+// changes nothing), moved, read and cancelled.
+func ExampleSet_Put() {
+	ctx, reminders, done := reminderSet()
+	defer done()
+	if err := jobService(ctx, reminders); err != nil {
+		panic(err)
+	}
+	j, _ := reminders.Job(ctx, "rem-42")
+	fmt.Printf("after the cancel: %q\n", j.State)
+	// Output:
+	// put: true then: false
+	// moved earlier: true
+	// state: waiting
+	// cancelled: true
+	// after the cancel: ""
+}
+
+// workerPool runs, in every worker process, 8 handler calls at once.
+func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, []byte) error) error {
+	// Consume also sweeps: due jobs are delivered with no other process.
+	// A job has no owner (e.Owner is ""), so WithOwnerConcurrency, which
+	// caps the calls of one owner, never holds a job back: it applies to
+	// the members of owners (Add, Acquire) in the same set.
+	return reminders.Consume(ctx, "notify", hostname, func(ctx context.Context, e expset.Expiry) error {
+		return send(ctx, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
+	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2))
+}
+
+// ExampleSet_Consume_workerPool puts ten reminders due at once and runs
+// the worker pool until it has sent them all.
+func ExampleSet_Consume_workerPool() {
+	ctx, reminders, done := reminderSet()
+	defer done()
+	for i := range 10 {
+		id := fmt.Sprintf("rem-%02d", i)
+		if _, _, err := reminders.Put(ctx, id, 0, expset.WithPayload([]byte("text of "+id))); err != nil {
 			panic(err)
 		}
-		if !put {
-			fmt.Println(id, "is set already: kept as it was")
-		}
 	}
-	remind("rem-1", 20*time.Millisecond, "call mum")
-	remind("rem-1", time.Hour, "call mum") // a retried request
-	remind("rem-2", time.Hour, "dentist")
-	remind("rem-3", time.Hour, "stand-up")
-	if _, err := reminders.Reschedule(ctx, "rem-2", 10*time.Millisecond); err != nil { // earlier
-		panic(err)
-	}
-	cancelled, _ := reminders.Cancel(ctx, "rem-3")
-	fmt.Println("rem-3 cancelled:", cancelled)
-	for _, id := range []string{"rem-2", "rem-3"} {
-		j, _ := reminders.Job(ctx, id)
-		fmt.Printf("%s: %q\n", id, j.State)
-	}
-
-	sweeper, err := expset.NewSweeper(reminders)
-	if err != nil {
-		panic(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = sweeper.Run(ctx)
-	}()
+	ctx, stop := context.WithCancel(ctx)
 	var mu sync.Mutex
-	var lines []string
-	_ = reminders.Consume(ctx, "notify", "worker-1", func(_ context.Context, e expset.Expiry) error {
+	var sent []string
+	send := func(_ context.Context, id string, text []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
-		lines = append(lines, fmt.Sprintf("remind: %s (job %s, owner %q)", e.Payload, e.Member, e.Owner))
-		if len(lines) == 2 {
-			shutdown() // both due reminders sent: enough for the example
+		sent = append(sent, fmt.Sprintf("%s: %s", id, text))
+		if len(sent) == 10 {
+			stop()
 		}
 		return nil
-	})
-	wg.Wait()
-	sort.Strings(lines)
-	for _, l := range lines {
-		fmt.Println(l)
 	}
+	if err := workerPool(ctx, reminders, "worker-1", send); err != nil {
+		panic(err)
+	}
+	sort.Strings(sent)
+	fmt.Println(len(sent), "sent, first", sent[0], "last", sent[9])
 	// Output:
-	// rem-1 is set already: kept as it was
-	// rem-3 cancelled: true
-	// rem-2: "waiting"
-	// rem-3: ""
-	// remind: call mum (job rem-1, owner "")
-	// remind: dentist (job rem-2, owner "")
+	// 10 sent, first rem-00: text of rem-00 last rem-09: text of rem-09
+}
+
+// reserveLoop takes one due reminder at a time, in a loop of its own,
+// until ctx ends; a failed send comes back after retryIn.
+func reserveLoop(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, []byte) error, retryIn time.Duration) error {
+	for {
+		r, err := reminders.Reserve(ctx, "notify", hostname) // sweeps, as Consume does
+		if err != nil {
+			return err // ctx ended
+		}
+		err = send(ctx, r.Expiry.Member, r.Expiry.Payload)
+		if err != nil {
+			err = expset.RetryAfter(err, retryIn) // an attempt spent; after WithMaxAttempts, dead-lettered
+		}
+		if err := r.Finish(ctx, err); err != nil {
+			log.Printf("reminder %s: %v", r.Expiry.Member, err) // its lease was lost: another consumer has it
+		}
+	}
+}
+
+// ExampleSet_Reserve_loop runs the Reserve loop over three reminders due at
+// once, one of whose sends fails once: it comes back at its second
+// attempt.
+func ExampleSet_Reserve_loop() {
+	ctx, reminders, done := reminderSet()
+	defer done()
+	for _, id := range []string{"rem-1", "rem-2", "rem-3"} {
+		if _, _, err := reminders.Put(ctx, id, 0); err != nil {
+			panic(err)
+		}
+	}
+	ctx, stop := context.WithCancel(ctx)
+	var sent []string
+	failed := false
+	send := func(_ context.Context, id string, _ []byte) error {
+		if id == "rem-2" && !failed {
+			failed = true
+			return errors.New("mail server busy")
+		}
+		sent = append(sent, id)
+		if len(sent) == 3 {
+			stop()
+		}
+		return nil
+	}
+	err := reserveLoop(ctx, reminders, "worker-1", send, 10*time.Millisecond)
+	sort.Strings(sent)
+	fmt.Println(sent, errors.Is(err, context.Canceled))
+	// Output:
+	// [rem-1 rem-2 rem-3] true
 }

@@ -43,8 +43,8 @@ func payOrder(ctx context.Context, quota *expset.Quota, userID, orderID string) 
 	return err
 }
 
-// runLapses runs, in every instance of the service, the sweeper (its
-// shards shared through leases) and a consumer of the expiry events.
+// runLapses runs, in every instance of the service, a consumer of the
+// expiry events, which also sweeps (its shards shared through leases).
 func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) error {
 	orders, err := expset.Open(ctx, rdb, "unpaid-orders", expset.WithExpiryEvents(), expset.WithPayloadStorage(),
 		expset.WithConsumerGroups("stock", "email")) // each group gets every event
@@ -52,18 +52,10 @@ func runLapses(ctx context.Context, rdb redis.UniversalClient, hostname string) 
 		return err
 	}
 
-	sweeper, err := expset.NewSweeper(orders)
-	if err != nil {
-		return err
-	}
-	// Run and Consume return nil when ctx ends and an error only for misuse.
-	// Redis errors are retried with backoff and reported to Hooks.OnError
-	// (by default, log/slog at warning level).
-	go func() {
-		if err := sweeper.Run(ctx); err != nil {
-			log.Fatalf("sweeper: %v", err)
-		}
-	}()
+	// Consume also sweeps: the instances share the shards through leases.
+	// It returns nil when ctx ends and an error only for misuse. Redis
+	// errors are retried with backoff and reported to Hooks.OnError (by
+	// default, log/slog at warning level).
 	return orders.Consume(ctx, "stock", hostname, func(ctx context.Context, e expset.Expiry) error {
 		// At least once: key the work on Owner, Member and Deadline.
 		return releaseStock(ctx, e.Owner, e.Member, e.Payload) // nil acknowledges; an error retries

@@ -29,8 +29,9 @@ import (
 // Set is a named family of per-owner expiring sets. What it stores is in
 // Redis; in memory it keeps its configuration and, for this process only,
 // what its Reserve calls share between calls (one wake-up subscription,
-// each consumer's place in the shards) and the retries its consumers
-// scheduled, so that a consumer of the group claims each when it is due.
+// each consumer's place in the shards), the retries its consumers
+// scheduled, so that a consumer of the group claims each when it is due,
+// and the sweeper its consumers run (see WithoutSweeper).
 // It is safe for simultaneous use by multiple goroutines, and any number
 // of processes may open the same name with the same options. The zero
 // value is not usable; create one with Open.
@@ -52,6 +53,7 @@ type Set struct {
 	reserves   reservers    // this process's Reserve calls (reserve.go)
 	retryNotes retryBoard   // the retries this process schedules, for its consumers (retry.go)
 	finishes   ackCommit    // the acknowledgements of Reservation.Finish (settle.go)
+	sweeping   ownSweeper   // the sweeper this process's consumers run (ownsweeper.go)
 	pubsub     atomic.Int32 // pubsubUnknown, pubsubSharded or pubsubPlain (notify.go)
 	// dropWake, set by tests only, drops the wake-ups of the channels it
 	// returns true for, as a lost notification would.

@@ -55,6 +55,10 @@ func hostileJobCases() []hostileCase {
 			_, err := s.Job(e.ctx, id.id)
 			return "", err
 		})
+		row("Set.JobDeadLetters", id.desc, ErrInvalidArgument, "", func(e *hostileEnv, s *Set) (string, error) {
+			_, err := s.JobDeadLetters(e.ctx, id.id)
+			return "", err
+		})
 	}
 	for _, d := range []struct {
 		desc  string
@@ -80,6 +84,10 @@ func hostileJobCases() []hostileCase {
 	})
 	row("Set.Job", "a set without WithExpiryEvents", ErrInvalidArgument, "", func(e *hostileEnv, _ *Set) (string, error) {
 		_, err := e.s.Job(e.ctx, "j")
+		return "", err
+	})
+	row("Set.JobDeadLetters", "a set without WithExpiryEvents", ErrInvalidArgument, "", func(e *hostileEnv, _ *Set) (string, error) {
+		_, err := e.s.JobDeadLetters(e.ctx, "j")
 		return "", err
 	})
 	row("Set.Put", "WithPayload on a set WithExpiryEvents without WithPayloadStorage", ErrInvalidArgument, "", func(e *hostileEnv, _ *Set) (string, error) {
@@ -119,6 +127,13 @@ func hostileJobCases() []hostileCase {
 		j, err := s.Job(e.ctx, "never")
 		return fmt.Sprintf("State %q", j.State), err
 	})
+	row("Set.JobDeadLetters", "a job never put", nil, "none", func(e *hostileEnv, s *Set) (string, error) {
+		ds, err := s.JobDeadLetters(e.ctx, "never")
+		if len(ds) > 0 {
+			return fmt.Sprint(ds), err
+		}
+		return "none", err
+	})
 	zeroCalls := []struct {
 		call string
 		run  func(e *hostileEnv, s *Set) error
@@ -127,6 +142,7 @@ func hostileJobCases() []hostileCase {
 		{"Set.Reschedule", func(e *hostileEnv, s *Set) error { _, err := s.Reschedule(e.ctx, "j", time.Minute); return err }},
 		{"Set.Cancel", func(e *hostileEnv, s *Set) error { _, err := s.Cancel(e.ctx, "j"); return err }},
 		{"Set.Job", func(e *hostileEnv, s *Set) error { _, err := s.Job(e.ctx, "j"); return err }},
+		{"Set.JobDeadLetters", func(e *hostileEnv, s *Set) error { _, err := s.JobDeadLetters(e.ctx, "j"); return err }},
 	}
 	for _, z := range []struct {
 		desc string

@@ -2,7 +2,10 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/expset/expset/internal/store"
@@ -27,6 +30,27 @@ type Job struct {
 
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return store.IsJobOwner(owner) }
+
+// jobName names job id in errors.
+func jobName(id string) string { return "job " + strconv.Quote(id) }
+
+// scheduleName names schedule id in errors.
+func scheduleName(id string) string { return "schedule " + strconv.Quote(id) }
+
+// hideJobOwner returns err, of call op on the job or schedule called what
+// (`job "id"`), naming that instead of the key of the owner it is kept
+// under, which no caller should see: the cause the store wrapped with the
+// key, wrapped anew. Other errors come back as they are.
+func hideJobOwner(err error, op, what string) error {
+	if err == nil || !strings.Contains(err.Error(), jobOwnerPrefix) {
+		return err
+	}
+	cause := err
+	for strings.Contains(cause.Error(), jobOwnerPrefix) && errors.Unwrap(cause) != nil {
+		cause = errors.Unwrap(cause)
+	}
+	return fmt.Errorf("expset: %s %s: %w", op, what, cause)
+}
 
 // checkJob checks a call on job id and, when hasDelay, its delay, which
 // it returns in ms.
@@ -72,12 +96,12 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	due, put, durable, key, err := s.st.Put(ctx, id, ms, c.payload, c.hasPayload)
+	due, put, durable, err := s.st.Put(ctx, id, ms, c.payload, c.hasPayload)
 	if err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, false, hideJobOwner(err, "put", jobName(id))
 	}
 	if dur := s.st.Durable(); put && dur.On() && !durable {
-		return due, true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, key, dur.Shortfall())
+		return due, true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, jobName(id), dur.Shortfall())
 	}
 	return due, put, nil
 }
@@ -93,15 +117,15 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 	if err != nil {
 		return time.Time{}, err
 	}
-	due, found, durable, key, err := s.st.Reschedule(ctx, id, ms)
+	due, found, durable, err := s.st.Reschedule(ctx, id, ms)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, hideJobOwner(err, "reschedule", jobName(id))
 	}
 	if !found {
 		return time.Time{}, fmt.Errorf("%w: job %q is not waiting", ErrNotFound, id)
 	}
 	if dur := s.st.Durable(); dur.On() && !durable {
-		return due, fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, key, dur.Shortfall())
+		return due, fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, jobName(id), dur.Shortfall())
 	}
 	return due, nil
 }
@@ -124,7 +148,8 @@ func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return false, err
 	}
-	return s.st.Cancel(ctx, id)
+	ok, err := s.st.Cancel(ctx, id)
+	return ok, hideJobOwner(err, "cancel", jobName(id))
 }
 
 // Job returns the state of the job id: waiting with its due time, running
@@ -138,5 +163,5 @@ func (s *Set) Job(ctx context.Context, id string) (Job, error) {
 		return Job{}, err
 	}
 	st, err := s.st.Job(ctx, id)
-	return Job(st), err
+	return Job(st), hideJobOwner(err, "read", jobName(id))
 }

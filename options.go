@@ -43,17 +43,18 @@ type SweeperOption interface{ applySweeper(*sweeperConfig) error }
 
 // ConsumeOption configures Set.Consume: WithLeaseTTL, WithPollInterval,
 // WithMaxAttempts, WithRetryBackoff, WithReadBatch, WithMaxHandlingTime,
-// WithConcurrency, WithOwnerConcurrency, WithShutdownTimeout.
+// WithConcurrency, WithOwnerConcurrency, WithShutdownTimeout,
+// WithoutSweeper.
 type ConsumeOption interface{ applyConsume(*consumeConfig) error }
 
 // ReserveOption configures Set.Reserve: WithLeaseTTL, WithPollInterval,
-// WithMaxAttempts, WithRetryBackoff. The options that shape Consume's
+// WithMaxAttempts, WithRetryBackoff, WithoutSweeper. The options that shape Consume's
 // handler calls (WithReadBatch, WithConcurrency, ...) are not
 // ReserveOptions: Reserve's caller makes the calls.
 type ReserveOption interface{ applyReserve(*consumeConfig) error }
 
 // DeliveryOption configures both fronts on the set's events, Set.Consume
-// and Set.Reserve: WithMaxAttempts, WithRetryBackoff.
+// and Set.Reserve: WithMaxAttempts, WithRetryBackoff, WithoutSweeper.
 type DeliveryOption interface {
 	ConsumeOption
 	ReserveOption

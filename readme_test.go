@@ -3,19 +3,20 @@ package expset
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestReadmeSnippetsCompile checks that every Go snippet in README.md stands,
-// line for line, in one of the package's example files, so the README's code
-// is code the tests compile (and, where the example has an Output, run).
-// Leading white space and blank lines are ignored.
+// exampleDocs are the Markdown files whose every Go snippet is code of an
+// example: the README and the pages a newcomer copies from.
+var exampleDocs = []string{"README.md", "docs/jobs.md"}
+
+// TestReadmeSnippetsCompile checks that every Go snippet in exampleDocs
+// stands, line for line, in one of the package's example files, so their
+// code is code the tests compile (and, where the example has an Output,
+// run). Leading white space and blank lines are ignored.
 func TestReadmeSnippetsCompile(t *testing.T) {
-	md, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	files, err := filepath.Glob("example*_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -28,21 +29,20 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 		}
 		examples = append(examples, codeLines(string(src)))
 	}
-	snippets := goSnippets(string(md))
-	if len(snippets) == 0 {
-		t.Fatal("README.md has no Go snippet: the check would pass vacuously")
-	}
-	for i, s := range snippets {
-		lines := codeLines(s)
-		found := false
-		for _, ex := range examples {
-			if containsRun(ex, lines) {
-				found = true
-				break
-			}
+	for _, doc := range exampleDocs {
+		md, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !found {
-			t.Errorf("README.md Go snippet %d is not in any example*_test.go file (copy it from one, or add it to one):\n%s", i+1, s)
+		snippets := goSnippets(string(md))
+		if len(snippets) == 0 {
+			t.Fatalf("%s has no Go snippet: the check would pass vacuously", doc)
+		}
+		for i, s := range snippets {
+			lines := codeLines(s)
+			if !slices.ContainsFunc(examples, func(ex []string) bool { return containsRun(ex, lines) }) {
+				t.Errorf("%s Go snippet %d is not in any example*_test.go file (copy it from one, or add it to one):\n%s", doc, i+1, s)
+			}
 		}
 	}
 }

@@ -28,7 +28,10 @@ type Reservation struct {
 // Reserve returns one expiry event of the set's, leased to consumer
 // consumerName of the consumer group group, for callers that run their own
 // loop (beanstalkd's reserve); Set.Consume is the same with the loop
-// built in. It blocks until an event is there for the group, or ctx ends
+// built in. Like Consume, it sweeps the set unless given WithoutSweeper:
+// the set's Reserve calls in a process share its in-process sweeper, from
+// the first call until their shared state ends (below). It blocks until
+// an event is there for the group, or ctx ends
 // (then it returns ctx's error). An event reserved counts one attempt
 // (Expiry.Attempt, exact as under Consume) and is the caller's for the lease
 // TTL (WithLeaseTTL, default 30s), which Touch renews; the caller ends it
@@ -44,14 +47,15 @@ type Reservation struct {
 // may reserve many events; the name must not be a running Consume's.
 //
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff (they apply to
-// the reservation's Finish) and WithPollInterval. A bad group, consumer or
+// the reservation's Finish), WithPollInterval and WithoutSweeper. A bad group, consumer or
 // option, or a set without expiry events, is refused with
 // ErrInvalidArgument.
 //
 // Cost: a Set's Reserve calls in one process share one subscription to
-// the shards' wake-ups (one connection, one per shard on Redis Cluster),
-// made by the first call and closed shortly after the last call returned
-// and the last reservation was finished or its lease lapsed; a call
+// the shards' wake-ups (one connection, one per shard on Redis Cluster)
+// and the in-process sweeper, started by the first call and stopped
+// shortly after the last call returned and the last reservation was
+// finished or its lease lapsed; a call
 // continues where an earlier call of its group and consumer name (with the
 // same options) left off (calls at once each take one of those left, up to
 // 64), reading first the shards that were woken or yielded events, so a
@@ -78,7 +82,9 @@ func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...R
 	if err != nil {
 		return nil, err
 	}
-	c = s.reserves.enter(s, c)
+	if c, err = s.reserves.enter(ctx, s, c); err != nil {
+		return nil, err
+	}
 	var r *Reservation
 	defer func() { s.reserves.exit(c, r) }()
 	_ = s.loop(ctx, "reserve", c.wk.signal, func() (time.Duration, error) {
@@ -128,6 +134,7 @@ type reservers struct {
 	held  map[*Reservation]time.Time // reservations not finished: when their leases end
 	quiet time.Time                  // when the last use ended
 	timer *time.Timer                // stops what is unused (expire)
+	sweep bool                       // a user of the Set's own sweeper (ownsweeper.go)
 }
 
 // maxIdleReservers is the most consumers of one group and name a Set keeps
@@ -137,10 +144,18 @@ const maxIdleReservers = 64
 
 // enter starts a Reserve call of c and returns the consumer it uses: one
 // that an earlier call of c's group and name left, when it has c's options
-// (so that calls at once each go on from where one left off), else c.
-func (r *reservers) enter(s *Set, c *consumer) *consumer {
+// (so that calls at once each go on from where one left off), else c. A
+// call that sweeps (no WithoutSweeper) makes the Set's own sweeper run
+// until expire.
+func (r *reservers) enter(ctx context.Context, s *Set, c *consumer) (*consumer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !c.cfg.noSweep && !r.sweep {
+		if err := s.sweeping.join(ctx, s); err != nil {
+			return nil, err
+		}
+		r.sweep = true
+	}
 	r.calls++
 	r.set = s
 	if r.subs == nil {
@@ -154,7 +169,7 @@ func (r *reservers) enter(s *Set, c *consumer) *consumer {
 		old := olds[len(olds)-1]
 		r.idle[k] = olds[:len(olds)-1]
 		if old.cfg == c.cfg {
-			return old
+			return old, nil
 		}
 		delete(r.wakes, old.wk)
 		s.retryNotes.leave(old)
@@ -163,7 +178,7 @@ func (r *reservers) enter(s *Set, c *consumer) *consumer {
 	c.wk = newWakeups()
 	r.wakes[c.wk] = true
 	s.retryNotes.join(c)
-	return c
+	return c, nil
 }
 
 // exit ends a Reserve call of c that returned res (nil: none). c waits for
@@ -257,11 +272,14 @@ func (r *reservers) expire() {
 			r.set.retryNotes.leave(c)
 		}
 	}
-	subs := r.subs
-	r.subs, r.idle, r.wakes, r.held = nil, nil, nil, nil
+	subs, sweep := r.subs, r.sweep
+	r.subs, r.idle, r.wakes, r.held, r.sweep = nil, nil, nil, nil, false
 	r.mu.Unlock()
 	for _, p := range subs {
 		p.close()
+	}
+	if sweep {
+		r.set.sweeping.leave()
 	}
 }
 

@@ -151,7 +151,7 @@ func TestRetentionTrimUnderHandlersLeavesNothing(t *testing.T) {
 					return errors.New("fails once")
 				}
 				return nil
-			}, WithLeaseTTL(300*time.Millisecond), WithPollInterval(5*time.Millisecond), WithReadBatch(2), attempts))
+			}, WithLeaseTTL(300*time.Millisecond), WithPollInterval(5*time.Millisecond), WithReadBatch(2), attempts, WithoutSweeper()))
 		}
 		for range 4 {
 			<-started

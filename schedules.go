@@ -204,7 +204,7 @@ func (s *Set) PutSchedule(ctx context.Context, id, spec string, opts ...Schedule
 	}
 	next, durable, err := s.st.PutSchedule(ctx, id, string(conf), c.catchUp, c.call.payload, c.call.hasPayload, ticks)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, hideJobOwner(err, "put schedule", scheduleName(id))
 	}
 	if dur := s.st.Durable(); dur.On() && !durable {
 		return next, fmt.Errorf("%w: put schedule %s: %s", ErrNotDurable, s.st.ScheduleKey(id), dur.Shortfall())
@@ -219,7 +219,8 @@ func (s *Set) RemoveSchedule(ctx context.Context, id string) (bool, error) {
 	if err := s.checkSchedule(id); err != nil {
 		return false, err
 	}
-	return s.st.RemoveSchedule(ctx, id)
+	ok, err := s.st.RemoveSchedule(ctx, id)
+	return ok, hideJobOwner(err, "remove schedule", scheduleName(id))
 }
 
 // PauseSchedule pauses the schedule id: no tick fires until
@@ -233,7 +234,7 @@ func (s *Set) PauseSchedule(ctx context.Context, id string) error {
 	if err == nil && !found {
 		return fmt.Errorf("%w: schedule %q", ErrNotFound, id)
 	}
-	return err
+	return hideJobOwner(err, "pause schedule", scheduleName(id))
 }
 
 // ResumeSchedule resumes the paused schedule id from its first tick after
@@ -260,7 +261,7 @@ func (s *Set) ResumeSchedule(ctx context.Context, id string) (time.Time, error) 
 		now := s.clockNow()
 		next, found, again, err := s.st.ResumeSchedule(ctx, id, gen, upcoming(sc, now, now, -1, scheduleTicks))
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, hideJobOwner(err, "resume schedule", scheduleName(id))
 		}
 		if !found {
 			return time.Time{}, fmt.Errorf("%w: schedule %q", ErrNotFound, id)

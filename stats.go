@@ -12,21 +12,30 @@ import (
 // ShardStats describes one shard, for operators (the CLI's `expset stats`).
 // A shard with 1200 owners indexed, 3 of them holding 7 expired members the
 // sweeper has not reached yet, the oldest 2s overdue, reports Owners=1200,
-// OwnersDue=3, MembersDue=7 and OldestDue two seconds before Now.
+// OwnersDue=3, MembersDue=7 and OldestDue two seconds before Now. The jobs
+// of Set.Put and the ticks of schedules are kept under owners of their
+// own, which are not counted as owners: the jobs and ticks due count in
+// JobsDue.
 type ShardStats struct {
 	Shard      int
 	Now        time.Time // the "now" the numbers are taken at (server TIME or WithClock)
 	Owners     int64     // owners in the due index: every owner with members, plus stale entries
-	OwnersDue  int64     // index entries due now: owners the next sweep will visit
-	MembersDue int64     // expired members not yet swept, counted over the first 1000 due owners
-	Partial    bool      // more than 1000 owners are due: MembersDue counts only the first 1000's
-	OldestDue  time.Time // the earliest deadline among those members; zero when none
-	Events     int64     // expiry events in the stream: not yet handled, or pending
-	Pending    int64     // events delivered and not yet acknowledged, over all consumer groups
-	Dead       int64     // dead letters
-	Retrying   int64     // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
-	Trimmed    int64     // events retention removed before every group had them, ever (WithEventRetention)
-	Leased     bool      // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
+	OwnersDue  int64     // owners due now: owners the next sweep will visit
+	MembersDue int64     // expired members not yet swept, counted over the first 1000 due index entries
+	JobsDue    int64     // jobs (Set.Put) and schedule ticks due and not yet swept, counted over the same entries
+	Partial    bool      // more than 1000 owners and job buckets are due: MembersDue and JobsDue count only the first 1000's
+	OldestDue  time.Time // the earliest deadline among those members and jobs; zero when none
+	// Stalled reports work due on the shard (an owner, a job or a tick)
+	// and no sweeper alive on the set to sweep it: Leased is false. Nothing
+	// of the shard is delivered until a Sweeper.Run, or a Consume or
+	// Reserve without WithoutSweeper, runs in some process.
+	Stalled  bool
+	Events   int64 // expiry events in the stream: not yet handled, or pending
+	Pending  int64 // events delivered and not yet acknowledged, over all consumer groups
+	Dead     int64 // dead letters
+	Retrying int64 // events whose handler call failed, waiting for their retry delay (WithRetryBackoff, RetryAfter), over all consumer groups
+	Trimmed  int64 // events retention removed before every group had them, ever (WithEventRetention)
+	Leased   bool  // a Sweeper.Run's lease gives it the shard (any Run alive holds every shard)
 	// EvictedKeys is the evicted_keys count (INFO stats) of the server that
 	// holds the shard: keys of any kind its maxmemory-policy evicted since it
 	// started. Anything above 0 on a server of this set's keys means lost
@@ -40,9 +49,11 @@ type ShardStats struct {
 // Stats returns the state of every shard. The numbers of one shard are read
 // together but not atomically, and shards one after another: TIME (unless
 // WithClock), a read of the sweeper registry, two pipelines (each one round
-// trip per node on a cluster), a third for Retrying when a group has events
-// pending (an XPENDING per shard and such group), then INFO stats once per
-// server for EvictedKeys.
+// trip per node on a cluster; the first asks each shard's due index, with
+// one ZMSCORE, for the 8,192/shards + 1 owners jobs and schedules are kept
+// under), a third for Retrying when a group has events pending (an
+// XPENDING per shard and such group), then INFO stats once per server for
+// EvictedKeys.
 func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 	if err := s.opened(); err != nil {
 		return nil, err
@@ -72,12 +83,14 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 			Owners:     c.Owners,
 			OwnersDue:  c.OwnersDue,
 			MembersDue: c.MembersDue,
+			JobsDue:    c.JobsDue,
 			Partial:    c.Partial,
 			OldestDue:  c.OldestDue,
 			Events:     c.Events,
 			Dead:       c.Dead,
 			Trimmed:    c.Trimmed,
 			Leased:     holder(reg.Tokens, i) != "",
+			Stalled:    c.EntriesDue > 0 && holder(reg.Tokens, i) == "",
 
 			EvictedKeys: evicted[i],
 

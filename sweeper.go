@@ -232,8 +232,9 @@ func (w *Sweeper) check() error {
 
 // SweepOnce sweeps every shard until nothing is due, with up to 4 shards
 // in flight, and returns what it did, unless a Sweeper.Run holds a lease on
-// the set (in any process): then it leaves every shard to the running
-// sweepers and counts them in Skipped. A Redis error on one shard does not
+// the set (in any process; the sweeper a Consume or Reserve runs is one):
+// then it leaves every shard to the running sweepers and counts them in
+// Skipped. A Redis error on one shard does not
 // stop the others: every shard is tried, and the errors of the shards that
 // failed come back joined (errors.Join, each naming its key), beside the
 // stats of what was swept. It stops early only when ctx ends. It starts

@@ -28,6 +28,7 @@ import (
 //	expset_shard_owners{set,shard}               owners in the due index (every owner with members, plus stale entries)
 //	expset_shard_owners_due{set,shard}           owners with a member past its deadline: the next sweep's work
 //	expset_shard_members_due{set,shard}          expired members not yet swept (over the first 1000 due owners)
+//	expset_shard_jobs_due{set,shard}             jobs (Set.Put) and schedule ticks due, not yet swept (same count)
 //	expset_shard_members_due_partial{set,shard}  1 when more owners are due than members_due counted over
 //	expset_shard_lag_seconds{set,shard}          now minus the oldest unswept deadline (0 when nothing is due)
 //	expset_shard_events{set,shard}               expiry events in the stream, pending ones included
@@ -36,6 +37,7 @@ import (
 //	expset_shard_dead_letters{set,shard}         events that failed every attempt
 //	expset_shard_events_trimmed{set,shard}       events retention removed before every group had them, ever
 //	expset_shard_lease_held{set,shard}           1 when a sweeper holds the shard's lease
+//	expset_shard_stalled{set,shard}              1 when work is due on the shard and no sweeper runs
 //	expset_shard_server_evicted_keys{set,shard}  keys the maxmemory-policy of the shard's server evicted, any set's
 //	expset_group_lag{set,group}                  events the group has not read yet (up to 1000 per shard where Redis cannot tell)
 //	expset_group_pending{set,group}              events the group read and has not acknowledged
@@ -98,6 +100,8 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(s expset.ShardStats) float64 { return float64(s.OwnersDue) }),
 			shard("members_due", "Expired members no sweeper has removed yet (counted over the first 1000 due owners).",
 				func(s expset.ShardStats) float64 { return float64(s.MembersDue) }),
+			shard("jobs_due", "Jobs (Set.Put) and schedule ticks due that no sweeper has turned into events yet (counted over the same entries as members_due).",
+				func(s expset.ShardStats) float64 { return float64(s.JobsDue) }),
 			shard("members_due_partial", "1 when more owners are due than members_due was counted over, else 0.",
 				func(s expset.ShardStats) float64 { return bit(s.Partial) }),
 			shard("lag_seconds", "How long ago the oldest unswept deadline passed: how far behind the sweeper is (0 when nothing is due).",
@@ -119,6 +123,8 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(s expset.ShardStats) float64 { return float64(s.Trimmed) }),
 			shard("lease_held", "1 when a sweeper holds the shard's lease, else 0.",
 				func(s expset.ShardStats) float64 { return bit(s.Leased) }),
+			shard("stalled", "1 when work is due on the shard and no sweeper runs to deliver it (a Sweeper.Run, or a Consume or Reserve without WithoutSweeper), else 0.",
+				func(s expset.ShardStats) float64 { return bit(s.Stalled) }),
 			shard("server_evicted_keys", "Keys the maxmemory-policy of the server holding the shard evicted since it started, any set's (INFO evicted_keys): above 0, members may be lost.",
 				func(s expset.ShardStats) float64 { return float64(s.EvictedKeys) }),
 		},

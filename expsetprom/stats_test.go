@@ -89,8 +89,8 @@ func TestStatsCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 		got := gather(t, reg, name)
-		if len(got) != 12*4 {
-			t.Errorf("%d samples, want 12 gauges x 4 shards: %v", len(got), got)
+		if len(got) != 14*4 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards: %v", len(got), got)
 		}
 		due := map[int]float64{}
 		for _, o := range owners {
@@ -103,6 +103,8 @@ func TestStatsCollector(t *testing.T) {
 				"expset_shard_owners_due":          due[shard],
 				"expset_shard_members_due":         due[shard],
 				"expset_shard_members_due_partial": 0,
+				"expset_shard_jobs_due":            0,
+				"expset_shard_stalled":             min(due[shard], 1), // due work, no sweeper
 				"expset_shard_events":              0,
 				"expset_shard_pending":             0,
 				"expset_shard_dead_letters":        0,
@@ -277,8 +279,8 @@ func TestStatsCollectorRunning(t *testing.T) {
 		if running.Load() != 4 {
 			t.Fatalf("%d calls running, want a's 2 and b's 2", running.Load())
 		}
-		if n := len(got); n != 12*4+6 {
-			t.Errorf("%d samples, want 12 gauges x 4 shards + 6 gauges x 1 group: %v", n, got)
+		if n := len(got); n != 14*4+6 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 6 gauges x 1 group: %v", n, got)
 		}
 		// No call ended: each event is unread or pending.
 		if lag, pending := got["expset_group_lag{g}"], got["expset_group_pending{g}"]; lag+pending != 5 || pending < 4 {
@@ -336,8 +338,8 @@ func TestStatsCollectorRetriesAndDeadLetters(t *testing.T) {
 		// Stats is read before Groups: scrape again for the shards' view
 		// of the state reached.
 		got := gather(t, reg, name)
-		if n := len(got); n != 12*4+6*2 {
-			t.Errorf("%d samples, want 12 gauges x 4 shards + 6 gauges x 2 groups: %v", n, got)
+		if n := len(got); n != 14*4+6*2 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 6 gauges x 2 groups: %v", n, got)
 		}
 		retries, dead := sumShards(got, "expset_shard_retries_scheduled", 4), sumShards(got, "expset_shard_dead_letters", 4)
 		if retries != 1 || dead != 1 {
@@ -359,8 +361,8 @@ func TestStatsCollectorWithoutEvents(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 		got := gather(t, reg, name)
-		if len(got) != 12*2 {
-			t.Errorf("%d samples, want 12 gauges x 2 shards: %v", len(got), got)
+		if len(got) != 14*2 {
+			t.Errorf("%d samples, want 14 gauges x 2 shards: %v", len(got), got)
 		}
 	})
 }
@@ -420,7 +422,7 @@ func TestStatsCollectorGroupsFail(t *testing.T) {
 			t.Errorf("%s served although Groups failed", mf.GetName())
 		}
 	}
-	if shard != 12 {
-		t.Errorf("%d shard gauges served, want the 12 Stats gave", shard)
+	if shard != 14 {
+		t.Errorf("%d shard gauges served, want the 14 Stats gave", shard)
 	}
 }

@@ -116,7 +116,7 @@ func playDemo(ctx context.Context, rdb redis.UniversalClient, name, where string
 		loopErr <- orders.Consume(loops, demoGroup, "worker-1", func(_ context.Context, e expset.Expiry) error {
 			send(events, e) // the cancellation itself: here, the story tells it
 			return nil      // acknowledged: the event is done
-		})
+		}, expset.WithoutSweeper()) // the sweeper above sweeps, with its shorter poll
 	}()
 
 	p("expset demo: at most %d unpaid orders per user; an order not paid within %v lapses and is cancelled", demoLimit, ttl)

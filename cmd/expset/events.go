@@ -62,14 +62,18 @@ func (a *app) eventsCmd() *cobra.Command {
 	tail.Flags().BoolVar(&backlog, "backlog", false, "first print the events already waiting in the streams")
 
 	var limit, shard int
+	var job string
 	dead := withJSON(&cobra.Command{
-		Use:     "dead [--limit 100] [--shard N] [--json] NAME",
+		Use:     "dead [--limit 100] [--shard N | --job ID] [--json] NAME",
 		Short:   "list dead letters: events that failed every attempt or were buried",
-		Example: "expset events dead unpaid-orders --limit 20",
+		Example: "expset events dead unpaid-orders --limit 20\nexpset events dead reminders --job rem-42",
 		Args:    args("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
 				return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, limit)
+			}
+			if cmd.Flags().Changed("job") && (job == "" || cmd.Flags().Changed("shard")) {
+				return fmt.Errorf("%w: --job wants a job's ID, and goes without --shard (a job's ID picks its shard)", errUsage)
 			}
 			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
 			if err != nil {
@@ -79,16 +83,18 @@ func (a *app) eventsCmd() *cobra.Command {
 			if shard != allShards && (shard < 0 || shard >= set.Shards()) {
 				return fmt.Errorf("%w: --shard %d: want 0 to %d", errUsage, shard, set.Shards()-1)
 			}
-			return listDead(cmd.Context(), set, shard, limit, asJSON, a.stdout)
+			return listDead(cmd.Context(), set, deadSel{shard: shard, job: job}, limit, asJSON, a.stdout)
 		},
 	}, "print JSON instead of aligned text")
 	dead.Flags().IntVar(&limit, "limit", 100, "show at most this many dead letters, oldest first in shard order")
 	dead.Flags().IntVar(&shard, "shard", allShards, "only this shard's dead letters (-1: every shard)")
+	dead.Flags().StringVar(&job, "job", "", "only the dead letters of this job (Set.Put's ID), one per group that gave up on it")
 
 	kickOrDropCmd := func(verb, short, example string) *cobra.Command {
 		var all, yes bool
+		var job string
 		c := withJSON(&cobra.Command{
-			Use:     verb + " [--json] NAME ID...|--all",
+			Use:     verb + " [--json] NAME ID...|--all|--job ID",
 			Short:   short,
 			Example: example,
 			Args: func(_ *cobra.Command, args []string) error {
@@ -100,8 +106,10 @@ func (a *app) eventsCmd() *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error {
 				name, ids := args[0], args[1:]
 				switch {
-				case (len(ids) > 0) == all:
-					return fmt.Errorf("%w: %s wants dead-letter IDs or --all (one of the two)", errUsage, verb)
+				case btoi(len(ids) > 0)+btoi(all)+btoi(cmd.Flags().Changed("job")) != 1:
+					return fmt.Errorf("%w: %s wants dead-letter IDs, --all or --job ID (one of the three)", errUsage, verb)
+				case cmd.Flags().Changed("job") && job == "":
+					return fmt.Errorf("%w: --job wants a job's ID", errUsage)
 				case verb == "drop" && all && !yes:
 					return fmt.Errorf("%w: drop --all deletes every dead letter of %s for good: add --yes", errUsage, name)
 				}
@@ -114,10 +122,11 @@ func (a *app) eventsCmd() *cobra.Command {
 					return err
 				}
 				defer done()
-				return kickOrDrop(cmd.Context(), set, verb, refs, asJSON, a.stdout)
+				return kickOrDrop(cmd.Context(), set, verb, deadPick{refs: refs, job: job}, asJSON, a.stdout)
 			},
 		}, "print JSON instead of aligned text")
 		c.Flags().BoolVar(&all, "all", false, "every dead letter of the set")
+		c.Flags().StringVar(&job, "job", "", "every dead letter of this job (Set.Put's ID)")
 		if verb == "drop" {
 			c.Flags().BoolVar(&yes, "yes", false, "with --all: really delete them all")
 		}
@@ -171,6 +180,8 @@ func (a *app) connectSet(ctx context.Context, name string, perShard bool) (expse
 }
 
 // eventJSON is what the JSON of an event and of a dead letter start with.
+// A job's (Set.Put) has owner "" and its ID as member and job; a
+// schedule's tick, its ID as member and schedule.
 type eventJSON struct {
 	Shard     int       `json:"shard"`
 	ID        string    `json:"id"`
@@ -178,12 +189,22 @@ type eventJSON struct {
 	OwnerB64  string    `json:"owner_base64,omitempty"` // the exact bytes, when they are not UTF-8
 	Member    string    `json:"member"`
 	MemberB64 string    `json:"member_base64,omitempty"`
+	Job       string    `json:"job,omitempty"`
+	Schedule  string    `json:"schedule,omitempty"`
 	Deadline  time.Time `json:"deadline"`
 }
 
 func newEventJSON(shard int, id string, e expset.Expiry) eventJSON {
-	return eventJSON{Shard: shard, ID: id, Owner: e.Owner, OwnerB64: exact(e.Owner),
+	j := eventJSON{Shard: shard, ID: id, Owner: e.Owner, OwnerB64: exact(e.Owner),
 		Member: e.Member, MemberB64: exact(e.Member), Deadline: e.Deadline.UTC()}
+	switch {
+	case e.Owner != "":
+	case e.Tick:
+		j.Schedule = e.Member
+	default:
+		j.Job = e.Member
+	}
+	return j
 }
 
 // tailLine is one event as "events tail --json" prints it.
@@ -254,7 +275,7 @@ func tailEvents(ctx context.Context, set *expset.Set, backlog, asJSON bool, stdo
 				continue
 			}
 			fmt.Fprintf(stdout, "%s shard=%d id=%s owner=%s member=%s deadline=%s late=%v payload=%dB\n",
-				swept.Format("15:04:05.000"), e.Shard, e.ID, printable(e.Owner), printable(e.Member),
+				swept.Format("15:04:05.000"), e.Shard, e.ID, ownerText(e), printable(e.Member),
 				e.Deadline.UTC().Format("2006-01-02T15:04:05.000Z"), swept.Sub(e.Deadline), len(e.Payload))
 		}
 	}
@@ -288,8 +309,21 @@ func toDeadLines(ds []expset.DeadLetter) []deadLine {
 	return out
 }
 
-func listDead(ctx context.Context, set *expset.Set, shard, limit int, asJSON bool, stdout io.Writer) error {
-	ds, err := set.DeadLetters(ctx, shard, limit+1)
+// deadSel selects the dead letters "events dead" lists: one shard's (or
+// every shard's, allShards), or one job's.
+type deadSel struct {
+	shard int
+	job   string
+}
+
+func listDead(ctx context.Context, set *expset.Set, sel deadSel, limit int, asJSON bool, stdout io.Writer) error {
+	var ds []expset.DeadLetter
+	var err error
+	if sel.job != "" {
+		ds, err = set.JobDeadLetters(ctx, sel.job)
+	} else {
+		ds, err = set.DeadLetters(ctx, sel.shard, limit+1)
+	}
 	if err != nil {
 		return err
 	}
@@ -301,7 +335,11 @@ func listDead(ctx context.Context, set *expset.Set, shard, limit int, asJSON boo
 		return enc.Encode(toDeadLines(ds))
 	}
 	if len(ds) == 0 {
-		fmt.Fprintf(stdout, "no dead letters in set %s\n", set.Name())
+		of := ""
+		if sel.job != "" {
+			of = fmt.Sprintf(" of job %s", printable(sel.job))
+		}
+		fmt.Fprintf(stdout, "no dead letters%s in set %s\n", of, set.Name())
 		return nil
 	}
 	if err := printDead(stdout, ds, true); err != nil {
@@ -324,7 +362,7 @@ func printDead(w io.Writer, ds []expset.DeadLetter, detail bool) error {
 		fmt.Fprintln(tw, "SHARD\tID\tOWNER\tMEMBER")
 	}
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s", d.Shard, d.ID, printable(d.Event.Owner), printable(d.Event.Member))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s", d.Shard, d.ID, ownerText(d.Event), printable(d.Event.Member))
 		if detail {
 			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s", d.Event.Deadline.UTC().Format("2006-01-02T15:04:05.000Z"), d.Event.Attempt,
 				d.Buried.UTC().Format("2006-01-02T15:04:05.000Z"), strconv.Quote(d.Error))
@@ -407,16 +445,29 @@ type kickResult struct {
 	Letters []deadLine `json:"letters"`
 }
 
-func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []deadRef, asJSON bool, stdout io.Writer) error {
+// deadPick names the dead letters "events kick|drop" acts on: those refs
+// name, those of job, or (neither) all.
+type deadPick struct {
+	refs []deadRef
+	job  string
+}
+
+// letters reads the dead letters p names, or fails changing nothing.
+func (p deadPick) letters(ctx context.Context, set *expset.Set) ([]expset.DeadLetter, error) {
+	if p.job != "" {
+		return set.JobDeadLetters(ctx, p.job)
+	}
 	all, err := set.DeadLetters(ctx, allShards, 0)
+	if err != nil || len(p.refs) == 0 {
+		return all, err
+	}
+	return resolve(ctx, set, all, p.refs)
+}
+
+func kickOrDrop(ctx context.Context, set *expset.Set, action string, pick deadPick, asJSON bool, stdout io.Writer) error {
+	letters, err := pick.letters(ctx, set)
 	if err != nil {
 		return err
-	}
-	letters := all
-	if len(refs) > 0 {
-		if letters, err = resolve(ctx, set, all, refs); err != nil {
-			return err
-		}
 	}
 	var n int
 	if len(letters) > 0 {
@@ -448,11 +499,19 @@ func kickOrDrop(ctx context.Context, set *expset.Set, action string, refs []dead
 			}
 		}
 	}
-	if n < len(letters) && len(refs) > 0 {
+	if n < len(letters) && (len(pick.refs) > 0 || pick.job != "") {
 		// Another operator or process kicked or dropped some in between.
 		return fmt.Errorf("%w: %d of the %d dead letters named were gone by the time of the %s", errNotFound, len(letters)-n, len(letters), action)
 	}
 	return nil
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // deadLetters says "1 dead letter", "2 dead letters".

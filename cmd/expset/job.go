@@ -67,7 +67,7 @@ func (a *app) job(ctx context.Context, name, id string, asJSON bool) error {
 	case "running":
 		fmt.Fprintf(a.stdout, "job %q of %s: running, attempt %d (due %s)\n", id, name, j.Attempt, rep.Due.Format(time.RFC3339Nano))
 	case "dead":
-		fmt.Fprintf(a.stdout, "job %q of %s: dead-lettered (due %s): see expset events dead %s\n", id, name, rep.Due.Format(time.RFC3339Nano), name)
+		fmt.Fprintf(a.stdout, "job %q of %s: dead-lettered (due %s): see expset events dead --job %s %s\n", id, name, rep.Due.Format(time.RFC3339Nano), printable(id), name)
 	default:
 		fmt.Fprintf(a.stdout, "job %q of %s: unknown (never put, cancelled, or done)\n", id, name)
 	}

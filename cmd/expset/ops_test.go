@@ -224,7 +224,7 @@ func (r *running) interrupt() (int, string) {
 func totalLine(t *testing.T, out string) []string {
 	t.Helper()
 	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) == 10 && f[0] == "total" {
+		if f := strings.Fields(l); len(f) == 11 && f[0] == "total" {
 			return f
 		}
 	}
@@ -248,17 +248,21 @@ func TestBinaryStats(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"set " + set.Name() + " at ", "4 shards, expiry events on",
-		"SHARD", "OWNERS", "OWNERS DUE", "MEMBERS DUE", "LAG", "EVENTS", "PENDING", "RETRYING", "DEAD", "LEASE"} {
+		"SHARD", "OWNERS", "OWNERS DUE", "MEMBERS DUE", "JOBS DUE", "LAG", "EVENTS", "PENDING", "RETRYING", "DEAD", "LEASE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats lacks %q:\n%s", want, out)
 		}
 	}
-	// total, owners, owners due, members due, lag, events, pending, retrying, dead, lease
-	if f := totalLine(t, out); f[1] != "8" || f[2] != "5" || f[3] != "5" || f[4] == "-" || f[5] != "0" || f[7] != "0" || f[8] != "0" || f[9] != "0/4" {
+	// total, owners, owners due, members due, jobs due, lag, events, pending, retrying, dead, lease
+	if f := totalLine(t, out); f[1] != "8" || f[2] != "5" || f[3] != "5" || f[4] != "0" || f[5] == "-" || f[6] != "0" || f[8] != "0" || f[9] != "0" || f[10] != "0/4" {
 		t.Errorf("before the sweep, total line %q:\n%s", f, out)
 	}
+	// Members due and no sweeper: the shards holding them are stalled.
+	if !strings.Contains(out, "none!") || !strings.Contains(out, "work due and no sweeper running") {
+		t.Errorf("stats with members due and no sweeper does not say so:\n%s", out)
+	}
 	rep := totals(t, url, set)
-	if tot := rep.Total; len(rep.Shards) != 4 || tot.Owners != 8 || tot.OwnersDue != 5 || tot.MembersDue != 5 || tot.OldestDue == nil || tot.LagMS <= 0 || tot.Events != 0 {
+	if tot := rep.Total; len(rep.Shards) != 4 || tot.Owners != 8 || tot.OwnersDue != 5 || tot.MembersDue != 5 || tot.OldestDue == nil || tot.LagMS <= 0 || tot.Events != 0 || rep.Total.Stalled == 0 {
 		t.Errorf("before the sweep: %+v", rep)
 	}
 	sum := int64(0)
@@ -271,11 +275,11 @@ func TestBinaryStats(t *testing.T) {
 
 	sweepNow(t, set, 5)
 	rep = totals(t, url, set)
-	if tot := rep.Total; tot.Owners != 3 || tot.OwnersDue != 0 || tot.MembersDue != 0 || tot.OldestDue != nil || tot.LagMS != 0 || tot.Events != 5 || tot.Dead != 0 {
+	if tot := rep.Total; tot.Owners != 3 || tot.OwnersDue != 0 || tot.MembersDue != 0 || tot.OldestDue != nil || tot.LagMS != 0 || tot.Events != 5 || tot.Dead != 0 || rep.Total.Stalled != 0 {
 		t.Errorf("after the sweep: %+v", tot)
 	}
 	_, out, _ = runBin(t, "stats", "--redis", url, set.Name())
-	if f := totalLine(t, out); f[3] != "0" || f[4] != "-" || f[5] != "5" {
+	if f := totalLine(t, out); f[3] != "0" || f[5] != "-" || f[6] != "5" {
 		t.Errorf("after the sweep, total line %q", f)
 	}
 
@@ -285,7 +289,7 @@ func TestBinaryStats(t *testing.T) {
 		t.Errorf("with dead letters: %+v", tot)
 	}
 	_, out, _ = runBin(t, "stats", set.Name(), "--redis", url) // flags after the name work too
-	if f := totalLine(t, out); f[8] != "5" {
+	if f := totalLine(t, out); f[9] != "5" {
 		t.Errorf("with dead letters, total line %q", f)
 	}
 
@@ -609,8 +613,8 @@ func TestBinaryEventsDead(t *testing.T) {
 		want string
 	}{
 		{[]string{"kick", set.Name(), "bogus"}, 2, "not a dead letter's ID"},
-		{[]string{"kick", set.Name()}, 2, "IDs or --all"},
-		{[]string{"kick", set.Name(), "--all", "1-0"}, 2, "IDs or --all"},
+		{[]string{"kick", set.Name()}, 2, "IDs, --all or --job"},
+		{[]string{"kick", set.Name(), "--all", "1-0"}, 2, "IDs, --all or --job"},
 		{[]string{"tail", set.Name(), "1-0"}, 2, "want NAME, got 2 arguments: expset events tail"},
 		{[]string{"tail", set.Name(), "--yes"}, 2, "unknown flag: --yes (run 'expset events tail --help'"},
 		{[]string{"peek", set.Name()}, 2, `unknown verb "peek": want tail, dead, kick or drop`},

@@ -44,6 +44,7 @@ type statCounts struct {
 	Owners     int64      `json:"owners"`
 	OwnersDue  int64      `json:"owners_due"`
 	MembersDue int64      `json:"members_due"`
+	JobsDue    int64      `json:"jobs_due"`                      // jobs (Set.Put) and schedule ticks due, not yet swept
 	Partial    bool       `json:"members_due_partial,omitempty"` // over statsOwnerScan owners due: MembersDue counts only the first ones
 	OldestDue  *time.Time `json:"oldest_due,omitempty"`
 	LagMS      int64      `json:"lag_ms"` // now - OldestDue: how far behind the sweeper is; 0 when nothing is due
@@ -58,12 +59,14 @@ type statCounts struct {
 type shardRow struct {
 	Shard int `json:"shard"`
 	statCounts
-	Leased bool `json:"leased"`
+	Leased  bool `json:"leased"`
+	Stalled bool `json:"stalled"` // work due and no sweeper alive: nothing is delivered
 }
 
 type totalRow struct {
 	statCounts
-	Leased int `json:"leased_shards"`
+	Leased  int `json:"leased_shards"`
+	Stalled int `json:"stalled_shards"`
 }
 
 // watchFlag is --watch: a flag that needs no value (every 5s) and takes an
@@ -176,8 +179,8 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 	rep := statsReport{Set: name, Events: events, Shards: make([]shardRow, 0, len(st))}
 	for _, s := range st {
 		rep.Now = s.Now.UTC()
-		row := shardRow{Shard: s.Shard, Leased: s.Leased, statCounts: statCounts{
-			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, Partial: s.Partial,
+		row := shardRow{Shard: s.Shard, Leased: s.Leased, Stalled: s.Stalled, statCounts: statCounts{
+			Owners: s.Owners, OwnersDue: s.OwnersDue, MembersDue: s.MembersDue, JobsDue: s.JobsDue, Partial: s.Partial,
 			Events: s.Events, Pending: s.Pending, Retrying: s.Retrying, Dead: s.Dead, Trimmed: s.Trimmed, Evicted: s.EvictedKeys,
 		}}
 		if !s.OldestDue.IsZero() {
@@ -190,6 +193,7 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Owners += row.Owners
 		t.OwnersDue += row.OwnersDue
 		t.MembersDue += row.MembersDue
+		t.JobsDue += row.JobsDue
 		t.Partial = t.Partial || row.Partial
 		t.Events += row.Events
 		t.Pending += row.Pending
@@ -199,6 +203,9 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		t.Evicted = max(t.Evicted, row.Evicted) // shards share servers: a sum would count one twice
 		if row.Leased {
 			t.Leased++
+		}
+		if row.Stalled {
+			t.Stalled++
 		}
 		if row.OldestDue != nil && (t.OldestDue == nil || row.OldestDue.Before(*t.OldestDue)) {
 			t.OldestDue, t.LagMS = row.OldestDue, row.LagMS
@@ -214,19 +221,23 @@ func printStats(w io.Writer, rep statsReport) error {
 	}
 	fmt.Fprintf(w, "set %s at %s: %d shards, expiry events %s\n\n", rep.Set, rep.Now.Format("2006-01-02T15:04:05.000Z"), len(rep.Shards), events)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tLAG\tEVENTS\tPENDING\tRETRYING\tDEAD\tLEASE")
+	fmt.Fprintln(tw, "SHARD\tOWNERS\tOWNERS DUE\tMEMBERS DUE\tJOBS DUE\tLAG\tEVENTS\tPENDING\tRETRYING\tDEAD\tLEASE")
 	row := func(label string, c statCounts, lease string) {
-		due := strconv.FormatInt(c.MembersDue, 10)
+		due, jobs := strconv.FormatInt(c.MembersDue, 10), strconv.FormatInt(c.JobsDue, 10)
 		if c.Partial {
 			due += "+"
+			jobs += "+"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", label, c.Owners, c.OwnersDue, due, jobs,
 			lag(c.LagMS, c.OldestDue != nil), c.Events, c.Pending, c.Retrying, c.Dead, lease)
 	}
 	for _, s := range rep.Shards {
 		lease := "-"
-		if s.Leased {
+		switch {
+		case s.Leased:
 			lease = "held"
+		case s.Stalled:
+			lease = "none!"
 		}
 		row(strconv.Itoa(s.Shard), s.statCounts, lease)
 	}
@@ -236,6 +247,10 @@ func printStats(w io.Writer, rep statsReport) error {
 	}
 	if rep.Total.Partial {
 		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
+	}
+	if rep.Total.Stalled > 0 {
+		fmt.Fprintf(w, "\n! %s work due and no sweeper running: nothing is delivered until a Sweeper.Run, or a Consume or Reserve without WithoutSweeper, runs\n",
+			plural(rep.Total.Stalled, "shard has", "shards have"))
 	}
 	if rep.Total.Evicted > 0 {
 		fmt.Fprintf(w, "\n! the server of a shard evicted %d keys (maxmemory-policy): members may be lost; set maxmemory-policy noeviction\n", rep.Total.Evicted)
@@ -291,4 +306,12 @@ func serveMetrics(ctx context.Context, set *expset.Set, addr string, stdout, std
 		return fmt.Errorf("--serve %s: %w", addr, err)
 	}
 	return nil
+}
+
+// plural says "1 shard has" or "3 shards have": n, then one or many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

@@ -21,6 +21,19 @@ func printable(s string) string {
 	return s
 }
 
+// ownerText is the OWNER column of an event: its owner, or "(job)" and
+// "(schedule)" for the jobs of Set.Put and the ticks of schedules, whose
+// IDs are in the MEMBER column.
+func ownerText(e expset.Expiry) string {
+	switch {
+	case e.Owner != "":
+		return printable(e.Owner)
+	case e.Tick:
+		return "(schedule)"
+	}
+	return "(job)"
+}
+
 // exact returns s in standard base64 when s is not valid UTF-8, else "".
 // JSON strings hold text only (encoding/json turns a stray byte into
 // U+FFFD), so beside each text field that can hold arbitrary bytes --json

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -140,7 +141,7 @@ func TestWebBrowser(t *testing.T) {
 	}
 	var total expset.ShardStats
 	for i, s := range st {
-		want := map[string]int64{"shard": int64(s.Shard), "owners": s.Owners, "owners-due": s.OwnersDue, "members-due": s.MembersDue,
+		want := map[string]int64{"shard": int64(s.Shard), "owners": s.Owners, "owners-due": s.OwnersDue, "members-due": s.MembersDue, "jobs-due": s.JobsDue,
 			"events": s.Events, "pending": s.Pending, "dead": s.Dead, "leased": map[bool]int64{true: 1}[s.Leased]}
 		for k, v := range want {
 			if shown[i][k] != v {
@@ -156,6 +157,10 @@ func TestWebBrowser(t *testing.T) {
 	}
 	if got := b.text(`#totals [data-k="dead"]`); got != "20" {
 		t.Errorf("total dead letters shown %q; want 20", got)
+	}
+	// Members due and no sweeper running: the page says so.
+	if got := b.text(`#sweeping`); !strings.Contains(got, "work due and no sweeper running") {
+		t.Errorf("with members due and no sweeper the page shows %q; want the warning", got)
 	}
 	if got := b.text(`#groups tr[data-group="billing"] [data-k="lag"]`); got != "10" {
 		t.Errorf("billing's lag shown %q; want 10", got)
@@ -252,6 +257,9 @@ func TestWebBrowser(t *testing.T) {
 	if n := deadTotal(t, set); n != 19 {
 		t.Errorf("%d dead letters after kicking one of 20", n)
 	}
+	// The consumer sweeps: the set's page drops its warning.
+	b.open(base + "/set?s=" + name)
+	waitFor(t, "the warning gone with a consumer sweeping", func() bool { return b.text(`#sweeping`) == "" })
 	if !strings.Contains(log.String(), "kicked 1 dead letter(s) of set "+name) {
 		t.Errorf("the kick is not logged: %q", log.String())
 	}
@@ -264,6 +272,44 @@ func TestWebBrowser(t *testing.T) {
 	var v map[string]any
 	if kind != "JSON" || json.Unmarshal([]byte(text), &v) != nil || !strings.Contains(text, "\n  \"cents\": 1250") {
 		t.Errorf("payload shown as %s:\n%s", kind, text)
+	}
+
+	// A job's dead letter shows the job's ID, found by the job filter.
+	buryJob(t, set, "job-7")
+	b.open(base + "/dead?s=" + name)
+	b.eval(`document.querySelector('input[name="job"]').value = "job-7"; document.querySelector("form.filters button").click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "job=job-7") })
+	b.eval(`[...document.querySelectorAll("#letters tbody tr")].map(tr => tr.dataset.ref)`, &refs)
+	if len(refs) != 1 || !strings.Contains(b.text("#letters tbody"), "job job-7") {
+		t.Errorf("the job filter shows %v: %q; want job-7's one letter", refs, b.text("#letters tbody"))
+	}
+	var html string
+	b.eval(`document.documentElement.outerHTML`, &html)
+	noJobOwner(t, "the dead letters of job-7", html)
+}
+
+// buryJob puts job id due at once and dead-letters it in the group
+// "reminders", whose consumer buries it (and sweeps).
+func buryJob(t *testing.T, set *expset.Set, id string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, _, err := set.Put(ctx, id, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- set.Consume(ctx, "reminders", "r1", func(_ context.Context, e expset.Expiry) error {
+			return expset.Bury(errors.New("no such customer"))
+		}, expset.WithLeaseTTL(600*time.Millisecond))
+	}()
+	waitFor(t, id+" dead-lettered", func() bool {
+		ds, err := set.JobDeadLetters(ctx, id)
+		return err == nil && len(ds) == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

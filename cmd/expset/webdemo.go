@@ -88,7 +88,7 @@ func (a *app) webDemo(ctx context.Context, names []string) (*conn, []string, err
 				return errors.New("payment gateway: timeout after 3s")
 			}
 			return nil
-		}, expset.WithMaxAttempts(2), expset.WithLeaseTTL(2*time.Second), expset.WithPollInterval(100*time.Millisecond))
+		}, expset.WithMaxAttempts(2), expset.WithLeaseTTL(2*time.Second), expset.WithPollInterval(100*time.Millisecond), expset.WithoutSweeper())
 	})
 	run("email", func(ctx context.Context) error {
 		return set.Consume(ctx, "email", "mailer-1", func(ctx context.Context, e expset.Expiry) error {
@@ -96,7 +96,7 @@ func (a *app) webDemo(ctx context.Context, names []string) (*conn, []string, err
 				return errors.New("no address for " + e.Owner)
 			}
 			return sleep(ctx, 20*time.Millisecond)
-		}, expset.WithMaxAttempts(3), expset.WithPollInterval(100*time.Millisecond))
+		}, expset.WithMaxAttempts(3), expset.WithPollInterval(100*time.Millisecond), expset.WithoutSweeper())
 	})
 	inner := c.close
 	c.close = func() {

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/store"
 )
 
 //go:embed web
@@ -232,12 +233,13 @@ func (s *webServer) setOf(r *http.Request) (*webSet, error) {
 
 // setSummary is one set's row on the index and its totals.
 type setSummary struct {
-	Set    *webSet
-	Shards []expset.ShardStats
-	Total  statCounts
-	Leased int
-	Now    time.Time
-	Err    string
+	Set     *webSet
+	Shards  []expset.ShardStats
+	Total   statCounts
+	Leased  int
+	Stalled int // shards with work due and no sweeper alive
+	Now     time.Time
+	Err     string
 }
 
 func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
@@ -246,7 +248,7 @@ func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
 		return setSummary{Set: w, Err: err.Error()}
 	}
 	rep := newStatsReport(w.name, w.cfg.Events, st)
-	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Now: rep.Now}
+	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Stalled: rep.Total.Stalled, Now: rep.Now}
 	return out
 }
 
@@ -327,6 +329,10 @@ func (s *webServer) owner(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("%w: owner of %d bytes: want 1 to %d", errUsage, len(o), maxOwnerLen))
 		return
 	}
+	if store.IsJobOwner(o) {
+		s.fail(w, fmt.Errorf("%w: that owner is kept for jobs and schedules, no one's: look a job up by its ID (expset job)", errUsage))
+		return
+	}
 	at, err := strconv.Atoi(q.Get("at"))
 	if q.Get("at") != "" && (err != nil || at < 0) {
 		s.fail(w, fmt.Errorf("%w: at=%q: want an offset of 0 or more", errUsage, q.Get("at")))
@@ -342,8 +348,8 @@ func (s *webServer) owner(w http.ResponseWriter, r *http.Request) {
 
 // filterOf reads the dead-letter filter of a request's form.
 func filterOf(r *http.Request, shards int) (deadFilter, error) {
-	f := deadFilter{Group: r.FormValue("group"), Owner: r.FormValue("owner"), Err: r.FormValue("err"), Shard: -1}
-	for _, v := range []string{f.Group, f.Owner, f.Err} {
+	f := deadFilter{Group: r.FormValue("group"), Owner: r.FormValue("owner"), Job: r.FormValue("job"), Err: r.FormValue("err"), Shard: -1}
+	for _, v := range []string{f.Group, f.Owner, f.Job, f.Err} {
 		if len(v) > webMaxFilterText {
 			return f, fmt.Errorf("%w: a filter of %d bytes: want at most %d", errUsage, len(v), webMaxFilterText)
 		}
@@ -486,7 +492,7 @@ func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, fmt.Errorf("%w: tick the box that confirms acting on every matching dead letter", errUsage))
 			return
 		}
-		what = fmt.Sprintf("all matching group=%q owner=%q error~%q shard=%s", f.Group, f.Owner, f.Err, f.ShardText())
+		what = fmt.Sprintf("all matching group=%q owner=%q job=%q error~%q shard=%s", f.Group, f.Owner, f.Job, f.Err, f.ShardText())
 		n, err = ws.actMatching(r.Context(), kick, f)
 	default:
 		s.fail(w, fmt.Errorf("%w: do=%q: want kick, delete, kick-matching or delete-matching", errUsage, do))
@@ -498,7 +504,7 @@ func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("after %d %s: %w", n, verb, err))
 		return
 	}
-	back := query("s", ws.name, "group", f.Group, "owner", f.Owner, "err", f.Err, "shard", f.ShardText(),
+	back := query("s", ws.name, "group", f.Group, "owner", f.Owner, "job", f.Job, "err", f.Err, "shard", f.ShardText(),
 		"done", fmt.Sprintf("%s %d dead letter(s)", verb, n))
 	http.Redirect(w, r, "/dead"+string(back), http.StatusSeeOther)
 }

@@ -2,25 +2,27 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // deadscan.go serves deadscan.lua: one bounded step through a shard's
 // dead-letter stream keeping the entries a filter selects (the dead
-// letters of "expset web").
+// letters of "expset web", and those of one job for Set.JobDeadLetters).
 
 // DeadScan is one deadscan.lua step's arguments.
 type DeadScan struct {
-	Shard int
-	Start string // "-" or "(ID" (after ID)
-	End   string // "+" or an ID (inclusive)
-	Read  int    // entries to read at most (1 to 10000)
-	Want  int    // matching entries to return at most (0: none)
-	Group string // the group, exactly ("" for any)
-	Owner string // the owner, exactly ("" for any)
-	Text  string // text the error holds, lower case ("" for any)
-	Stop  bool   // stop reading at the last entry returned, else read on counting the matches
+	Shard  int
+	Start  string // "-" or "(ID" (after ID)
+	End    string // "+" or an ID (inclusive)
+	Read   int    // entries to read at most (1 to 10000)
+	Want   int    // matching entries to return at most (0: none)
+	Group  string // the group, exactly ("" for any)
+	Owner  string // the owner, exactly ("" for any)
+	Member string // the member, exactly ("" for any)
+	Text   string // text the error holds, lower case ("" for any)
+	Stop   bool   // stop reading at the last entry returned, else read on counting the matches
 }
 
 // DeadScanned is deadscan.lua's reply: the last ID read ("" when none),
@@ -39,7 +41,7 @@ func (s *Store) deadScanCall(a DeadScan) *Call {
 		stop = "1"
 	}
 	return &Call{Op: "deadscan", Shard: a.Shard, Script: scriptDeadScan, Keys: []string{s.shards[a.Shard].Dead},
-		Args: []any{a.Start, a.End, a.Read, a.Want, a.Group, a.Owner, a.Text, stop}}
+		Args: []any{a.Start, a.End, a.Read, a.Want, a.Group, a.Owner, a.Text, stop, a.Member}}
 }
 
 // readDeadScan reads deadscan.lua's reply: {last, read, matches, {{ID,
@@ -86,4 +88,23 @@ func (s *Store) ScanDead(ctx context.Context, a DeadScan) (DeadScanned, error) {
 		return DeadScanned{}, err
 	}
 	return readDeadScan(v)
+}
+
+// JobDeadLetters reads the dead letters of the job with ID id, oldest
+// first: the entries of its shard's dead-letter stream under its bucket
+// with id as member, kept by deadscan.lua (only they travel), JobScanCount
+// entries a call. Its error names the stream.
+func (s *Store) JobDeadLetters(ctx context.Context, id string) (shard int, msgs []redis.XMessage, err error) {
+	shard, owner := s.JobBucket(id)
+	for start := "-"; ; {
+		r, err := s.ScanDead(ctx, DeadScan{Shard: shard, Start: start, End: "+", Read: JobScanCount, Want: JobScanCount, Owner: owner, Member: id})
+		if err != nil {
+			return shard, msgs, fmt.Errorf("read %s: %w", s.shards[shard].Dead, err)
+		}
+		msgs = append(msgs, r.Entries...)
+		if r.Read < JobScanCount {
+			return shard, msgs, nil
+		}
+		start = "(" + r.Last
+	}
 }

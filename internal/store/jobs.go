@@ -38,6 +38,18 @@ const ScheduleOwner = JobOwnerPrefix + "sched"
 // schedules' owner).
 func IsJobOwner(owner string) bool { return strings.HasPrefix(owner, JobOwnerPrefix) }
 
+// jobOwners returns the owners a shard may keep jobs and schedule ticks
+// under: its job buckets (the same names in every shard) and the schedules'
+// owner.
+func (s *Store) jobOwners() []any {
+	n := max(jobBuckets/len(s.shards), 1)
+	out := make([]any, 0, n+1)
+	for b := range n {
+		out = append(out, JobOwnerPrefix+strconv.Itoa(b))
+	}
+	return append(out, ScheduleOwner)
+}
+
 // jobKeys returns the shard, the bucket's owner and the owner keys
 // (ownerKeys) of the job with ID id.
 func (s *Store) jobKeys(id string) (int, string, []string) {

@@ -46,15 +46,16 @@ func putWrote(v any) bool {
 
 // Put runs put.lua in mode "n": job id due after ms, unless a job of that
 // ID is waiting. It returns the job's due time, whether it put it, and
-// whether WithDurability's acknowledgements came. key is the bucket's key.
-func (s *Store) Put(ctx context.Context, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, key string, err error) {
+// whether WithDurability's acknowledgements came. An error of the call
+// names the bucket's key, which the caller does not show.
+func (s *Store) Put(ctx context.Context, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, err error) {
 	c := s.putCall("put", "n", id, ms, payload, hasPayload)
 	s.runWrite(ctx, c, true, putWrote)
 	if c.Err != nil {
-		return time.Time{}, false, false, c.Keys[0], c.Err
+		return time.Time{}, false, false, c.Err
 	}
 	due, put, err = readPut(c.Reply)
-	return due, put, c.Durable, c.Keys[0], err
+	return due, put, c.Durable, err
 }
 
 // readReschedule reads put.lua's reply in mode "x": the new due time, or
@@ -71,14 +72,14 @@ func readReschedule(v any) (due time.Time, found bool, err error) {
 }
 
 // Reschedule runs put.lua in mode "x": the waiting job id due after ms
-// instead. found is false when the job is not waiting; key is the bucket's
-// key.
-func (s *Store) Reschedule(ctx context.Context, id string, ms int64) (due time.Time, found, durable bool, key string, err error) {
+// instead. found is false when the job is not waiting. An error of the
+// call names the bucket's key, as Put's does.
+func (s *Store) Reschedule(ctx context.Context, id string, ms int64) (due time.Time, found, durable bool, err error) {
 	c := s.putCall("reschedule", "x", id, ms, nil, false)
 	s.runWrite(ctx, c, true, func(v any) bool { return v != nil })
 	if c.Err != nil {
-		return time.Time{}, false, false, c.Keys[0], c.Err
+		return time.Time{}, false, false, c.Err
 	}
 	due, found, err = readReschedule(c.Reply)
-	return due, found, c.Durable, c.Keys[0], err
+	return due, found, c.Durable, err
 }

@@ -95,23 +95,45 @@ type DueOwner struct {
 	Due   time.Time
 }
 
+// nextDueRounds bounds the reads of a shard's due index NextDue makes to
+// pass the owners of jobs and schedules ahead of the first owners.
+const nextDueRounds = 50
+
 // NextDue reads the n owners with the earliest scores over every shard's
-// due index (one ZRANGE per shard, pipelined), earliest first.
+// due index, earliest first, leaving out the owners jobs and schedules are
+// kept under (IsJobOwner): one pipelined ZRANGE of n entries per shard, and
+// more rounds, of the shards whose entries read were those, up to
+// nextDueRounds.
 func (s *Store) NextDue(ctx context.Context, n int) ([]DueOwner, error) {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, len(s.shards))
-	for i, sk := range s.shards {
-		cmds[i] = pipe.ZRangeWithScores(ctx, sk.Due, 0, int64(n-1))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
 	var out []DueOwner
-	for i, c := range cmds {
-		for _, z := range c.Val() {
-			o, _ := z.Member.(string)
-			out = append(out, DueOwner{Owner: o, Shard: i, Due: time.UnixMilli(int64(z.Score))})
+	found := make([]int, len(s.shards))
+	open := make([]int, len(s.shards))
+	for i := range open {
+		open[i] = i
+	}
+	for round := 0; round < nextDueRounds && len(open) > 0; round++ {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.ZSliceCmd, len(open))
+		from := int64(round * n)
+		for j, i := range open {
+			cmds[j] = pipe.ZRangeWithScores(ctx, s.shards[i].Due, from, from+int64(n-1))
 		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		var next []int
+		for j, i := range open {
+			for _, z := range cmds[j].Val() {
+				if o, _ := z.Member.(string); !IsJobOwner(o) {
+					out = append(out, DueOwner{Owner: o, Shard: i, Due: time.UnixMilli(int64(z.Score))})
+					found[i]++
+				}
+			}
+			if len(cmds[j].Val()) == n && found[i] < n {
+				next = append(next, i)
+			}
+		}
+		open = next
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Due.Before(out[b].Due) })
 	return out[:min(n, len(out))], nil
