@@ -131,3 +131,25 @@ func TestJobDeadLettersRefusesBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestSweepStatsOwnersLeaveJobsOut: a sweep of an owner's member, two jobs
+// and a schedule's tick counts one owner and four members.
+func TestSweepStatsOwnersLeaveJobsOut(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents())
+		must[time.Time](t)(s.PutSchedule(ctx, "nightly", "@daily"))
+		must[time.Time](t)(s.Add(ctx, "u", "m", time.Second))
+		for _, id := range []string{"j1", "j2"} {
+			if _, _, err := s.Put(ctx, id, time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(25 * time.Hour)
+		st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		if st.Owners != 1 || st.Expired != 4 {
+			t.Fatalf("SweepOnce: %+v; want Owners 1 (u), Expired 4 (m, two jobs, a tick)", st)
+		}
+	})
+}

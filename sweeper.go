@@ -120,7 +120,7 @@ func NewSweeper(s *Set, opts ...SweeperOption) (*Sweeper, error) {
 // members each, 1 and 3 seconds late, in one batch of one shard, reports
 // Owners=3, Expired=6, Batches=1, Shards=1, MaxLateness=3s, MeanLateness=2s.
 type SweepStats struct {
-	Owners       int           // owner visits that removed at least one expired member
+	Owners       int           // owner visits that removed at least one expired member (jobs' and schedules' owners not counted)
 	Expired      int           // expired members removed (with events on, events written)
 	Stale        int           // index entries corrected without removing anything: early, or of a gone owner
 	Trimmed      int           // events the retention removed unconsumed (WithEventRetention)

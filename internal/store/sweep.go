@@ -40,7 +40,7 @@ type Swept struct {
 	Expired       int   // members removed (with events, events written)
 	LateSum       int64 // ms: the sum of now - deadline of the members removed
 	MaxLateness   time.Duration
-	Owners        int // owner visits that removed a member
+	Owners        int // owner visits that removed a member, the job owners left out
 	Stale         int // index entries corrected without removing anything
 	Trimmed       int // events the retention removed unconsumed
 	Due           []string

@@ -63,7 +63,8 @@
 --   expired   members removed
 --   late_sum  sum of now - deadline over the members removed, in ms
 --   late_max  the largest now - deadline, in ms
---   owners    owners that lost at least one expired member
+--   owners    owners that lost at least one expired member, the owners
+--             of jobs and schedules (\0job:...) left out
 --   stale     index entries corrected without removing anything (stale early,
 --             or the owner no longer exists)
 --   earliest  the lowest score in the index after the call, -1 when empty;
@@ -210,7 +211,9 @@ for i = 1, n do
     end
     budget = budget - k
     expired = expired + k
-    owners = owners + 1
+    if string.sub(owner, 1, 5) ~= '\0job:' then
+      owners = owners + 1
+    end
   else
     stale = stale + 1
   end
@@ -252,7 +255,6 @@ if sched and budget > 0 and bytes > 0 then
   local skey, shash = KEYS[#KEYS - 1], KEYS[#KEYS]
   local cutoff = now - tonumber(ARGV[#ARGV])
   local ids = call('ZRANGE', skey, '-inf', NOW, 'BYSCORE', 'LIMIT', '0', string.format(F, budget))
-  local fired_any = false
   for _, id in ipairs(ids) do
     if budget <= 0 or bytes <= 0 then
       break
@@ -312,7 +314,6 @@ if sched and budget > 0 and bytes > 0 then
           bytes = bytes - c
           budget = budget - 1
           expired = expired + 1
-          fired_any = true
           v[4] = v[j]
           j = j + 1
         end
@@ -347,9 +348,6 @@ if sched and budget > 0 and bytes > 0 then
         refills[nf + 4] = call('HGET', shash, 'c:' .. id) or ''
       end
     end
-  end
-  if fired_any then
-    owners = owners + 1
   end
   local head = call('ZRANGE', skey, '0', '0', 'WITHSCORES')
   if head[2] then
