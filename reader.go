@@ -197,7 +197,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 		for _, st := range res {
 			for _, m := range st.Messages {
 				sh.busy = true
-				out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at})
+				out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at, new: true})
 			}
 		}
 	}
