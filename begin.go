@@ -100,16 +100,16 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 }
 
 // fresh reports whether begins.lua may begin d at now without a look at
-// the pending list: d was read or claimed by this consumer less than half
-// the time (a sixth of the lease TTL) under which the script keeps a
-// consumer's own lease as it is, so no other consumer can have taken it (a
-// claim needs it idle a whole lease TTL), with room for the clocks of
-// client and server to differ in rate. A job's event is never fresh:
-// Set.Cancel acknowledges and deletes one read and not begun, and its
-// begin must see that.
+// the pending list or the attempts field: d is a new event this consumer
+// read less than half the time (a sixth of the lease TTL) under which the
+// script keeps a consumer's own lease as it is, so no other consumer can
+// have taken it (a claim needs it idle a whole lease TTL) and no call of
+// it has begun, with room for the clocks of client and server to differ
+// in rate. A job's event is never fresh: Set.Cancel acknowledges and
+// deletes one read and not begun, and its begin must see that.
 func (c *consumer) fresh(d delivery, now time.Time) bool {
 	o, _ := d.values["o"].(string)
-	return now.Sub(d.at) < c.cfg.leaseTTL/12 && !isJobOwner(o)
+	return d.new && now.Sub(d.at) < c.cfg.leaseTTL/12 && !isJobOwner(o)
 }
 
 // unbegun settles d when no handler call can be made of it: an event not

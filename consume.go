@@ -333,6 +333,7 @@ type delivery struct {
 	values map[string]any
 	at     time.Time // when the read or claim that took it was sent: its lease started after
 	parked bool      // it comes from the events set aside (owners.go)
+	new    bool      // read new (XREADGROUP ... >): no call of it has begun
 }
 
 // parseEvicted reads an event entry's r field: absent for an expiry,

@@ -161,7 +161,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 		}
 		sh.busy = len(news[k].Entries) > 0
 		for _, m := range news[k].Entries {
-			out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at})
+			out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at, new: true})
 		}
 	}
 	return out

@@ -61,8 +61,12 @@ type Reservation struct {
 // first call of a group makes it on each shard's stream when missing (one
 // XGROUP CREATE per shard), and the first call of a consumer removes the
 // group's idle consumers (a script per shard), asks every shard for the
-// group's pending count (one pipeline) and reads the shards one at a time,
-// reading one event at a time so that none waits unhandled. Idle, it waits
+// group's pending count (one pipeline) and reads the shards one at a time.
+// A read takes up to 10 events: the call begins the first, and the rest
+// wait, uncharged, for the next Reserve of the same group and consumer
+// name in the process (a read's server cost is mostly finding where the
+// group left off); when no Reserve has run for 100ms they are released for
+// any consumer to take at once. Idle, it waits
 // for a wake-up and sends only what an idle Consume sends: the safety poll
 // (each shard's stream read every WithPollInterval, default 10s), the
 // subscriptions' PINGs, and a claim scan while the group has events
@@ -70,7 +74,7 @@ type Reservation struct {
 // backoff until ctx ends.
 func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ReserveOption) (*Reservation, error) {
 	cfg := defaultConsumeConfig()
-	cfg.batch = 1 // one event a read, so that none waits unhandled
+	cfg.batch = reserveReadAhead // the rest of a read waits for the next Reserve (reserve_ahead.go)
 	if err := applyOptions(opts, &cfg, ReserveOption.applyReserve); err != nil {
 		return nil, err
 	}
@@ -87,8 +91,8 @@ func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...R
 		switch {
 		case r != nil:
 			return 0, errLoopDone
-		case c.anyBusy():
-			return 0, nil // shards left unread, one event a read: on at once
+		case c.anyBusy() || c.reserving.hasAhead(c):
+			return 0, nil // shards left unread, or events read ahead: on at once
 		}
 		return c.idleWait(time.Now()), nil
 	})
@@ -126,6 +130,7 @@ type reservers struct {
 	subs  []*subscription            // the wake-up subscriptions (nil: stopped)
 	calls int                        // Reserve calls running
 	held  map[*Reservation]time.Time // reservations not finished: when their leases end
+	ahead map[[2]string]*aheadQueue  // by group and name: events read and not begun (reserve_ahead.go)
 	quiet time.Time                  // when the last use ended
 	timer *time.Timer                // stops what is unused (expire)
 }
@@ -257,9 +262,10 @@ func (r *reservers) expire() {
 			r.set.retryNotes.leave(c)
 		}
 	}
-	subs := r.subs
-	r.subs, r.idle, r.wakes, r.held = nil, nil, nil, nil
+	subs, ahead := r.subs, r.ahead
+	r.subs, r.idle, r.wakes, r.held, r.ahead = nil, nil, nil, nil, nil
 	r.mu.Unlock()
+	releaseAhead(ahead)
 	for _, p := range subs {
 		p.close()
 	}
@@ -310,7 +316,10 @@ func (c *consumer) reserveRound(ctx context.Context) *Reservation {
 	// The safety poll: a plain read and the pending count.
 	claimed = append(claimed, c.read(ctx, nil, visit, max(1-len(claimed), 0))...)
 	if len(claimed) == 0 {
-		claimed = c.read(ctx, read, nil, 1) // a plain read of one event (cfg.batch)
+		claimed = c.reserving.takeAhead(c)
+	}
+	if len(claimed) == 0 {
+		claimed = c.reserveRead(ctx, read)
 	} else {
 		for _, i := range read {
 			c.shards[i].busy = true // read them at the next call

@@ -18,9 +18,9 @@ const (
 
 // BeginItem is one event to begin: its entry ID, the token of the call to
 // make of it, its owner ("" for a job: no slot; sent only with an owner
-// cap) and whether it is fresh: read or claimed by this consumer so lately
-// (under a twelfth of the lease TTL) that no other can have taken it, so
-// it is begun without a look at the pending list.
+// cap) and whether it is fresh: a new event this consumer read so lately
+// that no other can have taken it and no call of it has begun, so it is
+// begun without a look at the pending list or the attempts field.
 type BeginItem struct {
 	ID, Token, Owner string
 	Fresh            bool

@@ -26,8 +26,7 @@ for i = 2, #ARGV - 1, 2 do
   local field = att_field(id, group)
   local mine = tok == ''
   if not mine then
-    local _, token = att_get(att, field)
-    mine = token == tok
+    mine = att_token(att, field) == tok
   end
   if mine then
     ids[#ids + 1] = id

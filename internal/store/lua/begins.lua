@@ -15,10 +15,11 @@
 -- ARGV[5]  idle time in ms under which this consumer's own lease is kept as
 --          it is (a sixth of the lease TTL)
 -- ARGV[6]  the owners' cap, WithOwnerConcurrency (0: none)
--- ARGV[7]  how many of the first items are fresh: read or claimed by this
---          consumer less than ARGV[5] ms ago, so nobody else can have
---          taken them (a take needs them idle ARGV[3] ms) and they are
---          begun without a look at the pending list (never a job's: a
+-- ARGV[7]  how many of the first items are fresh: new events this
+--          consumer read (XREADGROUP ... >) less than ARGV[5] ms ago, so
+--          nobody else can have taken them (a take needs them idle ARGV[3]
+--          ms) and no call of them has begun: they are begun without a look
+--          at the pending list or the attempts field (never a job's: a
 --          Set.Cancel acknowledges one read and not begun)
 -- ARGV[8..] pairs (at most 1000): an entry ID, and the token of its call
 --          (unique to the handler call, so that a begin run twice counts once);
@@ -62,7 +63,10 @@ for i = 8, #ARGV - 1, step do
     r = 0
   else
     local field = att_field(id, group)
-    local used, token = att_get(att, field)
+    local used, token = 0, nil
+    if i >= fresh then
+      used, token = att_get(att, field)
+    end
     local full = 0
     if token == tok and holder == consumer then
       r = {used, 1, 0}

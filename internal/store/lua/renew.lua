@@ -27,7 +27,7 @@ local out = {}
 for i = 4, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local field = att_field(id, group)
-  local _, token = att_get(att, field)
+  local token = att_token(att, field)
   local r = 0
   if token == tok and hold(stream, att, group, consumer, id) then
     if KEYS[3] then

@@ -1,0 +1,129 @@
+-- forget.lua: helpers of the consumer-group scripts that read a stream's
+-- groups and delete or bury its entries (ack, bury, claim, prune,
+-- remove_group, running, the job scripts). scripts.go puts it after
+-- groups.lua, whose helpers it uses.
+
+-- info returns field k of an XINFO reply: a flat list on Redis, a table
+-- keyed by name on some emulators.
+local function info(t, k)
+  if t[k] ~= nil then
+    return t[k]
+  end
+  for i = 1, #t - 1, 2 do
+    if t[i] == k then
+      return t[i + 1]
+    end
+  end
+  return nil
+end
+
+-- split returns the two numbers of stream ID id ("ms-seq", or "ms" alone
+-- for "ms-0"; ms has at most 13 digits and seq is small: exact in a double).
+local function split(id)
+  local d = string.find(id, '-', 1, true)
+  if not d then
+    return tonumber(id), 0
+  end
+  return tonumber(string.sub(id, 1, d - 1)), tonumber(string.sub(id, d + 1))
+end
+
+-- after reports whether stream ID a comes after stream ID b.
+local function after(a, b)
+  local am, as = split(a)
+  local bm, bs = split(b)
+  if am ~= bm then
+    return am > bm
+  end
+  return as > bs
+end
+
+-- after_last returns the stream ID just after id: the lowest one a group
+-- whose last-delivered ID is id has not read.
+local function after_last(id)
+  local ms, seq = split(id)
+  return string.format('%.0f-%.0f', ms, seq + 1)
+end
+
+-- forget deletes from stream the entries of ids that no consumer group still
+-- needs: every group other than done (which has just acknowledged or buried
+-- them) has read past each one and holds it pending nowhere. So the stream
+-- holds only entries some group still needs; a group created later starts
+-- at the oldest entry left. The entries below the floor (the lowest ID some
+-- group has not read or holds pending, over every group) go by one XTRIM
+-- MINID, which walks the stream's first node once instead of once per
+-- entry as XDEL does; those ids above it that no group needs go by XDEL.
+-- Below the floor every group has read every entry and holds none pending,
+-- so the trim removes only entries no group needs (also ones a forget
+-- before left, such as those of a group destroyed while holding them).
+-- Returns how many it deleted.
+local function forget(stream, ids, done)
+  local groups = call('XINFO', 'GROUPS', stream)
+  -- No group has read past the lowest last-delivered ID: the floor is at
+  -- most the ID after it. Only when ids lie below that is the floor worth
+  -- its XPENDING per group (not while a group lags behind).
+  local floor
+  for _, g in ipairs(groups) do
+    local low = after_last(info(g, 'last-delivered-id'))
+    if not floor or after(floor, low) then
+      floor = low
+    end
+  end
+  -- ids come in stream order, mostly: the first stands for them (a gate
+  -- for the cost only; each id is checked on its own below).
+  if floor and ids[1] and after(floor, ids[1]) then
+    for _, g in ipairs(groups) do
+      local p = call('XPENDING', stream, info(g, 'name'))
+      if tonumber(p[1]) > 0 and after(floor, p[2]) then
+        floor = p[2]
+      end
+    end
+  else
+    floor = nil
+  end
+  local del = {}
+  for _, id in ipairs(ids) do
+    if not (floor and after(floor, id)) then -- else the trim takes it
+      local needed = false
+      for _, g in ipairs(groups) do
+        local name = info(g, 'name')
+        if name ~= done then
+          local last = info(g, 'last-delivered-id')
+          if after(id, last) or call('XPENDING', stream, name, id, id, 1)[1] then
+            needed = true
+            break
+          end
+        end
+      end
+      if not needed then
+        del[#del + 1] = id
+      end
+    end
+  end
+  local n = 0
+  if floor then
+    n = call('XTRIM', stream, 'MINID', floor)
+  end
+  if #del > 0 then
+    n = n + call('XDEL', stream, unpack(del))
+  end
+  return n
+end
+
+-- bury moves entry id, pending in group, to the dead-letter stream dead:
+-- the event's fields (fields, a flat list; o, m, d, p, r) plus id (its ID in
+-- stream), g (group), c (consumer), a (attempts) and err (reason); then
+-- acknowledges it in group, clears its attempts and forgets it.
+local function bury(stream, dead, att, group, consumer, id, fields, attempts, reason)
+  local args = {}
+  for i = 1, #fields, 2 do
+    local k = fields[i]
+    if k == 'o' or k == 'm' or k == 'd' or k == 'p' or k == 'r' then
+      args[#args + 1] = k
+      args[#args + 1] = fields[i + 1]
+    end
+  end
+  call('XADD', dead, '*', 'id', id, 'g', group, 'c', consumer, 'a', attempts, 'err', reason, unpack(args))
+  call('XACK', stream, group, id)
+  att_clear(att, id, group)
+  forget(stream, {id}, group)
+end
