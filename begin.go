@@ -2,40 +2,17 @@ package expset
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // callToken returns a new handler call's token.
 func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
-
-// beginFull is the reply of begins.lua and take.lua for an event whose
-// owner holds its every slot (WithOwnerConcurrency).
-const beginFull = -2
-
-// readAhead is take.lua's reply for an event read past those it began:
-// the consumer begins it when it has a call slot (c.ahead).
-const readAhead = -3
-
-// parseBegin reads one reply of begins.lua: {attempt, taken now (0/1),
-// the owner's slots all held (0/1)}, or 0, -1 or -2.
-func parseBegin(v any) (n int64, taken, full, ok bool) {
-	if xs, isList := v.([]any); isList {
-		if len(xs) != 3 {
-			return 0, false, false, false
-		}
-		n, ok1 := asInt64(xs[0])
-		t, ok2 := asInt64(xs[1])
-		f, ok3 := asInt64(xs[2])
-		return n, t == 1, f == 1, ok1 && ok2 && ok3 && n > 0
-	}
-	n, ok = asInt64(v)
-	return n, false, false, ok && n <= 0
-}
 
 // beginAll begins a handler call of each of todo (claimed, or set aside
 // before), in one begins.lua call per shard, all in one pipeline, and
@@ -44,10 +21,68 @@ func parseBegin(v any) (n int64, taken, full, ok bool) {
 // whose owners are at their cap set aside (refused); those another
 // consumer holds are dropped.
 func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
-	var bs batches[int, takenCall] // the begins.lua calls, and what each begins
-	// The fresh first (each call counts them: ARGV[7]), begun without a
-	// look at the pending list: read or claimed by this consumer so lately
-	// that no other can have taken them (see freshFor).
+	bs := c.beginBatches(ctx, todo)
+	if len(bs.Items) == 0 {
+		return nil
+	}
+	calls := make([]*store.Call, len(bs.Items))
+	for k, items := range bs.Items {
+		begins := make([]store.BeginItem, len(items))
+		for j, it := range items {
+			owner, _ := c.capped(it.d) // "" for a job: no slot
+			begins[j] = store.BeginItem{ID: it.d.id, Token: it.token, Owner: owner, Fresh: it.fresh}
+		}
+		calls[k] = c.set.st.BeginsCall(c.args(), bs.Keys[k], begins)
+	}
+	// Not cut short by ctx: an attempt counted is an attempt handed out.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	leased := time.Now()
+	c.set.st.RunPipelined(wctx, calls)
+	var begun []takenCall
+	for k, b := range calls {
+		replies, err := store.ReadBegins(b, len(bs.Items[k]))
+		if err != nil {
+			// Each may have counted: give that back (once, whatever ran).
+			for _, it := range bs.Items[k] {
+				_ = c.releaseShard(wctx, it.d.shard, []string{it.d.id}, it.d.id, it.token) // err is reported
+			}
+			c.fail(ctx, b.Shard, err)
+			continue
+		}
+		for j, it := range bs.Items[k] {
+			r := replies[j]
+			switch {
+			case r.Err != nil:
+				c.fail(ctx, b.Shard, r.Err)
+				continue
+			case r.Attempt == store.BeginFull:
+				if err := c.refused(ctx, it.d); err != nil {
+					c.fail(ctx, it.d.shard, err)
+				}
+				continue
+			case r.Attempt <= 0:
+				continue // another consumer holds it, or a claim buries it
+			}
+			it.leased, it.full = leased, r.Full
+			if !r.Taken {
+				it.leased = it.d.at // the lease of the read or claim that took it runs on
+			}
+			it.e.Attempt = r.Attempt
+			begun = append(begun, it)
+		}
+	}
+	return begun
+}
+
+// beginBatches groups the events of todo that a handler call can be made
+// of by shard, in batches of at most maxBatch, each with a new call
+// token, and settles the others (unbegun). The fresh come first (each
+// call counts them: begins.lua's ARGV[7]), begun without a look at the
+// pending list: read or claimed by this consumer so lately that no other
+// can have taken them (see fresh).
+func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batches[int, takenCall] {
+	var bs store.Batches[int, takenCall]
 	now := time.Now()
 	for _, fresh := range []bool{true, false} {
 		for _, d := range todo {
@@ -58,73 +93,11 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			if !ok {
 				continue
 			}
-			token := callToken()
-			b := bs.Add(d.shard, takenCall{d: d, e: e, token: token}, func() *scriptCall {
-				sc, keys := c.withSlots(d.shard, scriptBegins, scriptBeginsSlots, c.leaseKeys(d.shard)...)
-				return &scriptCall{Op: "begin", Shard: d.shard, Script: sc, Keys: keys,
-					Args: []any{c.group, c.name, c.leaseMs, c.cfg.maxAttempts, c.leaseMs / 6, c.cfg.ownerCap, 0}}
-			})
-			if fresh {
-				b.Args[beginFresh] = b.Args[beginFresh].(int) + 1
-			}
-			b.Args = append(b.Args, d.id, token)
-			if c.cfg.ownerCap > 0 {
-				owner, _ := c.capped(d) // "" for a job: no slot
-				b.Args = append(b.Args, owner)
-			}
+			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(), fresh: fresh})
 		}
 	}
-	calls, items := bs.Calls, bs.Items
-	if len(calls) == 0 {
-		return nil
-	}
-	// Not cut short by ctx: an attempt counted is an attempt handed out.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
-	leased := time.Now()
-	c.set.runPipelined(wctx, calls)
-	var begun []takenCall
-	for k, b := range calls {
-		replies, ok := b.Reply.([]any)
-		if b.Err == nil && (!ok || len(replies) != len(items[k])) {
-			b.Err = unexpected("begins.lua", b.Reply)
-		}
-		if b.Err != nil {
-			// Each may have counted: give that back (once, whatever ran).
-			for _, it := range items[k] {
-				_ = c.releaseShard(wctx, it.d.shard, []string{it.d.id}, it.d.id, it.token) // b.Err is reported
-			}
-			c.fail(ctx, b.Shard, b.Err)
-			continue
-		}
-		for j, it := range items[k] {
-			n, taken, full, ok := parseBegin(replies[j])
-			if !ok {
-				c.fail(ctx, b.Shard, unexpected("begins.lua", b.Reply))
-				continue
-			}
-			if n == beginFull {
-				if err := c.refused(ctx, it.d); err != nil {
-					c.fail(ctx, it.d.shard, err)
-				}
-				continue
-			}
-			if n <= 0 {
-				continue // another consumer holds it, or a claim buries it
-			}
-			it.leased, it.full = leased, full
-			if !taken {
-				it.leased = it.d.at // the lease of the read or claim that took it runs on
-			}
-			it.e.Attempt = int(n)
-			begun = append(begun, it)
-		}
-	}
-	return begun
+	return bs
 }
-
-// beginFresh is the index of begins.lua's count of fresh items (ARGV[7]).
-const beginFresh = 6
 
 // fresh reports whether begins.lua may begin d at now without a look at
 // the pending list or the attempts field: d is a new event this consumer
@@ -182,6 +155,7 @@ type takenCall struct {
 	token  string
 	leased time.Time // when its lease was taken (at the latest)
 	full   bool      // its owner's slots were all held with its own (WithOwnerConcurrency)
+	fresh  bool      // begun without a look at the pending list (beginBatches)
 }
 
 // take reads new events of shards, at most budget in all (readCounts), and
@@ -201,35 +175,33 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 	}
 	counts := c.readCounts(shards, budget)
 	ahead := min(maxBatch, maxParked-len(c.parked.ids))
-	var calls []*scriptCall
-	var of []int // the shard of each call
+	var calls []*store.Call
+	var of []int          // the shard of each call
+	var tokens [][]string // the tokens of each call
 	for k, i := range shards {
 		if counts[k] == 0 {
 			c.shards[i].busy = true // not read for want of budget: read it later
 			continue
 		}
-		args := make([]any, 0, takeTokens+counts[k])
+		ts := make([]string, counts[k])
+		for j := range ts {
+			ts[j] = callToken()
+		}
 		// The first read: what there are slots for, then on past the
 		// owners at their cap.
-		first, limit := counts[k], max(counts[k], ahead)
-		args = append(args, c.group, c.name, counts[k], c.cfg.ownerCap, limit, c.leaseMs, first)
-		for j := 0; j < counts[k]; j++ {
-			args = append(args, callToken())
-		}
-		sk := &c.set.shards[i]
-		keys := append(c.leaseKeys(i), sk.Take, sk.Run, sk.Runo)
-		calls = append(calls, &scriptCall{Op: "take", Shard: i, Script: scriptTakeSlots, Keys: keys, Args: args})
-		of = append(of, i)
+		a := store.TakeArgs{Shard: i, Read: max(counts[k], ahead), First: counts[k], Tokens: ts}
+		calls = append(calls, c.set.st.TakeCall(c.args(), a))
+		of, tokens = append(of, i), append(tokens, ts)
 	}
 	// Not cut short by ctx: an attempt counted is an attempt handed out.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	at := time.Now()
-	c.set.runPipelined(wctx, calls)
+	c.set.st.RunPipelined(wctx, calls)
 	var taken []takenCall
 	var rest, over []delivery
 	for k, call := range calls {
-		t, r, o := c.tookFrom(ctx, of[k], call, at)
+		t, r, o := c.tookFrom(ctx, of[k], call, tokens[k], at)
 		taken, rest, over = append(taken, t...), append(rest, r...), append(over, o...)
 	}
 	if len(over) > 0 {
@@ -238,40 +210,28 @@ func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenC
 	return taken, rest
 }
 
-// tookFrom reads the reply of call, take.lua's on shard i sent at at, and
-// updates the shard's state: it returns the events begun, those read and
-// not begun (for beginAll to settle), and those whose owners are at their
-// cap that could not be set aside (to release).
-func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at time.Time) (taken []takenCall, rest, over []delivery) {
+// tookFrom reads the reply of call, take.lua's on shard i sent at at with
+// tokens, and updates the shard's state: it returns the events begun,
+// those read and not begun (for beginAll to settle), and those whose
+// owners are at their cap that could not be set aside (to release).
+func (c *consumer) tookFrom(ctx context.Context, i int, call *store.Call, tokens []string, at time.Time) (taken []takenCall, rest, over []delivery) {
 	sh := &c.shards[i]
-	entries, ok := call.Reply.([]any)
-	if call.Err == nil && !ok {
-		call.Err = unexpected("take.lua", call.Reply)
-	}
-	if call.Err != nil {
+	took, err := store.ReadTake(call, tokens)
+	if err != nil {
 		// Begun or not, the entries (if read) stay pending, uncounted
 		// or counted: a claim takes them after the lease TTL.
-		c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].Events, call.Err))
+		c.fail(ctx, i, err)
 		return nil, nil, nil
 	}
 	sh.bo.ok()
-	sh.busy = len(entries) > 0
-	begun := 0
-	for _, v := range entries {
-		id, values, n, full, ok := parseTaken(v)
-		if ok && n > 0 && takeTokens+begun >= len(call.Args) {
-			ok = false
-		}
-		if !ok {
-			c.fail(ctx, i, unexpected("take.lua", call.Reply))
-			break
-		}
-		d := delivery{shard: i, id: id, values: values, at: at}
-		if n == readAhead {
+	sh.busy = took.Read > 0
+	for _, t := range took.Entries {
+		d := delivery{shard: i, id: t.ID, values: t.Values, at: at}
+		switch {
+		case t.Attempt == store.ReadAhead:
 			c.ahead = append(c.ahead, d)
 			continue
-		}
-		if n == beginFull {
+		case t.Attempt == store.BeginFull:
 			// Its owner is at its cap: set aside, or released when too
 			// many are.
 			owner, _ := c.capped(d)
@@ -279,39 +239,20 @@ func (c *consumer) tookFrom(ctx context.Context, i int, call *scriptCall, at tim
 				over = append(over, d)
 			}
 			continue
-		}
-		if n <= 0 {
+		case t.Attempt <= 0:
 			rest = append(rest, d)
 			continue
 		}
-		// The k-th call begun has the k-th token.
-		token := call.Args[takeTokens+begun].(string)
-		begun++
-		e, perr := parseExpiry(i, redis.XMessage{ID: id, Values: values}, 0)
+		e, perr := parseExpiry(i, redis.XMessage{ID: t.ID, Values: t.Values}, 0)
 		if perr != nil {
 			rest = append(rest, d) // buried by beginAll
 			continue
 		}
-		e.Attempt = int(n)
-		taken = append(taken, takenCall{d: d, e: e, token: token, leased: at, full: full})
+		e.Attempt = t.Attempt
+		taken = append(taken, takenCall{d: d, e: e, token: t.Token, leased: at, full: t.Full})
+	}
+	if took.Malformed != nil {
+		c.fail(ctx, i, took.Malformed)
 	}
 	return taken, rest, over
-}
-
-// takeTokens is the index of take.lua's first token argument.
-const takeTokens = 7
-
-// parseTaken reads one {id, {field, value, ...}, attempt, full} of
-// take.lua.
-func parseTaken(v any) (id string, values map[string]any, n int64, full, ok bool) {
-	e, ok := v.([]any)
-	if !ok || len(e) != 4 {
-		return "", nil, 0, false, false
-	}
-	id, ok1 := asString(e[0])
-	fs, ok2 := e[1].([]any)
-	n, ok3 := asInt64(e[2])
-	f, ok5 := asInt64(e[3])
-	values, ok4 := fieldMap(fs)
-	return id, values, n, f == 1, ok1 && ok2 && ok3 && ok4 && ok5
 }

@@ -250,7 +250,6 @@ func (s *Set) newConsumer(group, name string, cfg consumeConfig) (*consumer, err
 		claimEvery: min(max(cfg.leaseTTL/4, cfg.poll), 5*time.Second),
 		pruneIdle:  2*cfg.leaseTTL + 10*cfg.poll,
 		safety:     safetyEvery(cfg.poll, len(s.shards)),
-		leaseMs:    max(cfg.leaseTTL.Milliseconds(), 1),
 		beat:       beat,
 	}
 	start := time.Now()
@@ -308,7 +307,6 @@ type consumer struct {
 	ackDue      time.Time      // when acks must be sent (zero when none wait)
 	claimEvery  time.Duration  // how often each shard's pending list is scanned for events to claim
 	pruneIdle   time.Duration  // consumers idle this long with nothing pending are removed
-	leaseMs     int64          // the lease TTL in ms
 	beat        time.Duration  // how often a handler call's lease is renewed
 	wk          *wakeups       // the wake-ups of the shards' streams
 	safety      time.Duration  // how often each shard is looked at without a wake-up

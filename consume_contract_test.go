@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // Tests of the delivery contract of Consume: what an attempt is, leases,
@@ -326,7 +328,7 @@ func TestConsumeSurvivesDeletedStream(t *testing.T) {
 		waitFor(t, "4 more events after Drop", func() bool { return rec.len() == 12 })
 		stop()
 		for _, e := range hr.errors() {
-			if !isNoGroup(e.Err) {
+			if !store.IsNoGroup(e.Err) {
 				t.Errorf("reported %+v, want only NOGROUP", e)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // lostBeginReplies is a go-redis hook that runs every script call beginning
@@ -40,6 +42,15 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
+// beginHashes are the SHA1s of the scripts that begin handler calls:
+// take.lua (with the owner slots: it has no other variant) and begins.lua,
+// without and with them.
+var beginHashes = [3]string{
+	redis.NewScript(store.Source("groups.lua", "slots.lua", "take.lua")).Hash(),
+	store.Named("begins.lua").Hash(),
+	redis.NewScript(store.Source("groups.lua", "slots.lua", "begins.lua")).Hash(),
+}
+
 // isBeginCall reports whether cmd runs a script that begins handler calls:
 // take.lua (read and begin, with a cap) or begins.lua.
 func isBeginCall(cmd redis.Cmder) bool {
@@ -48,7 +59,7 @@ func isBeginCall(cmd redis.Cmder) bool {
 		return false
 	}
 	switch a[1] {
-	case scriptTakeSlots.Hash(), scriptBegins.Hash(), scriptBeginsSlots.Hash():
+	case beginHashes[0], beginHashes[1], beginHashes[2]:
 		return true
 	}
 	return false

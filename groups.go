@@ -56,7 +56,7 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 			g.Shards++
 			g.Pending += x.Pending
 			if x.Pending > 0 {
-				retrying = append(retrying, retryCount{s.shards[i].Events, x.Name, &g.Retrying})
+				retrying = append(retrying, retryCount{i, x.Name, &g.Retrying})
 			}
 			g.Lag += x.Lag
 		}

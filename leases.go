@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // leaseKeeper is the lease side of Consume's engine: it renews the leases
@@ -107,7 +109,7 @@ func (k *leaseKeeper) running(keys map[string]bool) {
 	for _, waiting := range [][][]pendingAck{k.c.acks, k.sent} {
 		for shard, acks := range waiting {
 			for _, a := range acks {
-				keys[parkKey(delivery{shard: shard, id: a.id})] = true
+				keys[parkKey(delivery{shard: shard, id: a.ID})] = true
 			}
 		}
 	}
@@ -169,20 +171,16 @@ func (k *leaseKeeper) send(all bool) {
 	k.sending.Lock()
 	defer k.sending.Unlock()
 	now := time.Now()
-	var due batches[int, *leaseCall] // the renewal calls, and the leases each renews
+	var due store.Batches[int, *leaseCall] // the leases each renewal call renews
 	k.mu.Lock()
 	for lc := range k.calls {
 		if lc.next.Sub(now) > c.beat/2 {
 			continue
 		}
-		r := due.Add(lc.shard, lc, func() *scriptCall {
-			sc, keys := c.withSlots(lc.shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(lc.shard)...)
-			return &scriptCall{Op: "renew", Shard: lc.shard, Script: sc, Keys: keys, Args: []any{c.group, c.name, c.leaseMs}}
-		})
-		r.Args = append(r.Args, lc.id, lc.token)
+		due.Add(lc.shard, lc)
 	}
-	calls := due.Calls
-	var acks []*scriptCall
+	calls := c.renewCalls(due)
+	var acks []ackBatch
 	if all || c.acksDue(now) {
 		acks = c.ackCalls()
 		k.sent = c.acks
@@ -194,7 +192,7 @@ func (k *leaseKeeper) send(all bool) {
 		return
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), max(c.beat, time.Second))
-	c.set.runPipelined(sctx, append(calls, acks...))
+	c.set.st.RunPipelined(sctx, append(calls, callsOf(acks)...))
 	cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -207,7 +205,7 @@ func (k *leaseKeeper) send(all bool) {
 	wasFailing := k.failing
 	k.failing = false
 	for _, a := range failed {
-		if !isNoGroup(a.Err) {
+		if !store.IsNoGroup(a.call.Err) {
 			k.failing = true
 		}
 	}
@@ -221,26 +219,36 @@ func (k *leaseKeeper) send(all bool) {
 	wait := k.bo.fail()
 	c.ackDue = now.Add(wait)
 	for _, a := range failed {
-		c.set.reportError(k.ctx, "consume", a.Shard, a.Err, wait)
+		c.set.reportError(k.ctx, "consume", a.shard, a.call.Err, wait)
 	}
+}
+
+// renewCalls returns the renew.lua calls of due, one per batch.
+func (c *consumer) renewCalls(due store.Batches[int, *leaseCall]) []*store.Call {
+	calls := make([]*store.Call, len(due.Items))
+	for j, lcs := range due.Items {
+		leases := make([]store.Lease, len(lcs))
+		for i, lc := range lcs {
+			leases[i] = store.Lease{ID: lc.id, Token: lc.token}
+		}
+		calls[j] = c.set.st.RenewCall(c.args(), due.Keys[j], leases)
+	}
+	return calls
 }
 
 // renewed settles the renewals sent at now: calls, each renewing the
 // leases of due (k.mu held).
-func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.Time) {
+func (k *leaseKeeper) renewed(calls []*store.Call, due [][]*leaseCall, now time.Time) {
 	c := k.c
 	again := min(c.beat, time.Second)
 	for j, r := range calls {
-		held, ok := r.Reply.([]any)
-		if r.Err == nil && (!ok || len(held) != len(due[j])) {
-			r.Err = unexpected("renew.lua", r.Reply)
-		}
+		held, err := store.ReadRenew(r, len(due[j]))
 		for i, lc := range due[j] {
-			if r.Err != nil {
+			if err != nil {
 				lc.next = now.Add(again)
 				continue
 			}
-			if n, _ := asInt64(held[i]); n != 1 {
+			if !held[i] {
 				lc.gone = true
 				lc.lost(ErrLeaseLost)
 				lc.next = now.Add(c.beat)
@@ -248,8 +256,8 @@ func (k *leaseKeeper) renewed(calls []*scriptCall, due [][]*leaseCall, now time.
 			}
 			lc.leased, lc.next = now, now.Add(c.beat)
 		}
-		if r.Err != nil {
-			c.set.reportError(k.ctx, "consume", r.Shard, r.Err, again)
+		if err != nil {
+			c.set.reportError(k.ctx, "consume", r.Shard, err, again)
 		}
 	}
 }

@@ -15,6 +15,10 @@ const defaultShards = 16
 // inside the range a double holds exactly.
 const maxTTL = 100 * 365 * 24 * time.Hour
 
+// maxBatch is the most items one script call takes (store.MaxBatch): the
+// largest batch a read, sweep or dead-letter call of the API takes.
+const maxBatch = store.MaxBatch
+
 // The options of each call have a type of their own, so that the compiler
 // rejects an option given to a call that does not read it
 // (NewQuota(s, 3, WithPollInterval(time.Second)) does not compile). Each

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // maxOwnerConcurrency is the highest cap WithOwnerConcurrency takes.
@@ -228,15 +226,4 @@ func (c *consumer) releaseParked(ctx context.Context) {
 	if len(ds) > 0 {
 		c.release(ctx, ds, nil)
 	}
-}
-
-// withSlots returns keys with shard's owner-slot keys added, and the
-// variant of plain that keeps owner slots, for a Consume
-// WithOwnerConcurrency; else keys and plain.
-func (c *consumer) withSlots(shard int, plain, slots *redis.Script, keys ...string) (*redis.Script, []string) {
-	if c.cfg.ownerCap == 0 {
-		return plain, keys
-	}
-	sk := &c.set.shards[shard]
-	return slots, append(keys, sk.Run, sk.Runo)
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/expset/expset/internal/store"
 )
 
 // survey looks at each shard not backing off at now: it takes the wake-ups
@@ -56,7 +55,7 @@ func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo 
 			todo = append(todo, ds...)
 		}
 		if !now.Before(sh.nextPrune) {
-			if err := c.prune(ctx, i, c.pruneIdle.Milliseconds(), ""); err != nil {
+			if err := c.set.st.Prune(ctx, c.group, i, c.pruneIdle, ""); err != nil {
 				c.fail(ctx, i, err)
 				continue
 			}
@@ -110,7 +109,7 @@ func (c *consumer) fail(ctx context.Context, i int, err error) {
 		return
 	}
 	sh := &c.shards[i]
-	if isNoGroup(err) {
+	if store.IsNoGroup(err) {
 		sh.grouped = false
 		sh.cursor = "0-0"
 		if c.reserving != nil {
@@ -120,14 +119,6 @@ func (c *consumer) fail(ctx context.Context, i int, err error) {
 	wait := sh.bo.fail()
 	sh.retryAt = time.Now().Add(wait)
 	c.set.reportError(ctx, "consume", i, err, wait)
-}
-
-// isNoGroup reports whether err is Redis's NOGROUP (the stream or the group
-// is gone), also from a script's call (which miniredis reports after a
-// prefix of its own).
-func isNoGroup(err error) bool {
-	var re redis.Error
-	return redis.HasErrorPrefix(err, "NOGROUP") || (errors.As(err, &re) && strings.Contains(re.Error(), ": NOGROUP "))
 }
 
 // read takes up to a batch of new events from each of the shards, and
@@ -141,64 +132,36 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 	}
 	shards = append(shards, visit...)
 	counts := c.readCounts(shards, budget)
-	pipe := c.set.rdb.Pipeline()
-	cmds := make([]*redis.XStreamSliceCmd, len(shards))
-	pending := make([]*redis.XPendingCmd, len(visit))
+	reads := make([]store.ShardRead, len(shards))
 	for k, i := range shards {
-		if counts[k] > 0 {
-			cmds[k] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: c.group, Consumer: c.name, Streams: []string{c.set.shards[i].Events, ">"},
-				Count: int64(counts[k]), Block: -1,
-			})
-		}
-	}
-	for k, i := range visit {
-		pending[k] = pipe.XPending(ctx, c.set.shards[i].Events, c.group)
+		reads[k] = store.ShardRead{Shard: i, Count: counts[k], Pending: k >= len(shards)-len(visit)}
 	}
 	at := time.Now()
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	news := c.set.st.ReadNew(ctx, c.group, c.name, reads)
 	var out []delivery
 	for k, i := range shards {
 		sh := &c.shards[i]
-		var res []redis.XStream
-		var err error
-		if cmds[k] != nil {
-			res, err = cmds[k].Result()
-		}
-		if errors.Is(err, redis.Nil) {
-			err = nil // nothing new
-		}
-		if v := k - (len(shards) - len(visit)); v >= 0 && err == nil {
-			var p *redis.XPending
-			p, err = pending[v].Result()
-			if errors.Is(err, redis.Nil) {
-				p, err = &redis.XPending{}, nil
-			}
-			if err == nil {
-				sh.nextVisit = nextPoll(sh.grid, at, c.safety)
-				if p.Count > 0 && !sh.active {
-					sh.active = true
-					sh.nextClaim = at
-				} else if p.Count == 0 {
-					sh.active = false
-				}
-			}
-		}
-		if err != nil {
-			c.fail(ctx, i, fmt.Errorf("expset: read %s: %w", c.set.shards[i].Events, err))
+		if news[k].Err != nil {
+			c.fail(ctx, i, news[k].Err)
 			continue
 		}
+		if reads[k].Pending {
+			sh.nextVisit = nextPoll(sh.grid, at, c.safety)
+			if p := news[k].Pending; p > 0 && !sh.active {
+				sh.active = true
+				sh.nextClaim = at
+			} else if p == 0 {
+				sh.active = false
+			}
+		}
 		sh.bo.ok()
-		if cmds[k] == nil {
+		if counts[k] == 0 {
 			sh.busy = true // not read for want of budget: read it later
 			continue
 		}
-		sh.busy = false
-		for _, st := range res {
-			for _, m := range st.Messages {
-				sh.busy = true
-				out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at, new: true})
-			}
+		sh.busy = len(news[k].Entries) > 0
+		for _, m := range news[k].Entries {
+			out = append(out, delivery{shard: i, id: m.ID, values: m.Values, at: at, new: true})
 		}
 	}
 	return out
@@ -208,23 +171,14 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 // 0) left pending longer than the lease TTL; the script buries those with
 // every attempt used, and the rest are returned for delivery.
 func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error) {
-	sk := &c.set.shards[i]
 	sh := &c.shards[i]
 	reason := fmt.Sprintf("the last handler call did not finish: its consumer stopped renewing the lease for %v (it died, or lost Redis)", c.cfg.leaseTTL)
 	at := time.Now()
-	v, err := c.set.run(ctx, "claim", i, scriptClaim, []string{sk.Events, sk.Dead, sk.Att},
-		c.group, c.name, c.leaseMs, sh.cursor, readCount(c.cfg.batch, budget), c.cfg.maxAttempts, reason)
+	r, err := c.set.st.Claim(ctx, c.args(), store.ClaimArgs{Shard: i, Cursor: sh.cursor, Count: readCount(c.cfg.batch, budget), Reason: reason})
 	if err != nil {
 		return nil, err
 	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) < 1 {
-		return nil, unexpected("claim.lua", v)
-	}
-	cursor, ok := asString(xs[0])
-	if !ok {
-		return nil, unexpected("claim.lua", v)
-	}
+	cursor := r.Cursor
 	from := sh.cursor
 	sh.cursor = cursor
 	sh.nextClaim = time.Now()
@@ -233,53 +187,14 @@ func (c *consumer) claim(ctx context.Context, i, budget int) ([]delivery, error)
 	}
 	sh.nextClaim = c.claimScan(i, from, cursor, at, sh.nextClaim)
 	var out []delivery
-	for _, e := range xs[1:] {
-		id, used, buried, values, ok := parseClaimed(e)
-		if !ok {
-			return out, unexpected("claim.lua", v)
-		}
-		if buried {
-			c.event(ctx, i, used, errors.New(reason), true)
+	for _, e := range r.Entries {
+		if e.Buried {
+			c.event(ctx, i, e.Used, errors.New(reason), true)
 			continue
 		}
-		out = append(out, delivery{shard: i, id: id, values: values, at: at})
+		out = append(out, delivery{shard: i, id: e.ID, values: e.Values, at: at})
 	}
-	return out, nil
-}
-
-// parseClaimed reads one {id, attempts used, buried, {field, value, ...}} of
-// claim.lua.
-func parseClaimed(v any) (id string, used int, buried bool, values map[string]any, ok bool) {
-	e, ok := v.([]any)
-	if !ok || len(e) != 4 {
-		return "", 0, false, nil, false
-	}
-	id, ok1 := asString(e[0])
-	n, ok2 := asInt64(e[1])
-	b, ok3 := asInt64(e[2])
-	fs, ok4 := e[3].([]any)
-	values, ok5 := fieldMap(fs)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		return "", 0, false, nil, false
-	}
-	return id, int(n), b == 1, values, true
-}
-
-// fieldMap reads a stream entry's {field, value, ...} from a script's
-// reply.
-func fieldMap(fs []any) (map[string]any, bool) {
-	if len(fs)%2 != 0 {
-		return nil, false
-	}
-	values := make(map[string]any, len(fs)/2)
-	for j := 0; j < len(fs); j += 2 {
-		k, ok := asString(fs[j])
-		if !ok {
-			return nil, false
-		}
-		values[k] = fs[j+1]
-	}
-	return values, true
+	return out, r.Malformed
 }
 
 // anyBusy reports whether a shard not backing off may have events unread.

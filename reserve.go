@@ -457,15 +457,5 @@ func (r *Reservation) Touch(ctx context.Context) error {
 // renewNow renews the lease of event id of shard held by the call with
 // token, in one round trip, and reports whether the call still held it.
 func (c *consumer) renewNow(ctx context.Context, shard int, id, token string) (bool, error) {
-	sc, keys := c.withSlots(shard, scriptLeaseRenew, scriptLeaseRenewSlots, c.leaseKeys(shard)...)
-	v, err := c.set.run(ctx, "renew", shard, sc, keys, c.group, c.name, c.leaseMs, id, token)
-	if err != nil {
-		return false, err
-	}
-	xs, ok := v.([]any)
-	if !ok || len(xs) != 1 {
-		return false, unexpected("renew.lua", v)
-	}
-	n, _ := asInt64(xs[0])
-	return n == 1, nil
+	return c.set.st.Renew(ctx, c.args(), shard, store.Lease{ID: id, Token: token})
 }

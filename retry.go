@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/expset/expset/internal/store"
 )
 
 // Retry delays of Set.Consume: when a handler call fails, its event is
@@ -34,8 +34,8 @@ const (
 )
 
 // retryHolder is the consumer that holds events waiting for their retry
-// delay: RETRY_HOLDER in lua/groups.lua.
-const retryHolder = "expset:retry"
+// delay (store.RetryHolder).
+const retryHolder = store.RetryHolder
 
 // maxRetryDues is the most retry due times a consumer remembers per shard
 // to claim them on time; past that, its regular claims find the others (at
@@ -164,19 +164,14 @@ func backoffDelay(first, limit time.Duration, attempt int, jitter func(time.Dura
 // their own goroutines).
 func (c *consumer) retry(ctx context.Context, shard int, id, token string, delay time.Duration) (bool, error) {
 	delay = min(delay, maxTTL)
-	ms := delay.Milliseconds()
-	if delay > time.Duration(ms)*time.Millisecond {
-		ms++ // never early
+	if r := delay.Truncate(time.Millisecond); r < delay {
+		delay = r + time.Millisecond // never early
 	}
-	sc, keys := c.withSlots(shard, scriptRetry, scriptRetrySlots, c.leaseKeys(shard)...)
-	v, err := c.set.run(ctx, "retry", shard, sc, keys, c.group, c.name, id, ms, c.leaseMs, token)
-	if err != nil {
+	ok, err := c.set.st.Retry(ctx, c.args(), shard, store.Lease{ID: id, Token: token}, delay)
+	if !ok || err != nil {
 		return false, err
 	}
-	if n, _ := asInt64(v); n != 1 {
-		return false, nil
-	}
-	c.set.retryNotes.note(c.group, retryNote{shard, time.Now().Add(time.Duration(ms) * time.Millisecond)})
+	c.set.retryNotes.note(c.group, retryNote{shard, time.Now().Add(delay)})
 	return true, nil
 }
 
@@ -320,36 +315,29 @@ func (c *consumer) claimScan(shard int, cursor, next string, at, regular time.Ti
 	return regular
 }
 
-// retryCount asks for the events of group on stream waiting for their
+// retryCount asks for the events of group on shard waiting for their
 // retry delay, to be added to n (countRetrying).
 type retryCount struct {
-	stream, group string
-	n             *int64
+	shard int
+	group string
+	n     *int64
 }
 
 // countRetrying adds to each query's counter the entries its group holds
-// pending on its stream under retryHolder: one pipelined XPENDING (summary
-// form) per query, one round trip (one per node on a cluster), none for no
-// query. A stream or group deleted meanwhile counts 0.
+// pending on its shard's stream under retryHolder (store.Retrying: one
+// round trip, none for no query). A stream or group deleted meanwhile
+// counts 0.
 func (s *Set) countRetrying(ctx context.Context, qs []retryCount) error {
-	if len(qs) == 0 {
-		return nil
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.XPendingCmd, len(qs))
+	gs := make([]store.GroupShard, len(qs))
 	for i, q := range qs {
-		cmds[i] = pipe.XPending(ctx, q.stream, q.group)
+		gs[i] = store.GroupShard{Group: q.group, Shard: q.shard}
 	}
-	_, _ = pipe.Exec(ctx) // read per command
-	for i, c := range cmds {
-		p, err := c.Result()
-		switch {
-		case err == nil:
-			*qs[i].n += p.Consumers[retryHolder]
-		case errors.Is(err, redis.Nil) || isNoGroup(err):
-		default:
-			return fmt.Errorf("expset: retries of group %q on %s: %w", qs[i].group, qs[i].stream, err)
-		}
+	ns, err := s.st.Retrying(ctx, gs)
+	if err != nil {
+		return err
+	}
+	for i, n := range ns {
+		*qs[i].n += n
 	}
 	return nil
 }

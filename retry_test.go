@@ -111,7 +111,7 @@ func (h *retryCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		a := cmd.Args()
 		// EVALSHA sha 2 stream att group consumer id delay vis token
-		if err == nil && len(a) == 11 && (a[0] == "evalsha" && a[1] == scriptRetry.Hash() || a[0] == "eval" && a[1] == retrySource) {
+		if err == nil && len(a) == 11 && (a[0] == "evalsha" && a[1] == store.Named("retry.lua").Hash() || a[0] == "eval" && a[1] == retrySource) {
 			id := fmt.Sprint(a[7])
 			p, _ := h.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: fmt.Sprint(a[3]), Group: fmt.Sprint(a[5]), Start: id, End: id, Count: 1}).Result()
 			ms, _ := strconv.ParseInt(fmt.Sprint(a[8]), 10, 64)

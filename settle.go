@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // maxAckDelay is the longest an acknowledgement waits in a consumer's
@@ -66,22 +67,18 @@ func leaseLost(shard int, id string) error {
 	return fmt.Errorf("%w: event %s of shard %d: another call of it has begun, or it was acknowledged or dead-lettered", ErrLeaseLost, id, shard)
 }
 
-func (c *consumer) leaseKeys(shard int) []string {
-	sk := &c.set.shards[shard]
-	return []string{sk.Events, sk.Att}
+// args returns the consumer's arguments of the engine's scripts: the same
+// in each of its calls.
+func (c *consumer) args() store.Consumer {
+	return store.Consumer{Group: c.group, Name: c.name, Lease: c.cfg.leaseTTL, MaxAttempts: c.cfg.maxAttempts, OwnerCap: c.cfg.ownerCap}
 }
-
-// pendingAck is an acknowledgement waiting in a consumer's buffer: the
-// event's ID and the token of the call that handled it ("" for an event
-// not meant for the group, which no call began).
-type pendingAck struct{ id, token string }
 
 // addAck adds the acknowledgement of event id of shard, handled by the
 // call with token under a lease started at leased, to those waiting, to be
 // sent within maxAckDelay and before the lease has run for a third of the
 // lease TTL, and reports whether its shard's batch is full.
 func (c *consumer) addAck(shard int, id, token string, leased time.Time) (full bool) {
-	c.acks[shard] = append(c.acks[shard], pendingAck{id, token})
+	c.acks[shard] = append(c.acks[shard], pendingAck{ID: id, Token: token})
 	due := time.Now().Add(maxAckDelay)
 	if l := leased.Add(c.beat); l.Before(due) {
 		due = l
@@ -97,54 +94,63 @@ func (c *consumer) acksDue(now time.Time) bool {
 	return !c.ackDue.IsZero() && !now.Before(c.ackDue)
 }
 
+// pendingAck is an acknowledgement waiting in a consumer's buffer: the
+// event's ID and the token of the call that handled it ("" for an event
+// not meant for the group, which no call began), as ack.lua takes it.
+type pendingAck = store.Lease
+
+// ackBatch is one ack.lua call of a consumer's buffer: its shard and the
+// acknowledgements it sends.
+type ackBatch struct {
+	call  *store.Call
+	shard int
+	acks  []pendingAck
+}
+
 // ackCalls returns the ack.lua calls for the acknowledgements waiting.
-func (c *consumer) ackCalls() []*scriptCall {
-	var calls []*scriptCall
+func (c *consumer) ackCalls() []ackBatch {
+	var out []ackBatch
 	for i, acks := range c.acks {
 		for len(acks) > 0 {
 			batch := acks[:min(len(acks), maxBatch)]
 			acks = acks[len(batch):]
-			calls = append(calls, c.ackCall(i, batch))
+			out = append(out, ackBatch{c.set.st.AckCall(c.args(), i, batch), i, batch})
 		}
+	}
+	return out
+}
+
+// callsOf returns the calls of batches.
+func callsOf(batches []ackBatch) []*store.Call {
+	calls := make([]*store.Call, len(batches))
+	for i, b := range batches {
+		calls[i] = b.call
 	}
 	return calls
 }
 
-// ackCall returns the ack.lua call that acknowledges acks (at most
-// maxBatch) of shard.
-func (c *consumer) ackCall(shard int, acks []pendingAck) *scriptCall {
-	args := make([]any, 0, 2*len(acks)+1)
-	args = append(args, c.group)
-	for _, a := range acks {
-		args = append(args, a.id, a.token)
-	}
-	sk := &c.set.shards[shard]
-	sc, keys := c.withSlots(shard, scriptAck, scriptAckSlots, sk.Events, sk.Att)
-	return &scriptCall{Op: "ack", Shard: shard, Script: sc, Keys: keys, Args: args}
-}
-
 // ackDone drops the acknowledgements that went through; those that failed
 // stay, their shards back off, and the first error is returned.
-func (c *consumer) ackDone(ctx context.Context, calls []*scriptCall) error {
+func (c *consumer) ackDone(ctx context.Context, batches []ackBatch) error {
 	var first error
-	for _, a := range c.ackSettle(calls) {
-		c.fail(ctx, a.Shard, a.Err)
+	for _, a := range c.ackSettle(batches) {
+		c.fail(ctx, a.shard, a.call.Err)
 		if first == nil {
-			first = a.Err
+			first = a.call.Err
 		}
 	}
 	return first
 }
 
-// ackSettle drops the acknowledgements of calls (all of them, when calls
-// holds every one waiting, as ackCalls made them) that went through, keeps
-// those that failed and returns their calls.
-func (c *consumer) ackSettle(calls []*scriptCall) []*scriptCall {
-	if len(calls) == 0 {
+// ackSettle drops the acknowledgements of batches (all of them, when
+// batches holds every one waiting, as ackCalls made them) that went
+// through, keeps those that failed and returns their batches.
+func (c *consumer) ackSettle(batches []ackBatch) []ackBatch {
+	if len(batches) == 0 {
 		return nil
 	}
 	c.clearAcks()
-	return c.requeueAcks(calls)
+	return c.requeueAcks(batches)
 }
 
 // clearAcks empties the acknowledgement buffer.
@@ -155,24 +161,22 @@ func (c *consumer) clearAcks() {
 	c.ackDue = time.Time{}
 }
 
-// requeueAcks puts the acknowledgements of the calls that failed back in
-// the buffer, due at once (but those of a stream that is gone: nothing to
-// acknowledge there), and returns the calls that failed.
-func (c *consumer) requeueAcks(calls []*scriptCall) []*scriptCall {
-	var failed []*scriptCall
-	for _, a := range calls {
-		if a.Err == nil {
+// requeueAcks puts the acknowledgements of the batches whose calls failed
+// back in the buffer, due at once (but those of a stream that is gone:
+// nothing to acknowledge there), and returns the batches that failed.
+func (c *consumer) requeueAcks(batches []ackBatch) []ackBatch {
+	var failed []ackBatch
+	for _, a := range batches {
+		if a.call.Err == nil {
 			continue
 		}
 		failed = append(failed, a)
-		if isNoGroup(a.Err) {
+		if store.IsNoGroup(a.call.Err) {
 			// The stream is gone, and the event with it: nothing to
 			// acknowledge.
 			continue
 		}
-		for j := 1; j+1 < len(a.Args); j += 2 {
-			c.acks[a.Shard] = append(c.acks[a.Shard], pendingAck{a.Args[j].(string), a.Args[j+1].(string)})
-		}
+		c.acks[a.shard] = append(c.acks[a.shard], a.acks...)
 	}
 	if c.acksWaiting() && c.ackDue.IsZero() {
 		c.ackDue = time.Now()
@@ -200,18 +204,14 @@ func (c *consumer) flushAcks(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	c.set.runPipelined(wctx, acks)
+	c.set.st.RunPipelined(wctx, callsOf(acks))
 	return c.ackDone(ctx, acks)
 }
 
 // bury dead-letters d if it is still this consumer's with at least need
 // attempts used.
 func (c *consumer) bury(ctx context.Context, shard int, id string, need int, reason, token string) (bool, error) {
-	sk := &c.set.shards[shard]
-	sc, keys := c.withSlots(shard, scriptBury, scriptBurySlots, sk.Events, sk.Dead, sk.Att)
-	v, err := c.set.run(ctx, "bury", shard, sc, keys, c.group, c.name, id, need, reason, token)
-	n, _ := asInt64(v)
-	return n == 1, err
+	return c.set.st.Bury(ctx, c.args(), store.BuryArgs{Shard: shard, Lease: store.Lease{ID: id, Token: token}, Need: need, Reason: reason})
 }
 
 // release hands the deliveries of the shards not failed back for prompt
@@ -233,37 +233,7 @@ func (c *consumer) release(ctx context.Context, ds []delivery, failed map[int]bo
 // releaseShard releases ids of shard (see release.lua), and gives back the
 // attempt of refund's call whose token is token.
 func (c *consumer) releaseShard(ctx context.Context, shard int, ids []string, refund, token string) error {
-	for len(ids) > 0 {
-		batch := ids[:min(len(ids), maxBatch)]
-		ids = ids[len(batch):]
-		args := []any{c.group, c.name, c.leaseMs, refund, token}
-		for _, id := range batch {
-			args = append(args, id)
-		}
-		sc, keys := c.withSlots(shard, scriptRelease, scriptReleaseSlots, c.leaseKeys(shard)...)
-		if _, err := c.set.run(ctx, "release", shard, sc, keys, args...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// prune removes the group's consumers of shard i that hold nothing and were
-// idle at least idleMs (< 0: none by idle time), and leaving if it holds
-// nothing there.
-func (c *consumer) prune(ctx context.Context, i int, idleMs int64, leaving string) error {
-	p := c.pruneCall(i, idleMs, leaving)
-	_, err := c.set.run(ctx, p.Op, p.Shard, p.Script, p.Keys, p.Args...)
-	return err
-}
-
-func (c *consumer) pruneCall(i int, idleMs int64, leaving string) *scriptCall {
-	idle := ""
-	if idleMs >= 0 {
-		idle = strconv.FormatInt(idleMs, 10)
-	}
-	sk := &c.set.shards[i]
-	return &scriptCall{Op: "prune", Shard: i, Script: scriptPrune, Keys: []string{sk.Events, sk.Take}, Args: []any{c.group, idle, leaving}}
+	return c.set.st.Release(ctx, c.args(), shard, ids, store.Lease{ID: refund, Token: token})
 }
 
 // stop settles what a stopping Consume leaves: acknowledgements waiting,
@@ -274,17 +244,15 @@ func (c *consumer) stop(ctx context.Context) {
 	c.releaseParked(ctx)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	var calls []*scriptCall
+	var grouped []int
 	for i := range c.shards {
 		if c.shards[i].grouped {
-			calls = append(calls, c.pruneCall(i, -1, c.name))
+			grouped = append(grouped, i)
 		}
 	}
-	if len(calls) > 0 {
-		// Best effort: ctx has ended, so there is no one to report to; a
-		// periodic prune of another consumer finishes what fails here.
-		c.set.runPipelined(wctx, calls)
-	}
+	// Best effort: ctx has ended, so there is no one to report to; a
+	// periodic prune of another consumer finishes what fails here.
+	_ = c.set.st.Leave(wctx, c.group, c.name, grouped)
 }
 
 // event reports one handler call, or one burial without a call, to
@@ -331,7 +299,7 @@ type ackWaiter struct {
 // ack acknowledges event id of shard, handled by c's call with token, and
 // reports whether the call still held it.
 func (a *ackCommit) ack(ctx context.Context, c *consumer, shard int, id, token string) (bool, error) {
-	w := &ackWaiter{c: c, shard: shard, ack: pendingAck{id, token}, finished: make(chan struct{})}
+	w := &ackWaiter{c: c, shard: shard, ack: pendingAck{ID: id, Token: token}, finished: make(chan struct{})}
 	a.mu.Lock()
 	a.queue = append(a.queue, w)
 	lead := !a.sending
@@ -361,22 +329,24 @@ func (a *ackCommit) send(ctx context.Context) {
 			group string
 			shard int
 		}
-		var bs batches[key, *ackWaiter]
+		var bs store.Batches[key, *ackWaiter]
 		for _, w := range batch {
-			a := bs.Add(key{w.c.group, w.shard}, w, func() *scriptCall { return w.c.ackCall(w.shard, nil) })
-			a.Args = append(a.Args, w.ack.id, w.ack.token)
+			bs.Add(key{w.c.group, w.shard}, w)
 		}
-		calls, of := bs.Calls, bs.Items
-		batch[0].c.set.runPipelined(ctx, calls)
-		for j, call := range calls {
-			xs, ok := call.Reply.([]any)
-			if call.Err == nil && (!ok || len(xs) != len(of[j])) {
-				call.Err = unexpected("ack.lua", call.Reply)
+		calls := make([]*store.Call, len(bs.Items))
+		for j, of := range bs.Items {
+			leases := make([]store.Lease, len(of))
+			for i, w := range of {
+				leases[i] = w.ack
 			}
-			for i, w := range of[j] {
-				if w.err = call.Err; w.err == nil {
-					n, _ := asInt64(xs[i])
-					w.held = n == 1
+			calls[j] = of[0].c.set.st.AckCall(of[0].c.args(), of[0].shard, leases)
+		}
+		batch[0].c.set.st.RunPipelined(ctx, calls)
+		for j, call := range calls {
+			held, err := store.ReadAck(call, len(bs.Items[j]))
+			for i, w := range bs.Items[j] {
+				if w.err = err; err == nil {
+					w.held = held[i]
 				}
 				close(w.finished)
 			}

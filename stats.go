@@ -100,7 +100,7 @@ func (s *Set) Stats(ctx context.Context) ([]ShardStats, error) {
 		for _, g := range c.Groups {
 			out[i].Pending += g.Pending
 			if g.Pending > 0 {
-				retrying = append(retrying, retryCount{s.shards[i].Events, g.Name, &out[i].Retrying})
+				retrying = append(retrying, retryCount{i, g.Name, &out[i].Retrying})
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/expset/expset/internal/store"
 )
 
 // waitKeys returns owner's wait line and ticket leases keys.
@@ -449,7 +451,7 @@ func TestTransient(t *testing.T) {
 		{redisErr("ERR Error running script"), false},
 		{redis.ErrClosed, false},
 		{context.Canceled, false},
-		{unexpected("acquire.lua", "x"), false},
+		{store.Unexpected("acquire.lua", "x"), false},
 	} {
 		if got := transient(c.err); got != c.want {
 			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)

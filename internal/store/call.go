@@ -113,30 +113,3 @@ func (s *Store) finish(ctx context.Context, c *Call, v any, err error, took time
 		s.onCall(ctx, c.Op, c.Shard, took, err)
 	}
 }
-
-// Batches groups items into script calls of at most MaxBatch items each,
-// one open call per key (a shard, or a group and shard): the renewals, the
-// begins and the acknowledgements that go in one pipeline.
-type Batches[K comparable, T any] struct {
-	Calls []*Call
-	Items [][]T
-	open  map[K]int
-}
-
-// Add adds item under key to the open call of key, or to a new one that
-// newCall makes when there is none or it is full, and returns the call, to
-// which the caller appends item's arguments.
-func (b *Batches[K, T]) Add(key K, item T, newCall func() *Call) *Call {
-	if b.open == nil {
-		b.open = map[K]int{}
-	}
-	j, ok := b.open[key]
-	if !ok || len(b.Items[j]) >= MaxBatch {
-		j = len(b.Calls)
-		b.open[key] = j
-		b.Calls = append(b.Calls, newCall())
-		b.Items = append(b.Items, nil)
-	}
-	b.Items[j] = append(b.Items[j], item)
-	return b.Calls[j]
-}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"testing"
@@ -52,6 +53,20 @@ var readers = map[string]func(v any) error{
 	"sweepers.lua":     func(v any) error { _, err := readSweepers(v, "t"); return err },
 	"open.lua":         func(v any) error { _, err := readOpen("k", v); return err },
 	"deadscan.lua":     func(v any) error { _, err := readDeadScan(v); return err },
+	"begins.lua": func(v any) error {
+		bs, err := ReadBegins(&Call{Reply: v}, 2)
+		for _, b := range bs {
+			err = cmp.Or(err, b.Err)
+		}
+		return err
+	},
+	"take.lua": func(v any) error {
+		t, err := ReadTake(&Call{Reply: v, Keys: []string{"ev"}}, []string{"t1"})
+		return cmp.Or(err, t.Malformed)
+	},
+	"ack.lua":   func(v any) error { _, err := ReadAck(&Call{Reply: v}, 2); return err },
+	"renew.lua": func(v any) error { _, err := ReadRenew(&Call{Reply: v}, 2); return err },
+	"claim.lua": func(v any) error { c, err := readClaim(v); return cmp.Or(err, c.Malformed) },
 }
 
 // errReply is a Redis error in a reply (acquire_many.lua's, per request).
@@ -77,6 +92,10 @@ var shapes = []any{
 	[]any{"version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0"},
 	[]any{"version", int64(1)}, []any{nil, nil, nil, nil, nil, nil, nil, nil, nil},
 	[]any{[]any{}}, []any{errReply}, []any{int64(1), errReply},
+	[]any{[]any{int64(1), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), int64(0)}, int64(-2)},
+	[]any{[]any{"1-0", []any{"o", "u"}, int64(1), int64(0)}}, []any{[]any{"1-0", []any{"o"}, int64(1), int64(0)}},
+	[]any{[]any{"1-0", []any{"o", "u"}, int64(-3), int64(0)}, []any{"2-0", "x", int64(0), int64(0)}},
+	[]any{"0-0", []any{"1-0", int64(1), int64(0), []any{"o", "u"}}}, []any{"0-0", []any{"1-0", int64(1), int64(0)}},
 	map[any]any{"a": "b"},
 }
 
@@ -128,6 +147,11 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"running.lua":          {nil, []any{}, []any{int64(1)}, []any{int64(1), int64(0), "g"}, []any{"x", int64(0)}, []any{int64(1), int64(-1), "g", "o", "n"}},
 		"sweepers.lua":         {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
 		"deadscan.lua":         {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
+		"begins.lua":           {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}},
+		"take.lua":             {nil, "x", int64(1), []any{"x"}, []any{[]any{"1-0", []any{"o"}, int64(1), int64(0)}}, []any{[]any{int64(1), []any{}, int64(1), int64(0)}}, []any{[]any{"1-0", "x", int64(0), int64(0)}}, []any{[]any{"1-0", []any{}, int64(1), int64(0)}, []any{"2-0", []any{}, int64(2), int64(0)}}, []any{[]any{"1-0", []any{}, int64(1)}}, []any{[]any{"1-0", []any{int64(1), "u"}, int64(0), int64(0)}}},
+		"ack.lua":              {nil, "x", int64(1), []any{}, []any{int64(1)}, []any{int64(1), int64(1), int64(1)}},
+		"renew.lua":            {nil, "x", int64(1), []any{}, []any{int64(1)}},
+		"claim.lua":            {nil, "x", []any{}, []any{int64(1)}, []any{"0-0", "x"}, []any{"0-0", []any{"1-0", int64(1), int64(0)}}, []any{"0-0", []any{"1-0", "x", int64(0), []any{}}}, []any{"0-0", []any{"1-0", int64(1), int64(0), []any{"a"}}}},
 		"open.lua":             {nil, []any{"a"}, []any{"version", int64(1)}, []any{"version", "1"}, []any{"version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0"}},
 	}
 	for name, vs := range bad {

@@ -27,10 +27,8 @@ var luaFS embed.FS
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
 //
-// The scripts whose builder and reader live in this package are unexported
-// (scriptAdd, ...), each beside its file (add.go for add.lua). The consumer
-// engine's scripts are exported: the root package builds their calls and
-// reads their replies, and runs them with Run and RunPipelined.
+// Each script's builder and reader live beside it, in the Go file named
+// after its own file (add.go for add.lua).
 var (
 	scriptAdd           = script("add.lua")
 	scriptAcquire       = script("wait_gate.lua", "quota.lua", "acquire.lua")
@@ -63,22 +61,22 @@ var (
 // The consumer engine's scripts, and the same with the owner slots of
 // WithOwnerConcurrency (slots.lua).
 var (
-	Ack          = script("groups.lua", "forget.lua", "ack.lua")
-	LeaseRenew   = script("groups.lua", "renew.lua")
-	Begins       = script("groups.lua", "begins.lua")
-	Take         = script("groups.lua", "take.lua")
-	Bury         = script("groups.lua", "forget.lua", "bury.lua")
-	Claim        = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
-	Release      = script("groups.lua", "release.lua")
-	Retry        = script("now.lua", "groups.lua", "retry.lua")
-	Prune        = script("groups.lua", "forget.lua", "prune.lua")
-	AckSlots     = script("groups.lua", "forget.lua", "slots.lua", "ack.lua")
-	RenewSlots   = script("groups.lua", "slots.lua", "renew.lua")
-	BeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
-	TakeSlots    = script("groups.lua", "slots.lua", "take.lua")
-	BurySlots    = script("groups.lua", "forget.lua", "slots.lua", "bury.lua")
-	ReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
-	RetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+	scriptAck          = script("groups.lua", "forget.lua", "ack.lua")
+	scriptRenew        = script("groups.lua", "renew.lua")
+	scriptBegins       = script("groups.lua", "begins.lua")
+	scriptTake         = script("groups.lua", "take.lua")
+	scriptBury         = script("groups.lua", "forget.lua", "bury.lua")
+	scriptClaim        = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
+	scriptRelease      = script("groups.lua", "release.lua")
+	scriptRetry        = script("now.lua", "groups.lua", "retry.lua")
+	scriptPrune        = script("groups.lua", "forget.lua", "prune.lua")
+	scriptAckSlots     = script("groups.lua", "forget.lua", "slots.lua", "ack.lua")
+	scriptRenewSlots   = script("groups.lua", "slots.lua", "renew.lua")
+	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
+	scriptTakeSlots    = script("groups.lua", "slots.lua", "take.lua")
+	scriptBurySlots    = script("groups.lua", "forget.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // MaxBatch is the most items one script call takes: members removed (Remove
@@ -132,8 +130,8 @@ var named = map[string]*redis.Script{
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
 	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
-	"ack.lua":      Ack, "renew.lua": LeaseRenew, "begins.lua": Begins, "take.lua": Take, "bury.lua": Bury,
-	"claim.lua": Claim, "release.lua": Release, "retry.lua": Retry, "prune.lua": Prune,
+	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTake, "bury.lua": scriptBury,
+	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 
 // Named returns the script whose own file is file ("add.lua"; without the
@@ -142,7 +140,7 @@ func Named(file string) *redis.Script { return named[file] }
 
 // All returns every script of the package.
 func All() []*redis.Script {
-	out := []*redis.Script{AckSlots, RenewSlots, BeginsSlots, TakeSlots, BurySlots, ReleaseSlots, RetrySlots}
+	out := []*redis.Script{scriptAckSlots, scriptRenewSlots, scriptBeginsSlots, scriptTakeSlots, scriptBurySlots, scriptReleaseSlots, scriptRetrySlots}
 	for _, sc := range named {
 		out = append(out, sc)
 	}

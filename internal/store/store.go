@@ -7,9 +7,13 @@
 // layout (streams, groups, statistics, configuration).
 //
 // The root package holds the API, its validation and the loops; it builds
-// no script's KEYS or ARGV and reads no script's reply, except the consumer
-// engine's (Ack, Take, ...), whose calls it builds with Call and runs with
-// Run and RunPipelined.
+// no script's KEYS or ARGV and reads no script's reply. The consumer
+// engine batches: it groups its items per shard (Batches) and runs the
+// calls the builders make of them (BeginsCall, TakeCall, AckCall,
+// RenewCall) several shards at once with RunPipelined, then reads each
+// with its reader (ReadBegins, ReadTake, ReadAck, ReadRenew); its other
+// scripts and reads are methods that run one call (Claim, Retry, Bury,
+// Release, Prune, ReadNew, ...).
 package store
 
 import (

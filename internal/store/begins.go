@@ -1,0 +1,107 @@
+package store
+
+// begins.go serves begins.lua: the start of handler calls of events a
+// consumer holds (read, claimed, read ahead or set aside), one shard's
+// batch a call (Set.Consume, Set.Reserve).
+
+// The attempts begins.lua and take.lua give for an event not begun.
+const (
+	// BeginUsed: every attempt is used (a claim buries it).
+	BeginUsed = -1
+	// BeginFull: its owner holds every slot (WithOwnerConcurrency);
+	// nothing changed.
+	BeginFull = -2
+	// ReadAhead (take.lua): read past the calls begun, not begun; the
+	// consumer begins it with begins.lua when it has a call slot.
+	ReadAhead = -3
+)
+
+// BeginItem is one event to begin: its entry ID, the token of the call to
+// make of it, its owner ("" for a job: no slot; sent only with an owner
+// cap) and whether it is fresh: a new event this consumer read so lately
+// that no other can have taken it and no call of it has begun, so it is
+// begun without a look at the pending list or the attempts field.
+type BeginItem struct {
+	ID, Token, Owner string
+	Fresh            bool
+}
+
+// Begun is begins.lua's reply for one item.
+type Begun struct {
+	// Attempt is the call's attempt number when begun (> 0); else 0 (another
+	// consumer holds the event, or it was acknowledged or trimmed),
+	// BeginUsed or BeginFull.
+	Attempt int
+	Taken   bool  // the lease was taken now (else the read's or claim's runs on)
+	Full    bool  // the call took its owner's last free slot
+	Err     error // the item's reply was malformed (ErrUnexpectedReply)
+}
+
+// beginFresh is the index of begins.lua's count of fresh items (ARGV[7]).
+const beginFresh = 6
+
+// BeginsCall builds begins.lua's call for c on shard: items (at most
+// MaxBatch), the fresh first. ARGV[7] counts the fresh items that lead;
+// a fresh item after one that is not is sent as not fresh, which is
+// always safe (the script then looks at the pending list).
+func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
+	sc, keys := s.slotted(c, shard, scriptBegins, scriptBeginsSlots, s.leaseKeys(shard)...)
+	per := 2
+	if c.OwnerCap > 0 {
+		per = 3
+	}
+	args := make([]any, 7, 7+per*len(items))
+	lease := c.leaseMs()
+	args[0], args[1], args[2], args[3], args[4], args[5] = c.Group, c.Name, lease, c.MaxAttempts, lease/6, c.OwnerCap
+	fresh := 0
+	for i, it := range items {
+		if it.Fresh && fresh == i {
+			fresh++
+		}
+		args = append(args, it.ID, it.Token)
+		if per == 3 {
+			args = append(args, it.Owner)
+		}
+	}
+	args[beginFresh] = fresh
+	return &Call{Op: "begin", Shard: shard, Script: sc, Keys: keys, Args: args}
+}
+
+// ReadBegins reads the reply of c, a begins.lua call of n items: one Begun
+// per item, in order. The error is the call's, or ErrUnexpectedReply for
+// a reply that is not one item per item sent; an item's own malformed
+// reply is its Begun's Err.
+func ReadBegins(c *Call, n int) ([]Begun, error) {
+	if c.Err != nil {
+		return nil, c.Err
+	}
+	xs, ok := c.Reply.([]any)
+	if !ok || len(xs) != n {
+		return nil, Unexpected("begins.lua", c.Reply)
+	}
+	out := make([]Begun, n)
+	for i, x := range xs {
+		b, ok := readBegun(x)
+		if !ok {
+			b = Begun{Err: Unexpected("begins.lua", c.Reply)}
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// readBegun reads one item of begins.lua's reply: {attempt, taken now
+// (0/1), the owner's slots all held (0/1)}, or 0, -1 or -2.
+func readBegun(v any) (Begun, bool) {
+	if xs, isList := v.([]any); isList {
+		if len(xs) != 3 {
+			return Begun{}, false
+		}
+		n, ok1 := Int64(xs[0])
+		t, ok2 := Int64(xs[1])
+		f, ok3 := Int64(xs[2])
+		return Begun{Attempt: int(n), Taken: t == 1, Full: f == 1}, ok1 && ok2 && ok3 && n > 0
+	}
+	n, ok := Int64(v)
+	return Begun{Attempt: int(n)}, ok && n <= 0
+}
