@@ -277,7 +277,7 @@ func (r *reservers) expire() {
 			r.set.retryNotes.leave(c)
 		}
 	}
-	subs, ahead, sweep := r.subs, r.ahead, r.sweep
+	subs, ahead, sweep, set := r.subs, r.ahead, r.sweep, r.set
 	r.subs, r.idle, r.wakes, r.held, r.ahead, r.sweep = nil, nil, nil, nil, nil, false
 	r.mu.Unlock()
 	releaseAhead(ahead)
@@ -285,7 +285,7 @@ func (r *reservers) expire() {
 		p.close()
 	}
 	if sweep {
-		r.set.sweeping.leave()
+		set.sweeping.leave()
 	}
 }
 
