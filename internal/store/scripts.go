@@ -13,7 +13,8 @@ var luaFS embed.FS
 
 // Each script is lua/prelude.lua, then the shared files it names, then its
 // own file, joined unchanged with a newline between them (script): no Lua
-// text is cut or replaced. The shared files are now.lua (now_ms),
+// text is cut or replaced. The shared files are lib.lua (lib, the helpers
+// of the rarer paths: only in the scripts that call it), now.lua (now_ms),
 // wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
 // decision), groups.lua (the consumer-group scripts' helpers) and jobs.lua
 // (the job scripts' look through the stream, after groups.lua); each
@@ -27,27 +28,27 @@ var luaFS embed.FS
 // engine's scripts are exported: the root package builds their calls and
 // reads their replies, and runs them with Run and RunPipelined.
 var (
-	scriptAdd           = script("add.lua")
-	scriptAcquire       = script("wait_gate.lua", "quota.lua", "acquire.lua")
-	scriptMany          = script("wait_gate.lua", "quota.lua", "acquire_many.lua")
-	scriptRemove        = script("wait_gate.lua", "remove.lua")
-	scriptExtend        = script("extend.lua")
+	scriptAdd           = script("lib.lua", "add.lua")
+	scriptAcquire       = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire.lua")
+	scriptMany          = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire_many.lua")
+	scriptRemove        = script("lib.lua", "wait_gate.lua", "remove.lua")
+	scriptExtend        = script("lib.lua", "extend.lua")
 	scriptDeadline      = script("now.lua", "deadline.lua")
 	scriptCount         = script("now.lua", "count.lua")
 	scriptMembers       = script("now.lua", "members.lua")
 	scriptPayload       = script("now.lua", "payload.lua")
 	scriptOpen          = script("open.lua")
-	scriptSweep         = script("now.lua", "sweep.lua")
-	scriptKick          = script("kick.lua")
+	scriptSweep         = script("lib.lua", "now.lua", "sweep.lua")
+	scriptKick          = script("lib.lua", "kick.lua")
 	scriptJob           = script("groups.lua", "jobs.lua", "job.lua")
 	scriptCancel        = script("groups.lua", "jobs.lua", "cancel.lua")
-	scriptSchedule      = script("now.lua", "schedule.lua")
-	scriptWaitRenew     = script("now.lua", "wait_gate.lua", "wait_renew.lua")
-	scriptWaitLeave     = script("now.lua", "wait_gate.lua", "wait_leave.lua")
+	scriptSchedule      = script("lib.lua", "now.lua", "schedule.lua")
+	scriptWaitRenew     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_renew.lua")
+	scriptWaitLeave     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_leave.lua")
 	scriptRemoveGroup   = script("groups.lua", "remove_group.lua")
 	scriptRunning       = script("now.lua", "groups.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
-	scriptPut           = script("put.lua")
+	scriptPut           = script("lib.lua", "put.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
 	// The dead-letter scan of the expset command's web page, alone: it
@@ -67,13 +68,13 @@ var (
 	Release      = script("groups.lua", "release.lua")
 	Retry        = script("now.lua", "groups.lua", "retry.lua")
 	Prune        = script("groups.lua", "prune.lua")
-	AckSlots     = script("groups.lua", "slots.lua", "ack.lua")
-	RenewSlots   = script("groups.lua", "slots.lua", "renew.lua")
-	BeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
-	TakeSlots    = script("groups.lua", "slots.lua", "take.lua")
-	BurySlots    = script("groups.lua", "slots.lua", "bury.lua")
-	ReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
-	RetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+	AckSlots     = script("lib.lua", "groups.lua", "slots.lua", "ack.lua")
+	RenewSlots   = script("lib.lua", "groups.lua", "slots.lua", "renew.lua")
+	BeginsSlots  = script("lib.lua", "groups.lua", "slots.lua", "begins.lua")
+	TakeSlots    = script("lib.lua", "groups.lua", "slots.lua", "take.lua")
+	BurySlots    = script("lib.lua", "groups.lua", "slots.lua", "bury.lua")
+	ReleaseSlots = script("lib.lua", "groups.lua", "slots.lua", "release.lua")
+	RetrySlots   = script("lib.lua", "now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // MaxBatch is the most items one script call takes: members removed (Remove
@@ -93,8 +94,14 @@ const TTLBucket = 16384 * time.Millisecond
 // script returns the script made of lua/prelude.lua and lua/<names...>, in
 // that order.
 func script(names ...string) *redis.Script {
-	return redis.NewScript(Source(names...))
+	src := Source(names...)
+	sc := redis.NewScript(src)
+	sources[sc] = src
+	return sc
 }
+
+// sources maps each script made by script to its text, for the tests.
+var sources = map[*redis.Script]string{}
 
 // Source returns lua/prelude.lua and lua/<names...> joined by newlines: the
 // text of the script made of them.
