@@ -48,7 +48,8 @@ var (
 	scriptRemoveGroup   = script("groups.lua", "remove_group.lua")
 	scriptRunning       = script("now.lua", "groups.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
-	scriptPut           = script("lib.lua", "put.lua")
+	scriptPut           = script("put.lua")
+	scriptReschedule    = script("reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
 	// The dead-letter scan of the expset command's web page, alone: it
@@ -132,7 +133,7 @@ var named = map[string]*redis.Script{
 	"payload.lua": scriptPayload, "open.lua": scriptOpen, "sweep.lua": scriptSweep, "kick.lua": scriptKick,
 	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
-	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "cancel_waiting.lua": scriptCancelWaiting,
+	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
 	"ack.lua":      Ack, "renew.lua": LeaseRenew, "begins.lua": Begins, "take.lua": Take, "bury.lua": Bury,
 	"claim.lua": Claim, "release.lua": Release, "retry.lua": Retry, "prune.lua": Prune,

@@ -142,3 +142,20 @@ func TestScriptsDefineWhatTheyCall(t *testing.T) {
 		}
 	}
 }
+
+// TestJobOwnerStartsAtDueKeyLength checks what put.lua and reschedule.lua
+// rely on to name a bucket's owner without searching its key: the owner
+// starts at the position (1-based, as Lua counts) that is the length of the
+// shard's due index key.
+func TestJobOwnerStartsAtDueKeyLength(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"a", "orders", "x{y}z", strings.Repeat("n", 300)} {
+		for _, shard := range []int{0, 9, 10, 255} {
+			k := NewKeys(name, shard)
+			bucket := k.Owner + JobOwnerPrefix + "4095"
+			if got := bucket[len(k.Due)-1:]; got != JobOwnerPrefix+"4095" {
+				t.Errorf("set %q shard %d: the bucket key's tail from #due is %q", name, shard, got)
+			}
+		}
+	}
+}
