@@ -166,6 +166,25 @@ func jobWorkloads(e *env) ([]workload, error) {
 				}
 				return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error { return call(ctx, ids[i]) }}, nil
 			}},
+		{name: "job/sweep", unit: "job", what: "Sweeper.SweepOnce of e.n jobs due (64-byte payloads, most their bucket's only one) into events",
+			prep: func(ctx context.Context, e *env) (job, error) {
+				s, err := openJobs(ctx, e, jobIDs("job-", e.n), time.Millisecond, false)
+				if err != nil {
+					return job{}, err
+				}
+				w, err := expset.NewSweeper(s)
+				if err != nil {
+					return job{}, err
+				}
+				time.Sleep(2 * time.Millisecond)
+				return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
+					st, err := w.SweepOnce(ctx)
+					if err == nil && st.Expired != e.n {
+						err = fmt.Errorf("swept %d jobs, want %d", st.Expired, e.n)
+					}
+					return err
+				}}, nil
+			}},
 		jobLife("life", "a job's life: Set.Put (64-byte payload, due at once) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged"),
 		jobLife("life-c16", "job/life with Consume WithConcurrency(16): 16 handler calls at once", expset.WithConcurrency(16)),
 		{name: "recipe/job-life", unit: "job", vs: "recipe/job-life", what: "the bare recipe's life: job-put.lua (due at once), then job-take.lua, 100 jobs a call, until all are taken (at most once)",

@@ -184,9 +184,16 @@ for i = 1, n do
         ids[j], dl[j] = r[2 * j - 1], r[2 * j]
       end
       local pkey, used = KEYS[3 + n + i], 0
-      k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+      if k == 1 and events then
+        -- One member always fits (L.fit): its bytes are counted from the
+        -- payload its event copies, with no HSTRLEN first (most owners of
+        -- jobs, buckets, have one due at a time).
+        used = ENTRY_COST + #owner + #ids[1] + lib().emit(pkey, stream, owner, ids, dl, 1, events, payloads)
+      else
+        k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+        lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
+      end
       bytes = bytes - used
-      lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
     elseif events then
       local fixed, used = ENTRY_COST + #owner, 0
       for j = 1, k do
