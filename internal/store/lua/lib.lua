@@ -168,7 +168,6 @@ local function lib()
   -- members leaving key with deadlines ds[1..n], and with events appends
   -- one entry per member to stream: fields o, m, d, then r when reason is
   -- given ("evicted"; an expiry has none), then p when it had a payload.
-  -- It returns the bytes of the payloads it copied into entries.
   function L.emit(pkey, stream, owner, ids, ds, n, events, payloads, reason)
     local pl = {}
     if payloads then
@@ -178,14 +177,10 @@ local function lib()
       call('HDEL', pkey, unpack(ids, 1, n))
     end
     if not events then
-      return 0
+      return
     end
-    local copied = 0
     for i = 1, n do
       local p = pl[i]
-      if p then
-        copied = copied + #p
-      end
       if reason then
         if p then
           call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i], 'r', reason, 'p', p)
@@ -198,7 +193,6 @@ local function lib()
         call('XADD', stream, '*', 'o', owner, 'm', ids[i], 'd', ds[i])
       end
     end
-    return copied
   end
 
   -- L.evict removes ids[1..n] of key (live members, earliest first, with
