@@ -66,7 +66,6 @@ var (
 	scriptAck          = script("groups.lua", "forget.lua", "ack.lua")
 	scriptRenew        = script("groups.lua", "renew.lua")
 	scriptBegins       = script("groups.lua", "begins.lua")
-	scriptTake         = script("groups.lua", "take.lua")
 	scriptBury         = script("groups.lua", "forget.lua", "bury.lua")
 	scriptClaim        = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
 	scriptRelease      = script("groups.lua", "release.lua")
@@ -138,7 +137,7 @@ var named = map[string]*redis.Script{
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
 	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
-	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTake, "bury.lua": scriptBury,
+	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTakeSlots, "bury.lua": scriptBury,
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 
