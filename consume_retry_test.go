@@ -46,9 +46,22 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // take.lua (with the owner slots: it has no other variant) and begins.lua,
 // without and with them.
 var beginHashes = [3]string{
-	redis.NewScript(store.Source("groups.lua", "slots.lua", "take.lua")).Hash(),
+	store.Named("take.lua").Hash(),
 	store.Named("begins.lua").Hash(),
-	redis.NewScript(store.Source("groups.lua", "slots.lua", "begins.lua")).Hash(),
+	redis.NewScript(store.Source("lib.lua", "groups.lua", "slots.lua", "begins.lua")).Hash(),
+}
+
+// TestBeginHashes: each of beginHashes is a script the store runs.
+func TestBeginHashes(t *testing.T) {
+	known := map[string]bool{}
+	for _, sc := range store.All() {
+		known[sc.Hash()] = true
+	}
+	for i, h := range beginHashes {
+		if !known[h] {
+			t.Errorf("beginHashes[%d] is no script of the store: its composition changed", i)
+		}
+	}
 }
 
 // isBeginCall reports whether cmd runs a script that begins handler calls:

@@ -101,8 +101,8 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 func TestIndexGraceMatchesPrelude(t *testing.T) {
 	t.Parallel()
 	want := "local INDEX_GRACE = " + strconv.FormatInt(indexGrace.Milliseconds(), 10) + "\n"
-	if src := store.Source("add.lua"); !strings.Contains(src, want) {
-		t.Fatalf("lua/prelude.lua lacks %q", want)
+	if src := store.Source("lib.lua"); !strings.Contains(src, want) {
+		t.Fatalf("lua/lib.lua lacks %q", want)
 	}
 }
 

@@ -46,6 +46,36 @@ func TestJobCancelDue(t *testing.T) {
 	})
 }
 
+// TestJobCancelLeavesTheIndexEntry: cancelling a bucket's last job leaves
+// the bucket's entry in the due index; the sweeper, when it comes due,
+// takes it out as stale and writes no event.
+func TestJobCancelLeavesTheIndexEntry(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithExpiryEvents(), WithPayloadStorage())
+		if _, put, err := s.Put(ctx, "gone", time.Second, WithPayload([]byte("p"))); err != nil || !put {
+			t.Fatalf("Put: %v %v", put, err)
+		}
+		if ok := must[bool](t)(s.Cancel(ctx, "gone")); !ok {
+			t.Fatal("Cancel of a waiting job: false")
+		}
+		shard, owner := s.st.JobBucket("gone")
+		due := s.shards[shard].Due
+		if _, err := b.rdb.ZScore(ctx, due, owner).Result(); err != nil {
+			t.Fatalf("the bucket's index entry after Cancel: %v, want it left for the sweeper", err)
+		}
+		clk.Advance(2 * time.Second)
+		st := must[SweepStats](t)(newSweeper(t, s).SweepOnce(ctx))
+		if st.Expired != 0 || st.Stale != 1 || len(readAll(t, s)) != 0 {
+			t.Fatalf("swept %+v: want one stale entry and no event", st)
+		}
+		if n := b.rdb.ZCard(ctx, due).Val(); n != 0 {
+			t.Fatalf("the due index holds %d entries after the sweep, want none", n)
+		}
+	})
+}
+
 // TestJobCancelSwept: a job whose event is written is cancelled while no
 // group has begun a call of it (not read, or read into a consumer's batch:
 // then acknowledged, so that no begin finds it), and not once a group has

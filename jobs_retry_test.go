@@ -43,14 +43,14 @@ func (h *jobRunsTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
-// isJobWrite reports whether cmd runs put.lua, cancel_waiting.lua or
+// isJobWrite reports whether cmd runs put.lua, reschedule.lua, cancel_waiting.lua or
 // cancel.lua by EVALSHA.
 func isJobWrite(cmd redis.Cmder) bool {
 	a := cmd.Args()
 	if len(a) < 2 || a[0] != "evalsha" {
 		return false
 	}
-	for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
+	for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 		if a[1] == sc.Hash() {
 			return true
 		}
@@ -74,7 +74,7 @@ func TestJobCallsRetriedReportTheirFirstRun(t *testing.T) {
 		r := must[*Set](t)(Open(ctx, rdb, s.Name(), WithRecordedConfiguration(), WithClock(clk.Now)))
 		// Loaded first (on every master of a cluster): every call is an
 		// EVALSHA, none a NOSCRIPT that runs nothing.
-		for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
+		for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 			if err := sc.Load(ctx, rdb).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -371,3 +371,43 @@ func TestSweepWrongTypeKeepsMembers(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepWrongTypePayloadHashLosesNothing: on a set with events and
+// payloads, whose sweep pops an owner's members before it reads their
+// payloads, a payload hash of another type fails the sweep with the
+// server's WRONGTYPE and puts the members popped back as they were (one due
+// member, and several); once the key is fixed, they are swept into events.
+func TestSweepWrongTypePayloadHashLosesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		for _, due := range []int{1, 3} {
+			s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithPayloadStorage())
+			for i := range due {
+				must[time.Time](t)(s.Add(ctx, "o", "m"+strconv.Itoa(i), time.Duration(i+1)*time.Second, WithPayload([]byte("p"))))
+			}
+			must[time.Time](t)(s.Add(ctx, "o", "live", time.Hour))
+			pkey := s.shards[0].Payload + "o"
+			if err := b.rdb.Set(ctx, pkey, "not a hash", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := b.rdb.ZRangeWithScores(ctx, s.OwnerKey("o"), 0, -1).Val()
+			clk.Advance(time.Duration(due+1) * time.Second)
+			w := newSweeper(t, s)
+			if _, err := w.SweepOnce(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("%d due: SweepOnce with a payload hash of another type: %v, want WRONGTYPE", due, err)
+			}
+			if after := b.rdb.ZRangeWithScores(ctx, s.OwnerKey("o"), 0, -1).Val(); !slices.Equal(after, before) {
+				t.Fatalf("%d due: members after the failed sweep %v, want %v", due, after, before)
+			}
+			if n := b.rdb.XLen(ctx, s.shards[0].Events).Val(); n != 0 {
+				t.Fatalf("%d due: %d events after the failed sweep", due, n)
+			}
+			if err := b.rdb.Del(ctx, pkey).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if st := must[SweepStats](t)(w.SweepOnce(ctx)); st.Expired != due {
+				t.Fatalf("%d due: swept %+v once fixed", due, st)
+			}
+		}
+	})
+}

@@ -10,7 +10,7 @@ import "context"
 func (s *Store) cancelWaitingCall(id, receipt string, ms int64) *Call {
 	shard, owner, keys := s.jobKeys(id)
 	sk := &s.shards[shard]
-	keys = []string{keys[0], sk.Due, receipt}
+	keys = []string{keys[0], receipt}
 	if s.payloads {
 		keys = append(keys, sk.Payload+owner)
 	}

@@ -5,31 +5,43 @@ import (
 	"time"
 )
 
-// put.go serves put.lua: Set.Put (mode "n") and Set.Reschedule (mode "x").
+// put.go serves put.lua (Set.Put) and reschedule.lua (Set.Reschedule).
 
-// putCall builds put.lua's call in mode ("n" or "x") on job id, due after
-// ms, with payload when hasPayload: with WithClock, ARGV[5] (a payload's
-// place, empty without one) and now as ARGV[6].
-func (s *Store) putCall(op, mode, id string, ms int64, payload []byte, hasPayload bool) *Call {
+// putCall builds put.lua's call on job id, due after ms, with payload when
+// hasPayload: with WithClock, ARGV[4] (a payload's place, empty without
+// one) and now as ARGV[5].
+func (s *Store) putCall(id string, ms int64, payload []byte, hasPayload bool) *Call {
 	shard, owner, keys := s.jobKeys(id)
 	sk := &s.shards[shard]
 	keys = []string{keys[0], sk.Due, s.receiptKey(shard)}
-	args := []any{ms, id, s.JobReceiptMillis(), mode}
+	args := []any{ms, id, s.JobReceiptMillis()}
 	if s.clock != nil {
 		args = append(args, "", s.now())
 	}
 	if hasPayload {
 		keys = append(keys, sk.Payload+owner)
-		if len(args) == 4 {
+		if len(args) == 3 {
 			args = append(args, payload)
 		} else {
-			args[4] = payload
+			args[3] = payload
 		}
 	}
-	return &Call{Op: op, Shard: shard, Script: scriptPut, Keys: keys, Args: args}
+	return &Call{Op: "put", Shard: shard, Script: scriptPut, Keys: keys, Args: args}
 }
 
-// readPut reads put.lua's reply in mode "n": 2 x deadline + 1 when put.
+// rescheduleCall builds reschedule.lua's call on job id, due after ms:
+// with WithClock, now as ARGV[4].
+func (s *Store) rescheduleCall(id string, ms int64) *Call {
+	shard, _, keys := s.jobKeys(id)
+	keys = []string{keys[0], s.shards[shard].Due, s.receiptKey(shard)}
+	args := []any{ms, id, s.JobReceiptMillis()}
+	if s.clock != nil {
+		args = append(args, s.now())
+	}
+	return &Call{Op: "reschedule", Shard: shard, Script: scriptReschedule, Keys: keys, Args: args}
+}
+
+// readPut reads put.lua's reply: 2 x deadline + 1 when put.
 func readPut(v any) (due time.Time, put bool, err error) {
 	n, ok := v.(int64)
 	if !ok {
@@ -38,18 +50,18 @@ func readPut(v any) (due time.Time, put bool, err error) {
 	return msTime(n >> 1), n&1 == 1, nil
 }
 
-// putWrote reports whether a put.lua reply in mode "n" put the job.
+// putWrote reports whether a put.lua reply put the job.
 func putWrote(v any) bool {
 	n, _ := v.(int64)
 	return n&1 == 1
 }
 
-// Put runs put.lua in mode "n": job id due after ms, unless a job of that
+// Put runs put.lua: job id due after ms, unless a job of that
 // ID is waiting. It returns the job's due time, whether it put it, and
 // whether WithDurability's acknowledgements came. An error of the call
 // names the bucket's key, which the caller does not show.
 func (s *Store) Put(ctx context.Context, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, err error) {
-	c := s.putCall("put", "n", id, ms, payload, hasPayload)
+	c := s.putCall(id, ms, payload, hasPayload)
 	s.runWrite(ctx, c, true, putWrote)
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err
@@ -58,7 +70,7 @@ func (s *Store) Put(ctx context.Context, id string, ms int64, payload []byte, ha
 	return due, put, c.Durable, err
 }
 
-// readReschedule reads put.lua's reply in mode "x": the new due time, or
+// readReschedule reads reschedule.lua's reply: the new due time, or
 // false (nil here, found false) when the job is not waiting.
 func readReschedule(v any) (due time.Time, found bool, err error) {
 	if v == nil {
@@ -66,16 +78,16 @@ func readReschedule(v any) (due time.Time, found bool, err error) {
 	}
 	d, ok := Int64(v)
 	if !ok {
-		return time.Time{}, false, Unexpected("put.lua", v)
+		return time.Time{}, false, Unexpected("reschedule.lua", v)
 	}
 	return msTime(d), true, nil
 }
 
-// Reschedule runs put.lua in mode "x": the waiting job id due after ms
+// Reschedule runs reschedule.lua: the waiting job id due after ms
 // instead. found is false when the job is not waiting. An error of the
 // call names the bucket's key, as Put's does.
 func (s *Store) Reschedule(ctx context.Context, id string, ms int64) (due time.Time, found, durable bool, err error) {
-	c := s.putCall("reschedule", "x", id, ms, nil, false)
+	c := s.rescheduleCall(id, ms)
 	s.runWrite(ctx, c, true, func(v any) bool { return v != nil })
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err

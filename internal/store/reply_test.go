@@ -38,7 +38,7 @@ var readers = map[string]func(v any) error{
 	},
 	"wait_renew.lua": func(v any) error { _, err := readWaitRenew(v); return err },
 	"put.lua":        func(v any) error { _, _, err := readPut(v); return err },
-	"put.lua (x)":    func(v any) error { _, _, err := readReschedule(v); return err },
+	"reschedule.lua": func(v any) error { _, _, err := readReschedule(v); return err },
 	"cancel_waiting.lua": func(v any) error {
 		_, err := readCancelWaiting(v)
 		return err
@@ -136,7 +136,7 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"acquire_many.lua":     {nil, []any{}, []any{int64(1), int64(1), int64(1)}, []any{"x"}},
 		"wait_renew.lua":       {nil, "x", []any{}},
 		"put.lua":              {nil, "x", []any{}},
-		"put.lua (x)":          {"x", []any{}},
+		"reschedule.lua":       {"x", []any{}},
 		"cancel_waiting.lua":   {nil, int64(3), int64(-1), "1"},
 		"cancel.lua":           {nil, []any{}, []any{"x"}, []any{int64(3)}, []any{int64(4)}, []any{int64(4), int64(1)}, []any{int64(1), int64(2)}},
 		"job.lua":              {nil, []any{}, []any{"x"}, []any{int64(1)}, []any{int64(2), int64(5)}, []any{int64(2), int64(5), "x"}, []any{int64(5)}, []any{int64(4), int64(1)}},

@@ -13,7 +13,8 @@ var luaFS embed.FS
 
 // Each script is lua/prelude.lua, then the shared files it names, then its
 // own file, joined unchanged with a newline between them (script): no Lua
-// text is cut or replaced. The shared files are now.lua (now_ms),
+// text is cut or replaced. The shared files are lib.lua (lib, the helpers
+// of the rarer paths: only in the scripts that call it), now.lua (now_ms),
 // wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
 // decision), groups.lua (the consumer-group scripts' helpers: the attempts
 // field and the pending list), forget.lua (theirs that read a stream's
@@ -30,27 +31,28 @@ var luaFS embed.FS
 // Each script's builder and reader live beside it, in the Go file named
 // after its own file (add.go for add.lua).
 var (
-	scriptAdd           = script("add.lua")
-	scriptAcquire       = script("wait_gate.lua", "quota.lua", "acquire.lua")
-	scriptMany          = script("wait_gate.lua", "quota.lua", "acquire_many.lua")
-	scriptRemove        = script("wait_gate.lua", "remove.lua")
-	scriptExtend        = script("extend.lua")
+	scriptAdd           = script("lib.lua", "add.lua")
+	scriptAcquire       = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire.lua")
+	scriptMany          = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire_many.lua")
+	scriptRemove        = script("lib.lua", "wait_gate.lua", "remove.lua")
+	scriptExtend        = script("lib.lua", "extend.lua")
 	scriptDeadline      = script("now.lua", "deadline.lua")
 	scriptCount         = script("now.lua", "count.lua")
 	scriptMembers       = script("now.lua", "members.lua")
 	scriptPayload       = script("now.lua", "payload.lua")
 	scriptOpen          = script("open.lua")
-	scriptSweep         = script("now.lua", "sweep.lua")
-	scriptKick          = script("kick.lua")
+	scriptSweep         = script("lib.lua", "now.lua", "sweep.lua")
+	scriptKick          = script("lib.lua", "kick.lua")
 	scriptJob           = script("groups.lua", "forget.lua", "jobs.lua", "job.lua")
 	scriptCancel        = script("groups.lua", "forget.lua", "jobs.lua", "cancel.lua")
-	scriptSchedule      = script("now.lua", "schedule.lua")
-	scriptWaitRenew     = script("now.lua", "wait_gate.lua", "wait_renew.lua")
-	scriptWaitLeave     = script("now.lua", "wait_gate.lua", "wait_leave.lua")
+	scriptSchedule      = script("lib.lua", "now.lua", "schedule.lua")
+	scriptWaitRenew     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_renew.lua")
+	scriptWaitLeave     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_leave.lua")
 	scriptRemoveGroup   = script("groups.lua", "forget.lua", "remove_group.lua")
 	scriptRunning       = script("now.lua", "groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
 	scriptPut           = script("put.lua")
+	scriptReschedule    = script("reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
 	// The dead-letter scan of the expset command's web page, alone: it
@@ -64,19 +66,18 @@ var (
 	scriptAck          = script("groups.lua", "forget.lua", "ack.lua")
 	scriptRenew        = script("groups.lua", "renew.lua")
 	scriptBegins       = script("groups.lua", "begins.lua")
-	scriptTake         = script("groups.lua", "take.lua")
 	scriptBury         = script("groups.lua", "forget.lua", "bury.lua")
 	scriptClaim        = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
 	scriptRelease      = script("groups.lua", "release.lua")
 	scriptRetry        = script("now.lua", "groups.lua", "retry.lua")
 	scriptPrune        = script("groups.lua", "forget.lua", "prune.lua")
-	scriptAckSlots     = script("groups.lua", "forget.lua", "slots.lua", "ack.lua")
-	scriptRenewSlots   = script("groups.lua", "slots.lua", "renew.lua")
-	scriptBeginsSlots  = script("groups.lua", "slots.lua", "begins.lua")
-	scriptTakeSlots    = script("groups.lua", "slots.lua", "take.lua")
-	scriptBurySlots    = script("groups.lua", "forget.lua", "slots.lua", "bury.lua")
-	scriptReleaseSlots = script("groups.lua", "slots.lua", "release.lua")
-	scriptRetrySlots   = script("now.lua", "groups.lua", "slots.lua", "retry.lua")
+	scriptAckSlots     = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "ack.lua")
+	scriptRenewSlots   = script("lib.lua", "groups.lua", "slots.lua", "renew.lua")
+	scriptBeginsSlots  = script("lib.lua", "groups.lua", "slots.lua", "begins.lua")
+	scriptTakeSlots    = script("lib.lua", "groups.lua", "slots.lua", "take.lua")
+	scriptBurySlots    = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "bury.lua")
+	scriptReleaseSlots = script("lib.lua", "groups.lua", "slots.lua", "release.lua")
+	scriptRetrySlots   = script("lib.lua", "now.lua", "groups.lua", "slots.lua", "retry.lua")
 )
 
 // MaxBatch is the most items one script call takes: members removed (Remove
@@ -96,8 +97,14 @@ const TTLBucket = 16384 * time.Millisecond
 // script returns the script made of lua/prelude.lua and lua/<names...>, in
 // that order.
 func script(names ...string) *redis.Script {
-	return redis.NewScript(Source(names...))
+	src := Source(names...)
+	sc := redis.NewScript(src)
+	sources[sc] = src
+	return sc
 }
+
+// sources maps each script made by script to its text, for the tests.
+var sources = map[*redis.Script]string{}
 
 // Source returns lua/prelude.lua and lua/<names...> joined by newlines: the
 // text of the script made of them.
@@ -128,9 +135,9 @@ var named = map[string]*redis.Script{
 	"payload.lua": scriptPayload, "open.lua": scriptOpen, "sweep.lua": scriptSweep, "kick.lua": scriptKick,
 	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
-	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "cancel_waiting.lua": scriptCancelWaiting,
+	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
-	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTake, "bury.lua": scriptBury,
+	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTakeSlots, "bury.lua": scriptBury,
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 

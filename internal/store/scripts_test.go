@@ -37,7 +37,7 @@ func TestTTLBucketMatchesLua(t *testing.T) {
 // places before them) states its KEYS, ARGV and reply in its header.
 func TestScriptHeaders(t *testing.T) {
 	t.Parallel()
-	shared := map[string]bool{"prelude.lua": true, "now.lua": true, "wait_gate.lua": true, "quota.lua": true, "groups.lua": true, "forget.lua": true, "slots.lua": true, "jobs.lua": true}
+	shared := map[string]bool{"prelude.lua": true, "lib.lua": true, "now.lua": true, "wait_gate.lua": true, "quota.lua": true, "groups.lua": true, "forget.lua": true, "slots.lua": true, "jobs.lua": true}
 	files, err := luaFS.ReadDir("lua")
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +108,54 @@ func TestOwnerScriptsKeyOrder(t *testing.T) {
 		}
 		if named == 0 {
 			t.Errorf("%s: the header names no KEYS", name)
+		}
+	}
+}
+
+// TestScriptsDefineWhatTheyCall checks that every script that calls lib()
+// includes lib.lua, which defines it (a script without it fails on the
+// server only on the path that calls it), and that a script that never
+// calls it leaves it out (its definition costs every run a closure).
+func TestScriptsDefineWhatTheyCall(t *testing.T) {
+	t.Parallel()
+	if len(sources) < len(named) {
+		t.Fatalf("%d scripts recorded, %d named", len(sources), len(named))
+	}
+	for sc, src := range sources {
+		defines := strings.Contains(src, "\nlocal function lib()\n")
+		code := src
+		if defines {
+			code = strings.Replace(src, file("lib.lua"), "", 1)
+		}
+		calls := false
+		for _, line := range strings.Split(code, "\n") {
+			if i := strings.Index(line, "--"); i >= 0 {
+				line = line[:i]
+			}
+			if strings.Contains(line, "lib()") {
+				calls = true
+				break
+			}
+		}
+		if calls != defines {
+			t.Errorf("script %s: calls lib() %v, includes lib.lua %v", sc.Hash(), calls, defines)
+		}
+	}
+}
+
+// TestJobOwnerStartsAtDueKeyLength checks what put.lua and reschedule.lua
+// rely on to name a bucket's owner without searching its key: the owner
+// starts at the position (1-based, as Lua counts) that is the length of the
+// shard's due index key.
+func TestJobOwnerStartsAtDueKeyLength(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"a", "orders", "x{y}z", strings.Repeat("n", 300)} {
+		for _, shard := range []int{0, 9, 10, 255} {
+			k := NewKeys(name, shard)
+			bucket := k.Owner + JobOwnerPrefix + "4095"
+			if got := bucket[len(k.Due)-1:]; got != JobOwnerPrefix+"4095" {
+				t.Errorf("set %q shard %d: the bucket key's tail from #due is %q", name, shard, got)
+			}
 		}
 	}
 }

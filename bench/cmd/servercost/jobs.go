@@ -166,9 +166,9 @@ func jobWorkloads(e *env) ([]workload, error) {
 				}
 				return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error { return call(ctx, ids[i]) }}, nil
 			}},
-		{name: "job/life", unit: "job", vs: "recipe/job-life", what: "a job's life: Set.Put (64-byte payload, due at once) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged",
+		{name: "job/sweep", unit: "job", what: "Sweeper.SweepOnce of e.n jobs due (64-byte payloads, most their bucket's only one) into events",
 			prep: func(ctx context.Context, e *env) (job, error) {
-				s, err := openJobs(ctx, e, nil, 0, false)
+				s, err := openJobs(ctx, e, jobIDs("job-", e.n), time.Millisecond, false)
 				if err != nil {
 					return job{}, err
 				}
@@ -176,36 +176,17 @@ func jobWorkloads(e *env) ([]workload, error) {
 				if err != nil {
 					return job{}, err
 				}
-				ids := jobIDs("job-", e.n)
+				time.Sleep(2 * time.Millisecond)
 				return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
-					err := run(ctx, e.goroutines, job{calls: e.n, do: func(ctx context.Context, i int) error {
-						_, _, err := s.Put(ctx, ids[i], time.Millisecond, expset.WithPayload(jobPayload))
-						return err
-					}})
-					if err != nil {
-						return err
-					}
-					time.Sleep(2 * time.Millisecond)
-					// (A write may turn its bucket's due jobs into events
-					// itself: the consumer, not the sweep, counts them.)
-					if _, err := w.SweepOnce(ctx); err != nil {
-						return err
-					}
-					var handled atomic.Int64
-					cctx, cancel := context.WithCancel(ctx)
-					defer cancel()
-					err = s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
-						if handled.Add(1) == int64(e.n) {
-							cancel()
-						}
-						return nil
-					})
-					if err == nil && handled.Load() != int64(e.n) {
-						err = fmt.Errorf("handled %d jobs, want %d", handled.Load(), e.n)
+					st, err := w.SweepOnce(ctx)
+					if err == nil && st.Expired != e.n {
+						err = fmt.Errorf("swept %d jobs, want %d", st.Expired, e.n)
 					}
 					return err
 				}}, nil
 			}},
+		jobLife("life", "a job's life: Set.Put (64-byte payload, due at once) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged"),
+		jobLife("life-c16", "job/life with Consume WithConcurrency(16): 16 handler calls at once", expset.WithConcurrency(16)),
 		{name: "recipe/job-life", unit: "job", vs: "recipe/job-life", what: "the bare recipe's life: job-put.lua (due at once), then job-take.lua, 100 jobs a call, until all are taken (at most once)",
 			prep: func(ctx context.Context, e *env) (job, error) {
 				ids := jobIDs("job-", e.n)
@@ -231,4 +212,49 @@ func jobWorkloads(e *env) ([]workload, error) {
 				}}, nil
 			}},
 	}, nil
+}
+
+// jobLife is a job's whole life, counted together: e.n jobs put (64-byte
+// payload, due in 1 ms) from the env's goroutines, swept into events by one
+// Sweeper.SweepOnce, then handled (a no-op handler) and acknowledged by one
+// Set.Consume with opts: instructions per job.
+func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
+	return workload{name: "job/" + name, unit: "job", vs: "recipe/job-life", what: what,
+		prep: func(ctx context.Context, e *env) (job, error) {
+			s, err := openJobs(ctx, e, nil, 0, false)
+			if err != nil {
+				return job{}, err
+			}
+			w, err := expset.NewSweeper(s)
+			if err != nil {
+				return job{}, err
+			}
+			ids := jobIDs("job-", e.n)
+			return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
+				err := run(ctx, e.goroutines, job{calls: e.n, do: func(ctx context.Context, i int) error {
+					_, _, err := s.Put(ctx, ids[i], time.Millisecond, expset.WithPayload(jobPayload))
+					return err
+				}})
+				if err != nil {
+					return err
+				}
+				time.Sleep(2 * time.Millisecond)
+				if _, err := w.SweepOnce(ctx); err != nil {
+					return err
+				}
+				var handled atomic.Int64
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				err = s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
+					if handled.Add(1) == int64(e.n) {
+						cancel()
+					}
+					return nil
+				}, opts...)
+				if err == nil && handled.Load() != int64(e.n) {
+					err = fmt.Errorf("handled %d jobs, want %d", handled.Load(), e.n)
+				}
+				return err
+			}}, nil
+		}}
 }

@@ -34,13 +34,13 @@
 -- outlive the latest score filed by INDEX_GRACE (see file_owner).
 --
 -- One read per owner serves both the drop and the re-filing: the owner's
--- first members in deadline order (POP+1 with events and no payloads,
--- else PEEK+1), which hold its expired members and, after them, its
--- earliest remaining deadline. With events and no payloads that read is a
--- ZPOPMIN, so an owner whose members all expired is done in one call
--- besides its events; members it popped that stay (live, or past the
--- budget) are put back as read, scores unchanged (keys of a set with events carry no TTL, so a key the pop
--- emptied loses nothing). Only when every member read has expired does a
+-- first members in deadline order (POP+1 with events, else PEEK+1), which
+-- hold its expired members and, after them, its earliest remaining
+-- deadline. With events that read is a ZPOPMIN, so an owner whose members
+-- all expired is done in one call besides its events (and its payloads'
+-- HGET and HDEL); members it popped that stay (live, or past the budget)
+-- are put back as read, scores unchanged (keys of a set with events carry
+-- no TTL, so a key the pop emptied loses nothing). Only when every member read has expired does a
 -- second read continue by rank, for at most the rest of the budget plus
 -- one. The index is written once per round: one ZADD re-files every owner
 -- visited, one ZREM takes out the emptied ones. Every argument to
@@ -111,12 +111,13 @@ local latest = 0 -- the latest score filed, for the index TTL (no events)
 local gone, ng = {}, 0 -- owners to take out of the index
 local refile, nr = {}, 0 -- score, owner pairs to file in the index
 local ds = {} -- the deadlines read, as numbers, up to the first live one
--- With events and no payloads the first read of an owner pops. Nothing may
--- fail between a pop and the writes that follow it (the events, the put
--- back), or popped members would go without their events: a stream key of
--- another type fails here, before any pop (a payload hash of another type
--- would fail the byte count, so sets with payloads read instead).
-local pop = events and not payloads
+-- With events the first read of an owner pops. Nothing may fail between a
+-- pop and the writes that follow it (the events, the put back), or popped
+-- members would go without their events: a stream key of another type
+-- fails here, before any pop; the first command on an owner's payload hash
+-- runs guarded (redis.pcall), and when it fails (a key of another type)
+-- the members popped go back before the call returns its error.
+local pop = events
 local peek = PEEK
 if pop then
   peek = POP
@@ -184,10 +185,48 @@ for i = 1, n do
       for j = 1, k do
         ids[j], dl[j] = r[2 * j - 1], r[2 * j]
       end
-      local pkey, used = KEYS[3 + n + i], 0
-      k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+      local pkey, used, failed = KEYS[3 + n + i], 0, nil
+      if k == 1 and events then
+        -- One member always fits (L.fit): its bytes are counted from the
+        -- payload its event copies, with no HSTRLEN first (most owners of
+        -- jobs, buckets, have one due at a time), read with HGET.
+        local m, p = ids[1], redis.pcall('HGET', pkey, ids[1])
+        if type(p) == 'table' then
+          failed = p
+        else
+          call('HDEL', pkey, m)
+          if p then
+            call('XADD', stream, '*', 'o', owner, 'm', m, 'd', dl[1], 'p', p)
+            used = #p
+          else
+            call('XADD', stream, '*', 'o', owner, 'm', m, 'd', dl[1])
+          end
+          used = used + ENTRY_COST + #owner + #m
+        end
+      else
+        if popped > 0 then
+          local t = redis.pcall('HLEN', pkey)
+          if type(t) == 'table' then
+            failed = t
+          end
+        end
+        if not failed then
+          k, used = lib().fit(pkey, owner, ids, k, events, payloads, bytes)
+          lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
+        end
+      end
+      if failed then
+        -- The payload hash is of another type: the members popped go back
+        -- as read, and the call fails as a read of the hash would have.
+        local back = {}
+        for j = 1, popped do
+          back[2 * j - 1] = r[2 * j]
+          back[2 * j] = r[2 * j - 1]
+        end
+        call('ZADD', key, unpack(back))
+        return failed
+      end
       bytes = bytes - used
-      lib().emit(pkey, stream, owner, ids, dl, k, events, payloads)
     elseif events then
       local fixed, used = ENTRY_COST + #owner, 0
       for j = 1, k do
