@@ -248,7 +248,9 @@ func TestConsumeSurvivesRestart(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	opts := []ConsumeOption{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond)}
+	// The sweeper is the test's own (w): Consume runs none, so that its
+	// hooks see only Consume's errors.
+	opts := []ConsumeOption{WithLeaseTTL(300 * time.Millisecond), WithPollInterval(5 * time.Millisecond), WithoutSweeper()}
 	w := newSweeper(t, r.set, WithPollInterval(10*time.Millisecond), WithLeaseTTL(2*time.Second))
 	// Consume on a client of its own that does not retry commands, so that
 	// go-redis's retries cannot ride out the outage unseen.
