@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/expset/expset/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // callSpan is one handler call of an owner, from its start to its end
@@ -155,86 +154,4 @@ func TestPeakCalls(t *testing.T) {
 	if got["a"] != 3 || got["b"] != 1 {
 		t.Fatalf("peaks %v, want a 3 and b 1", got)
 	}
-}
-
-// TestOwnerCapAcrossFailovers: as TestOwnerCapAcrossProcesses, on a
-// three-master cluster with a replica each: while three consumer processes
-// (two helpers and this one) run the events of 8 owners with
-// WithOwnerConcurrency(2), the masters of both shards are failed over
-// (CLUSTER FAILOVER: the replica takes over once it has every write) and
-// one helper is SIGKILLed between them. The handlers' own records never
-// show more than 2 calls of an owner at once, and every event is handled.
-func TestOwnerCapAcrossFailovers(t *testing.T) {
-	redistest.SystemTest(t)
-	noLeaks(t)
-	const owners, per, ownerCap = 8, 200, 2
-	const vis = time.Second
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
-	cc := cl.Client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second })
-	b := killBackend{name: "cluster", rdb: cc, addrs: cl.Addrs()}
-	ctx := context.Background()
-	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(2), WithExpiryEvents()))
-	seedExpired(t, s, owners, per)
-	time.Sleep(2 * time.Millisecond)
-	if _, err := newSweeper(t, s).SweepOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, sk := range s.shards {
-		waitReplicated(t, cc, sk.Events)
-	}
-	env := append(b.env(s), helperVis+"="+vis.String(), helperOwnerCap+"="+strconv.Itoa(ownerCap))
-	lives := startHelper(t, "pool", env...)
-	killed := startHelper(t, "pool", env...)
-	lives.waitLine("calls of the helper that lives", func(string) bool { return len(lives.calls("ok")) >= 5 })
-	killed.waitLine("calls of the helper to kill", func(string) bool { return len(killed.calls("ok")) >= 5 })
-	var mu sync.Mutex
-	var here []callSpan
-	handled := map[string]bool{}
-	stop := consumeInBackground(t, s, "g", "here", func(ctx context.Context, e Expiry) error {
-		start := time.Now().UnixNano()
-		select {
-		case <-time.After(time.Duration(10+e.Shard*15) * time.Millisecond):
-		case <-ctx.Done(): // the lease was lost: the call ends
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		here = append(here, callSpan{e.Owner, start, time.Now().UnixNano()})
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		handled[eventKey(e)] = true
-		return nil
-	}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency), WithOwnerConcurrency(ownerCap))
-	for i, sk := range s.shards {
-		promoted := cl.Failover(t, cl.MasterFor(sk.Events))
-		t.Logf("shard %d's master failed over to %s", i, promoted.Addr)
-		if i == 0 {
-			killed.kill() // with its calls under way, if any
-		}
-	}
-	killedAt := time.Now().UnixNano()
-	b.waitGone(t, killed)
-	waitFor(t, "every event handled", func() bool { return drained(s) })
-	stop()
-	lives.term()
-	b.waitGone(t, lives)
-
-	mu.Lock()
-	defer mu.Unlock()
-	spans := append(spansOf(lives, time.Now().UnixNano()), spansOf(killed, killedAt)...)
-	for _, l := range append(lives.calls("ok"), killed.calls("ok")...) {
-		f := strings.Fields(l)
-		handled[f[1]+"/"+f[2]] = true
-	}
-	spans = append(spans, here...)
-	for o, n := range peakCalls(spans) {
-		if n > ownerCap {
-			t.Errorf("owner %s: %d calls at once over the three processes, want at most %d", o, n, ownerCap)
-		}
-	}
-	if len(handled) != owners*per {
-		t.Errorf("%d of %d events handled", len(handled), owners*per)
-	}
-	t.Logf("%d calls recorded (%d here); the helper that lived handled %d, the killed one %d", len(spans), len(here),
-		len(lives.calls("ok")), len(killed.calls("ok")))
 }

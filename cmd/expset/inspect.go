@@ -70,15 +70,11 @@ func checkOwner(owner string) error {
 
 func (a *app) inspect(ctx context.Context, name, owner string, limit int, asJSON bool) error {
 	stdout := a.stdout
-	c, err := a.connect(ctx, false)
+	c, set, err := a.openSet(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := openExisting(ctx, c, name)
-	if err != nil {
-		return err
-	}
 	key := set.OwnerKey(owner)
 	st := store.New(c.rdb, name, store.Options{Shards: set.Shards()})
 	now, err := st.ServerTime(ctx)

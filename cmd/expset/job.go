@@ -35,15 +35,11 @@ func (a *app) jobCmd() *cobra.Command {
 }
 
 func (a *app) job(ctx context.Context, name, id string, asJSON bool) error {
-	c, err := a.connect(ctx, false)
+	c, set, err := a.openSet(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := openExisting(ctx, c, name)
-	if err != nil {
-		return err
-	}
 	j, err := set.Job(ctx, id)
 	if err != nil {
 		return err

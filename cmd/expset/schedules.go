@@ -52,15 +52,11 @@ func utcPtr(t time.Time) *time.Time {
 }
 
 func (a *app) schedules(ctx context.Context, name string, asJSON bool) error {
-	c, err := a.connect(ctx, false)
+	c, set, err := a.openSet(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := openExisting(ctx, c, name)
-	if err != nil {
-		return err
-	}
 	list, err := set.Schedules(ctx)
 	if err != nil {
 		return err

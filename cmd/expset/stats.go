@@ -120,15 +120,11 @@ func (a *app) statsCmd() *cobra.Command {
 
 func (a *app) stats(ctx context.Context, name string, asJSON bool, every time.Duration, serve string) error {
 	stdout, stderr := a.stdout, a.stderr
-	c, err := a.connect(ctx, false)
+	c, set, err := a.openSet(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	set, err := openExisting(ctx, c, name)
-	if err != nil {
-		return err
-	}
 	cfg, err := expset.ReadConfiguration(ctx, c.rdb, set.Name())
 	if err != nil {
 		return noSet(err, name, c)

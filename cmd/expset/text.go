@@ -55,6 +55,21 @@ func openExisting(ctx context.Context, c *conn, name string, opts ...expset.Open
 	return set, noSet(err, name, c)
 }
 
+// openSet connects to Redis and opens the set name recorded there
+// (openExisting); the caller closes the connection it returns.
+func (a *app) openSet(ctx context.Context, name string) (*conn, *expset.Set, error) {
+	c, err := a.connect(ctx, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := openExisting(ctx, c, name)
+	if err != nil {
+		c.close()
+		return nil, nil, err
+	}
+	return c, set, nil
+}
+
 // noSet rewrites an ErrNotFound from opening or reading the configuration of
 // set name into a message that says what to check.
 func noSet(err error, name string, c *conn) error {

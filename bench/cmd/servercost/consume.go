@@ -17,7 +17,8 @@ const consumeGroup = "bench"
 // consumeWorkload is one Set.Consume, with a handler that does nothing, of
 // the events of e.n owners' expired members (swept in prep, not counted):
 // instructions per event handled, reads, begins, acknowledgements and the
-// consumer's shutdown included. groups are declared besides consumeGroup
+// consumer's shutdown included; WithoutSweeper, so that no sweeper of its
+// own runs beside it (every workload here measures one path). groups are declared besides consumeGroup
 // (none consume: each event then stays until they do).
 func consumeWorkload(name, what string, groups []string, opts ...expset.ConsumeOption) workload {
 	return retryWorkload(name, what, groups, 0, opts...)
@@ -46,7 +47,7 @@ func retryWorkload(name, what string, groups []string, delay time.Duration, opts
 						cancel()
 					}
 					return nil
-				}, opts...)
+				}, append(opts, expset.WithoutSweeper())...)
 				if err == nil && handled.Load() != int64(n) {
 					err = fmt.Errorf("handled %d events, want %d", handled.Load(), n)
 				}
@@ -66,7 +67,7 @@ func reserveWorkload() workload {
 				return job{}, err
 			}
 			return job{calls: n, units: n, do: func(ctx context.Context, _ int) error {
-				r, err := s.Reserve(ctx, consumeGroup, "c1")
+				r, err := s.Reserve(ctx, consumeGroup, "c1", expset.WithoutSweeper())
 				if err != nil {
 					return err
 				}

@@ -250,7 +250,7 @@ func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
 						cancel()
 					}
 					return nil
-				}, opts...)
+				}, append(opts, expset.WithoutSweeper())...)
 				if err == nil && handled.Load() != int64(e.n) {
 					err = fmt.Errorf("handled %d jobs, want %d", handled.Load(), e.n)
 				}

@@ -61,7 +61,7 @@ func lifeWorkload() workload {
 						cancel()
 					}
 					return nil
-				})
+				}, expset.WithoutSweeper()) // the workload sweeps itself
 				if err == nil && handled.Load() != int64(e.n) {
 					err = fmt.Errorf("handled %d events, want %d", handled.Load(), e.n)
 				}
