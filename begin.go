@@ -147,8 +147,7 @@ func (c *consumer) ackLater(shard int, id string, at time.Time) {
 	c.addAck(shard, id, "", at)
 }
 
-// takenCall is an event whose handler call was begun (begins.lua,
-// take.lua).
+// takenCall is an event whose handler call was begun (begins.lua).
 type takenCall struct {
 	d      delivery
 	e      Expiry
@@ -156,103 +155,4 @@ type takenCall struct {
 	leased time.Time // when its lease was taken (at the latest)
 	full   bool      // its owner's slots were all held with its own (WithOwnerConcurrency)
 	fresh  bool      // begun without a look at the pending list (beginBatches)
-}
-
-// take reads new events of shards, at most budget in all (readCounts), and
-// begins each in the same step, for a Consume WithOwnerConcurrency: one
-// take.lua call per shard, all in one pipeline. The script reads past the
-// events of owners at their cap, which are set aside (as many as there is
-// room for, a script call's batch at most), yet reads no event it could
-// begin and has no call slot for. It returns the events begun, and those
-// read and not begun (not meant for the group, or not events at all) for
-// beginAll to settle. Each shard's state follows as read leaves it.
-func (c *consumer) take(ctx context.Context, shards []int, budget int) ([]takenCall, []delivery) {
-	if len(shards) == 0 || budget <= 0 {
-		for _, i := range shards {
-			c.shards[i].busy = true
-		}
-		return nil, nil
-	}
-	counts := c.readCounts(shards, budget)
-	ahead := min(maxBatch, maxParked-len(c.parked.ids))
-	var calls []*store.Call
-	var of []int          // the shard of each call
-	var tokens [][]string // the tokens of each call
-	for k, i := range shards {
-		if counts[k] == 0 {
-			c.shards[i].busy = true // not read for want of budget: read it later
-			continue
-		}
-		ts := make([]string, counts[k])
-		for j := range ts {
-			ts[j] = callToken()
-		}
-		// The first read: what there are slots for, then on past the
-		// owners at their cap.
-		a := store.TakeArgs{Shard: i, Read: max(counts[k], ahead), First: counts[k], Tokens: ts}
-		calls = append(calls, c.set.st.TakeCall(c.args(), a))
-		of, tokens = append(of, i), append(tokens, ts)
-	}
-	// Not cut short by ctx: an attempt counted is an attempt handed out.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
-	at := time.Now()
-	c.set.st.RunPipelined(wctx, calls)
-	var taken []takenCall
-	var rest, over []delivery
-	for k, call := range calls {
-		t, r, o := c.tookFrom(ctx, of[k], call, tokens[k], at)
-		taken, rest, over = append(taken, t...), append(rest, r...), append(over, o...)
-	}
-	if len(over) > 0 {
-		c.release(ctx, over, nil)
-	}
-	return taken, rest
-}
-
-// tookFrom reads the reply of call, take.lua's on shard i sent at at with
-// tokens, and updates the shard's state: it returns the events begun,
-// those read and not begun (for beginAll to settle), and those whose
-// owners are at their cap that could not be set aside (to release).
-func (c *consumer) tookFrom(ctx context.Context, i int, call *store.Call, tokens []string, at time.Time) (taken []takenCall, rest, over []delivery) {
-	sh := &c.shards[i]
-	took, err := store.ReadTake(call, tokens)
-	if err != nil {
-		// Begun or not, the entries (if read) stay pending, uncounted
-		// or counted: a claim takes them after the lease TTL.
-		c.fail(ctx, i, err)
-		return nil, nil, nil
-	}
-	sh.bo.ok()
-	sh.busy = took.Read > 0
-	for _, t := range took.Entries {
-		d := delivery{shard: i, id: t.ID, values: t.Values, at: at}
-		switch {
-		case t.Attempt == store.ReadAhead:
-			c.ahead = append(c.ahead, d)
-			continue
-		case t.Attempt == store.BeginFull:
-			// Its owner is at its cap: set aside, or released when too
-			// many are.
-			owner, _ := c.capped(d)
-			if !c.park(d, owner, false) {
-				over = append(over, d)
-			}
-			continue
-		case t.Attempt <= 0:
-			rest = append(rest, d)
-			continue
-		}
-		e, perr := parseExpiry(i, redis.XMessage{ID: t.ID, Values: t.Values}, 0)
-		if perr != nil {
-			rest = append(rest, d) // buried by beginAll
-			continue
-		}
-		e.Attempt = t.Attempt
-		taken = append(taken, takenCall{d: d, e: e, token: t.Token, leased: at, full: t.Full})
-	}
-	if took.Malformed != nil {
-		c.fail(ctx, i, took.Malformed)
-	}
-	return taken, rest, over
 }

@@ -314,6 +314,7 @@ type consumer struct {
 	nextRead    int            // the shard a read limited by free handler slots starts from
 	parked      parking        // events whose owners were at their cap (WithOwnerConcurrency)
 	ahead       []delivery     // events read past those begun, oldest first: begun when a call slot frees
+	passing     int            // the read batch while reads find only owners at their cap (readNew; 0: WithReadBatch)
 	retries     []retryDues    // per shard: the retries this consumer scheduled (retry.go)
 	retryMu     sync.Mutex     // guards retryNotes
 	retryNotes  []retryNote    // retries scheduled since the last round (retry.go)

@@ -42,11 +42,9 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
-// beginHashes are the SHA1s of the scripts that begin handler calls:
-// take.lua (with the owner slots: it has no other variant) and begins.lua,
-// without and with them.
-var beginHashes = [3]string{
-	store.Named("take.lua").Hash(),
+// beginHashes are the SHA1s of the script that begins handler calls,
+// begins.lua, without and with the owner slots.
+var beginHashes = [2]string{
 	store.Named("begins.lua").Hash(),
 	redis.NewScript(store.Source("lib.lua", "groups.lua", "slots.lua", "begins.lua")).Hash(),
 }
@@ -64,15 +62,15 @@ func TestBeginHashes(t *testing.T) {
 	}
 }
 
-// isBeginCall reports whether cmd runs a script that begins handler calls:
-// take.lua (read and begin, with a cap) or begins.lua.
+// isBeginCall reports whether cmd runs begins.lua, which begins handler
+// calls.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
 	if len(a) < 2 || a[0] != "evalsha" {
 		return false
 	}
 	switch a[1] {
-	case beginHashes[0], beginHashes[1], beginHashes[2]:
+	case beginHashes[0], beginHashes[1]:
 		return true
 	}
 	return false

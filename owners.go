@@ -28,12 +28,14 @@ const parkPoll = time.Second
 //
 // An event whose owner holds every slot is not begun and not charged an
 // attempt: the consumer sets it aside and stays pending with it (up to
-// 100,000 per Consume; past that they are released, uncharged). The reader
-// reads past such events, up to 1,000 per shard and script call, to reach
-// the events of owners with room, yet reads none it could start and has no
-// call slot for: so an owner at its cap holds up no other owner's events
-// beyond the reading of its own (a quiet owner's event behind a busy one's
-// 10,000 waited 0.02x as long as without the cap; bench/README.md). The
+// 100,000 per Consume; past that they are released, uncharged), and sets
+// aside behind it, unbegun, the events of its owner it reads next. While a
+// read finds only such events, the next reads twice as many, up to 1,000
+// a shard, to reach the events of owners with room: so an owner at its cap
+// holds up no other owner's events beyond the reading of its own (a quiet
+// owner's event behind a busy one's 10,000 waited 0.005x as long as
+// without the cap; bench/README.md). As without the cap, a read takes up
+// to WithReadBatch events past those it has call slots for. The
 // events set aside are tried again in turn, one per owner each time
 // (round-robin): at once when any consumer frees a slot of their shard
 // (a wake-up, as for new events), and every second in case one was lost
@@ -179,6 +181,29 @@ func (c *consumer) unique(ds []delivery, from int) []delivery {
 		}
 		seen[k] = true
 		out = append(out, d)
+	}
+	return out
+}
+
+// behindParked sets aside the events of ds whose owners have events set
+// aside already, behind those (their turn comes after them, and a begin now
+// would find the owner at its cap), and returns the rest. Those there is no
+// room to set aside are released, uncharged.
+func (c *consumer) behindParked(ctx context.Context, ds []delivery) []delivery {
+	if len(c.parked.ring) == 0 || len(ds) == 0 {
+		return ds
+	}
+	var out, over []delivery
+	for _, d := range ds {
+		owner, capped := c.capped(d)
+		if _, waiting := c.parked.byOwner[owner]; !capped || !waiting {
+			out = append(out, d)
+		} else if !c.park(d, owner, false) {
+			over = append(over, d)
+		}
+	}
+	if len(over) > 0 {
+		c.release(ctx, over, nil)
 	}
 	return out
 }

@@ -107,10 +107,10 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	p.lowSince = time.Time{}
 	var todo []delivery
 	tried := 0
-	came := false // take started calls
+	more := false // parked every event of a read: read on at once
 	if free > 0 {
 		todo = c.unpark(now, free)
-		todo = append(todo, c.takeAhead(free-len(todo))...)
+		todo = append(todo, c.behindParked(ctx, c.takeAhead(free-len(todo)))...)
 		tried = len(todo)
 		var claimed []delivery
 		var read, visit []int
@@ -120,7 +120,7 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		// shard with nothing new costs no script call).
 		todo = append(todo, c.read(ctx, nil, visit, max(free-len(todo), 0))...)
 		var got []delivery
-		got, came = c.readNew(ctx, read, free-len(todo))
+		got, more = c.readNew(ctx, read, free-len(todo))
 		todo = append(todo, got...)
 	}
 	if ctx.Err() != nil {
@@ -130,7 +130,7 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	for _, tc := range c.beginAll(ctx, todo) {
 		c.startCall(ctx, tc)
 	}
-	if p.running < p.n && (len(todo) > tried || came || c.anyBusy() || len(c.ahead) > 0) {
+	if p.running < p.n && (len(todo) > tried || more || c.anyBusy() || len(c.ahead) > 0) {
 		return 0
 	}
 	if p.running == 0 {
@@ -142,41 +142,31 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 
 // readNew reads new events of the shards read for a round with left free
 // call slots (none: they stay busy), and returns those to begin with
-// beginAll, and whether it started calls itself (take).
-func (c *consumer) readNew(ctx context.Context, read []int, left int) (todo []delivery, came bool) {
-	switch {
-	case left <= 0:
+// beginAll, and whether there may be more to read at once.
+//
+// A plain read takes a batch (WithReadBatch): the calls there are slots
+// for are begun with the rest (beginAll), what is read past them waits
+// read ahead, uncharged. With a cap, the events of owners with events set
+// aside join those (behindParked), and while every event a read takes is
+// of such an owner the next read takes twice as many, up to maxBatch a
+// shard, to reach the events of owners with room.
+func (c *consumer) readNew(ctx context.Context, read []int, left int) (todo []delivery, more bool) {
+	if left <= 0 {
 		for _, i := range read {
 			c.shards[i].busy = true // read at a later round
 		}
-	case c.cfg.ownerCap > 0 && len(c.parked.ring) > 0:
-		// Some owners are at their cap: read and begin in one step,
-		// past their events.
-		taken, rest := c.take(ctx, read, left)
-		if ctx.Err() != nil {
-			c.giveBack(ctx, taken)
-			taken = nil
-		}
-		for _, tc := range taken {
-			c.startCall(ctx, tc)
-		}
-		came = len(taken) > 0
-		todo = rest
-	default:
-		// A plain read of a batch (with a cap, of as many as there are
-		// slots for: a capped read takes no event it could begin and
-		// has no call slot for): the calls there are slots for are
-		// begun with the rest (beginAll), what is read past them waits
-		// read ahead, uncharged.
-		n := max(left, c.cfg.batch)
-		if c.cfg.ownerCap > 0 {
-			n = left
-		}
-		got := c.read(ctx, read, nil, n)
-		todo = got[:min(left, len(got))]
-		c.ahead = append(c.ahead, got[min(left, len(got)):]...)
+		return nil, false
 	}
-	return todo, came
+	got := c.read(ctx, read, nil, max(left, c.cfg.batch, c.passing))
+	n := len(got)
+	got = c.behindParked(ctx, got)
+	c.passing = 0
+	if n > 0 && len(got) == 0 {
+		c.passing = min(2*max(n, c.cfg.batch), maxBatch)
+	}
+	todo = got[:min(left, len(got))]
+	c.ahead = append(c.ahead, got[min(left, len(got)):]...)
+	return todo, n > len(got)
 }
 
 // startCall starts the handler call of tc on a goroutine of its own.

@@ -209,13 +209,14 @@ func (c *consumer) anyBusy() bool {
 }
 
 // readCounts returns how many events to read from each of shards: a read
-// batch each, or with budget >= 0 at most budget in all, a read batch per
+// batch each (more while reading past owners at their cap: c.passing), or with budget >= 0 at most budget in all, a read batch per
 // shard starting from c.nextRead, so that every shard gets its turn.
 func (c *consumer) readCounts(shards []int, budget int) []int {
 	counts := make([]int, len(shards))
+	batch := max(c.cfg.batch, c.passing)
 	if budget < 0 {
 		for k := range counts {
-			counts[k] = c.cfg.batch
+			counts[k] = batch
 		}
 		return counts
 	}
@@ -224,7 +225,7 @@ func (c *consumer) readCounts(shards []int, budget int) []int {
 		i := (c.nextRead + step) % n
 		for k, s := range shards {
 			if s == i && counts[k] == 0 {
-				counts[k] = readCount(c.cfg.batch, budget)
+				counts[k] = readCount(batch, budget)
 				budget -= counts[k]
 				c.nextRead = (i + 1) % n
 				break

@@ -4,16 +4,13 @@ package store
 // consumer holds (read, claimed, read ahead or set aside), one shard's
 // batch a call (Set.Consume, Set.Reserve).
 
-// The attempts begins.lua and take.lua give for an event not begun.
+// The attempts begins.lua gives for an event not begun.
 const (
 	// BeginUsed: every attempt is used (a claim buries it).
 	BeginUsed = -1
 	// BeginFull: its owner holds every slot (WithOwnerConcurrency);
 	// nothing changed.
 	BeginFull = -2
-	// ReadAhead (take.lua): read past the calls begun, not begun; the
-	// consumer begins it with begins.lua when it has a call slot.
-	ReadAhead = -3
 )
 
 // BeginItem is one event to begin: its entry ID, the token of the call to

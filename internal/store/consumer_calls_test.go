@@ -30,8 +30,6 @@ func TestConsumerBuilders(t *testing.T) {
 	check("begins", s.BeginsCall(plain, 1, items), "begin", lease, "g", "c", 1200, 3, 200, 0, 1, "1-0", "a", "2-0", "b", "3-0", "c")
 	check("begins with a cap", s.BeginsCall(capped, 1, items), "begin", slots, "g", "c", 1200, 3, 200, 2, 1, "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
 	check("begins, none fresh first", s.BeginsCall(plain, 1, items[1:]), "begin", lease, "g", "c", 1200, 3, 200, 0, 0, "2-0", "b", "3-0", "c")
-	tk := s.TakeCall(capped, TakeArgs{Shard: 1, Read: 50, First: 2, Tokens: []string{"a", "b"}})
-	check("take", tk, "take", []string{sk.Events, sk.Att, sk.Take, sk.Run, sk.Runo}, "g", "c", 2, 2, 50, 1200, 2, "a", "b")
 	leases := []Lease{{"1-0", "a"}, {"2-0", ""}}
 	check("ack", s.AckCall(plain, 1, leases), "ack", lease, "g", "1-0", "a", "2-0", "")
 	check("ack with a cap", s.AckCall(capped, 1, leases), "ack", slots, "g", "1-0", "a", "2-0", "")
@@ -42,8 +40,8 @@ func TestConsumerBuilders(t *testing.T) {
 	check("release", s.releaseCall(plain, 1, []string{"1-0", "2-0"}, Lease{"1-0", "a"}), "release", lease, "g", "c", 1200, "1-0", "a", "1-0", "2-0")
 	check("claim", s.claimCall(capped, ClaimArgs{Shard: 1, Cursor: "0-0", Count: 7, Reason: "r"}), "claim",
 		[]string{sk.Events, sk.Dead, sk.Att}, "g", "c", 1200, "0-0", 7, 3, "r")
-	check("prune", s.pruneCall("g", 1, 2500*time.Millisecond, ""), "prune", []string{sk.Events, sk.Take}, "g", "2500", "")
-	check("prune, leaving", s.pruneCall("g", 1, -1, "c"), "prune", []string{sk.Events, sk.Take}, "g", "", "c")
+	check("prune", s.pruneCall("g", 1, 2500*time.Millisecond, ""), "prune", []string{sk.Events}, "g", "2500", "")
+	check("prune, leaving", s.pruneCall("g", 1, -1, "c"), "prune", []string{sk.Events}, "g", "", "c")
 	if c := s.RenewCall(Consumer{Group: "g", Name: "c"}, 1, nil); c.Args[2] != int64(1) {
 		t.Errorf("renew with a lease under 1ms sends %v, want 1", c.Args[2])
 	}
@@ -57,19 +55,6 @@ func TestConsumerReadersRead(t *testing.T) {
 	want := []Begun{{Attempt: 2, Taken: true, Full: true}, {}, {Attempt: BeginFull}, {Attempt: 1}}
 	if err != nil || !slices.Equal(bs, want) {
 		t.Errorf("begins: %+v %v, want %+v", bs, err, want)
-	}
-	entry := func(id string, n int64) any { return []any{id, []any{"o", "u", "m", id}, n, int64(0)} }
-	took, err := ReadTake(&Call{Keys: []string{"ev"}, Reply: []any{entry("1-0", 1), entry("2-0", ReadAhead), entry("3-0", 0), entry("4-0", 3)}}, []string{"a", "b"})
-	if err != nil || took.Malformed != nil || took.Read != 4 || len(took.Entries) != 4 ||
-		took.Entries[0].Token != "a" || took.Entries[1].Token != "" || took.Entries[3].Token != "b" || took.Entries[3].Values["m"] != "4-0" {
-		t.Errorf("take: %+v %v", took, err)
-	}
-	took, err = ReadTake(&Call{Keys: []string{"ev"}, Reply: []any{entry("1-0", 1), "x", entry("3-0", 1)}}, []string{"a", "b"})
-	if err != nil || !errors.Is(took.Malformed, ErrUnexpectedReply) || took.Read != 3 || len(took.Entries) != 1 {
-		t.Errorf("take with a malformed entry: %+v %v, want the entries before it", took, err)
-	}
-	if _, err := ReadTake(&Call{Keys: []string{"ev"}, Err: errReply}, nil); !errors.Is(err, errReply) || err.Error() != "expset: read ev: ERR x" {
-		t.Errorf("take of a call that failed: %v", err)
 	}
 	held, err := ReadAck(&Call{Reply: []any{int64(1), int64(0), "x"}}, 3)
 	if err != nil || !slices.Equal(held, []bool{true, false, false}) {

@@ -85,8 +85,8 @@ func TestStoreConsumerScripts(t *testing.T) {
 		if err := s.Leave(ctx, "g", "c2", []int{0}); err != nil {
 			t.Fatalf("Leave: %v", err)
 		}
-		checkTake(t, s, add("v", "d"), add("v", "e"))
-		want := []string{"begin", "renew", "renew", "ack", "ack", "retry", "claim", "begin", "begin", "bury", "release", "claim", "prune", "prune", "take", "ack"}
+		checkCapped(t, s, add("v", "d"), add("v", "e"))
+		want := []string{"begin", "renew", "renew", "ack", "ack", "retry", "claim", "begin", "begin", "bury", "release", "claim", "prune", "prune", "begin", "ack", "begin"}
 		if got := ops(); !slices.Equal(got, want) {
 			t.Fatalf("OnCall saw %v, want %v", got, want)
 		}
@@ -128,30 +128,27 @@ func checkRelease(t *testing.T, s *Store, c1, c2 Consumer, id string) {
 	}
 }
 
-// checkTake takes two events d and e of one owner with a cap of 1: the
-// first is begun, with the first token, the second set aside; the first's
-// acknowledgement frees the slot.
-func checkTake(t *testing.T, s *Store, d, e string) {
+// checkCapped begins two events d and e of one owner, read at once, with a
+// cap of 1: the first is begun and fills its owner's slots, the second is
+// refused; the first's acknowledgement frees the slot.
+func checkCapped(t *testing.T, s *Store, d, e string) {
 	t.Helper()
 	ctx := context.Background()
 	c := Consumer{Group: "g", Name: "c3", Lease: time.Minute, MaxAttempts: 2, OwnerCap: 1}
-	tokens := []string{"t1", "t2"}
-	call := s.TakeCall(c, TakeArgs{Shard: 0, Read: 10, First: 2, Tokens: tokens})
-	s.RunPipelined(ctx, []*Call{call})
-	took, err := ReadTake(call, tokens)
-	if err != nil || took.Malformed != nil || took.Read != 2 || len(took.Entries) != 2 {
-		t.Fatalf("take: %+v %v", took, err)
+	news := s.ReadNew(ctx, "g", "c3", []ShardRead{{Shard: 0, Count: 10}})
+	if news[0].Err != nil || len(news[0].Entries) != 2 {
+		t.Fatalf("ReadNew: %+v", news[0])
 	}
-	first, second := took.Entries[0], took.Entries[1]
-	if first.ID != d || first.Attempt != 1 || first.Token != "t1" || !first.Full || first.Values["o"] != "v" {
-		t.Fatalf("take's first: %+v, want begun with t1, its owner full", first)
-	}
-	if second.ID != e || second.Attempt != BeginFull || second.Token != "" {
-		t.Fatalf("take's second: %+v, want set aside", second)
+	begun := beginAll(t, s, c, BeginItem{ID: d, Token: "t1", Owner: "v", Fresh: true}, BeginItem{ID: e, Token: "t2", Owner: "v", Fresh: true})
+	if begun[0].Attempt != 1 || !begun[0].Full || begun[1].Attempt != BeginFull {
+		t.Fatalf("begins with a cap of 1: %+v, want the first begun, its owner full, the second refused", begun)
 	}
 	ack := s.AckCall(c, 0, []Lease{{d, "t1"}})
 	s.RunPipelined(ctx, []*Call{ack})
 	if held, err := ReadAck(ack, 1); err != nil || !held[0] {
 		t.Fatalf("ack: %v %v", held, err)
+	}
+	if begun := beginAll(t, s, c, BeginItem{ID: e, Token: "t3", Owner: "v"}); begun[0].Attempt != 1 {
+		t.Fatalf("begin once the slot is free: %+v, want attempt 1", begun)
 	}
 }

@@ -17,7 +17,6 @@ import (
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
 //	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
 //	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
-//	expset:{orders:S}:take      hash    "<group>\x00<consumer>" -> the receipt of its last read (lua/take.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -50,7 +49,6 @@ type Keys struct {
 	Att     string
 	Run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
 	Runo    string // their owners and counts: hash
-	Take    string // the receipts of the consumers' last reads: hash, see lua/take.lua
 	Trimmed string
 	Sched   string // the schedules' records: hash, see lua/schedule.lua
 	Line    string // prefix of wait lines: expset:{name:S}:w:
@@ -74,7 +72,6 @@ func NewKeys(name string, shard int) Keys {
 		Att:     tag + "att",
 		Run:     tag + "run",
 		Runo:    tag + "runo",
-		Take:    tag + "take",
 		Trimmed: tag + "trimmed",
 		Sched:   tag + "sched",
 		Line:    tag + "w:",
@@ -91,7 +88,7 @@ func NewKeys(name string, shard int) Keys {
 // which is not. A key added to Keys belongs here too.
 func (k *Keys) Owns(key string) bool {
 	switch key {
-	case k.Due, k.Events, k.Dead, k.Att, k.Run, k.Runo, k.Take, k.Trimmed, k.Sched, k.Wake, k.DueWake, k.EvWake: // the wakes are channels: no key has their names
+	case k.Due, k.Events, k.Dead, k.Att, k.Run, k.Runo, k.Trimmed, k.Sched, k.Wake, k.DueWake, k.EvWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.Owner) || strings.HasPrefix(key, k.Payload) || strings.HasPrefix(key, k.Receipt) ||

@@ -18,7 +18,7 @@ func (s *Store) pruneCall(group string, shard int, idle time.Duration, leaving s
 		ms = strconv.FormatInt(idle.Milliseconds(), 10)
 	}
 	sk := &s.shards[shard]
-	return &Call{Op: "prune", Shard: shard, Script: scriptPrune, Keys: []string{sk.Events, sk.Take}, Args: []any{group, ms, leaving}}
+	return &Call{Op: "prune", Shard: shard, Script: scriptPrune, Keys: []string{sk.Events}, Args: []any{group, ms, leaving}}
 }
 
 // Prune runs prune.lua on shard: it removes group's consumers that hold

@@ -60,10 +60,7 @@ var readers = map[string]func(v any) error{
 		}
 		return err
 	},
-	"take.lua": func(v any) error {
-		t, err := ReadTake(&Call{Reply: v, Keys: []string{"ev"}}, []string{"t1"})
-		return cmp.Or(err, t.Malformed)
-	},
+
 	"ack.lua":   func(v any) error { _, err := ReadAck(&Call{Reply: v}, 2); return err },
 	"renew.lua": func(v any) error { _, err := ReadRenew(&Call{Reply: v}, 2); return err },
 	"claim.lua": func(v any) error { c, err := readClaim(v); return cmp.Or(err, c.Malformed) },
@@ -148,7 +145,6 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"sweepers.lua":         {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
 		"deadscan.lua":         {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
 		"begins.lua":           {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}},
-		"take.lua":             {nil, "x", int64(1), []any{"x"}, []any{[]any{"1-0", []any{"o"}, int64(1), int64(0)}}, []any{[]any{int64(1), []any{}, int64(1), int64(0)}}, []any{[]any{"1-0", "x", int64(0), int64(0)}}, []any{[]any{"1-0", []any{}, int64(1), int64(0)}, []any{"2-0", []any{}, int64(2), int64(0)}}, []any{[]any{"1-0", []any{}, int64(1)}}, []any{[]any{"1-0", []any{int64(1), "u"}, int64(0), int64(0)}}},
 		"ack.lua":              {nil, "x", int64(1), []any{}, []any{int64(1)}, []any{int64(1), int64(1), int64(1)}},
 		"renew.lua":            {nil, "x", int64(1), []any{}, []any{int64(1)}},
 		"claim.lua":            {nil, "x", []any{}, []any{int64(1)}, []any{"0-0", "x"}, []any{"0-0", []any{"1-0", int64(1), int64(0)}}, []any{"0-0", []any{"1-0", "x", int64(0), []any{}}}, []any{"0-0", []any{"1-0", int64(1), int64(0), []any{"a"}}}},

@@ -74,7 +74,6 @@ var (
 	scriptAckSlots     = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "ack.lua")
 	scriptRenewSlots   = script("lib.lua", "groups.lua", "slots.lua", "renew.lua")
 	scriptBeginsSlots  = script("lib.lua", "groups.lua", "slots.lua", "begins.lua")
-	scriptTakeSlots    = script("lib.lua", "groups.lua", "slots.lua", "take.lua")
 	scriptBurySlots    = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "bury.lua")
 	scriptReleaseSlots = script("lib.lua", "groups.lua", "slots.lua", "release.lua")
 	scriptRetrySlots   = script("lib.lua", "now.lua", "groups.lua", "slots.lua", "retry.lua")
@@ -137,7 +136,7 @@ var named = map[string]*redis.Script{
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
 	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
-	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "take.lua": scriptTakeSlots, "bury.lua": scriptBury,
+	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "bury.lua": scriptBury,
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 
@@ -147,7 +146,7 @@ func Named(file string) *redis.Script { return named[file] }
 
 // All returns every script of the package.
 func All() []*redis.Script {
-	out := []*redis.Script{scriptAckSlots, scriptRenewSlots, scriptBeginsSlots, scriptTakeSlots, scriptBurySlots, scriptReleaseSlots, scriptRetrySlots}
+	out := []*redis.Script{scriptAckSlots, scriptRenewSlots, scriptBeginsSlots, scriptBurySlots, scriptReleaseSlots, scriptRetrySlots}
 	for _, sc := range named {
 		out = append(out, sc)
 	}

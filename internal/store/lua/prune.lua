@@ -2,8 +2,6 @@
 -- (Set.Consume).
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
--- KEYS[2]  shard take receipts  expset:{name:S}:take (see take.lua): a
---          consumer removed loses its receipt
 -- ARGV[1]  consumer group
 -- ARGV[2]  idle time in ms: consumers with nothing pending idle at least this
 --          long are removed ("" removes none by idle time)
@@ -27,7 +25,6 @@ for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
   local i = tonumber(info(c, 'idle'))
   if tonumber(info(c, 'pending')) == 0 and (name == ARGV[3] or (idle and (i >= idle or i < 0))) then
     call('XGROUP', 'DELCONSUMER', stream, group, name)
-    call('HDEL', KEYS[2], group .. '\0' .. name)
     n = n + 1
   end
 end
