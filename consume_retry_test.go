@@ -42,38 +42,15 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
-// beginHashes are the SHA1s of the script that begins handler calls,
-// begins.lua, without and with the owner slots.
-var beginHashes = [2]string{
-	store.Named("begins.lua").Hash(),
-	redis.NewScript(store.Source("lib.lua", "groups.lua", "slots.lua", "begins.lua")).Hash(),
-}
-
-// TestBeginHashes: each of beginHashes is a script the store runs.
-func TestBeginHashes(t *testing.T) {
-	known := map[string]bool{}
-	for _, sc := range store.All() {
-		known[sc.Hash()] = true
-	}
-	for i, h := range beginHashes {
-		if !known[h] {
-			t.Errorf("beginHashes[%d] is no script of the store: its composition changed", i)
-		}
-	}
-}
+// beginHash is the SHA1 of the script that begins handler calls,
+// begins.lua.
+var beginHash = store.Named("begins.lua").Hash()
 
 // isBeginCall reports whether cmd runs begins.lua, which begins handler
 // calls.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	if len(a) < 2 || a[0] != "evalsha" {
-		return false
-	}
-	switch a[1] {
-	case beginHashes[0], beginHashes[1]:
-		return true
-	}
-	return false
+	return len(a) >= 2 && a[0] == "evalsha" && a[1] == beginHash
 }
 
 // TestConsumeRetriedBeginCountsOnce: every script call that begins a

@@ -3,6 +3,7 @@ package expset
 import (
 	"context"
 	"errors"
+	"github.com/expset/expset/internal/store"
 	"sync"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestOwnerCapHoldsWhenAConsumerReleases(t *testing.T) {
 		cfg.ownerCap, cfg.leaseTTL = 1, time.Minute
 		a := must[*consumer](t)(s.newConsumer("g", "a", cfg))
 		a.release(ctx, []delivery{{shard: 0, id: e1.ID}}, nil)
-		if n := b.rdb.HGet(ctx, s.shards[0].Runo, "#g x").Val(); n != "1" {
+		if n := b.rdb.HGet(ctx, s.shards[0].Runo, store.SlotField("g", "x")).Val(); n != "1" {
 			t.Fatalf("owner x holds %q slots after the release, want 1: its running call lost its slot", n)
 		}
 

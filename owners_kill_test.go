@@ -54,7 +54,10 @@ func TestKillConsumerOwnerSlots(t *testing.T) {
 		held := 0
 		begun := map[string]int{}
 		for i, sk := range s.shards {
-			held += int(b.rdb.ZCard(ctx, sk.Run).Val())
+			for _, n := range b.rdb.HVals(ctx, sk.Runo).Val() {
+				c, _ := strconv.Atoi(n)
+				held += c
+			}
 			for field, v := range b.rdb.HGetAll(ctx, sk.Att).Val() {
 				id, _, _ := strings.Cut(field, " ")
 				calls, _, _ := strings.Cut(v, " ")

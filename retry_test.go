@@ -110,11 +110,11 @@ func (h *retryCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		a := cmd.Args()
-		// EVALSHA sha 2 stream att group consumer id delay vis token
-		if err == nil && len(a) == 11 && (a[0] == "evalsha" && a[1] == store.Named("retry.lua").Hash() || a[0] == "eval" && a[1] == retrySource) {
-			id := fmt.Sprint(a[7])
-			p, _ := h.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: fmt.Sprint(a[3]), Group: fmt.Sprint(a[5]), Start: id, End: id, Count: 1}).Result()
-			ms, _ := strconv.ParseInt(fmt.Sprint(a[8]), 10, 64)
+		// EVALSHA sha 3 stream att runo group consumer id delay vis token
+		if err == nil && len(a) == 12 && (a[0] == "evalsha" && a[1] == store.Named("retry.lua").Hash() || a[0] == "eval" && a[1] == retrySource) {
+			id := fmt.Sprint(a[8])
+			p, _ := h.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: fmt.Sprint(a[3]), Group: fmt.Sprint(a[6]), Start: id, End: id, Count: 1}).Result()
+			ms, _ := strconv.ParseInt(fmt.Sprint(a[9]), 10, 64)
 			c := retryCall{delay: time.Duration(ms) * time.Millisecond}
 			if len(p) == 1 {
 				c.holder, c.idle = p[0].Consumer, p[0].Idle
@@ -237,9 +237,9 @@ func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 		lease, delay time.Duration
 		concurrency  int
 	}{
-		{"shorter", time.Minute, 30 * time.Millisecond, 1},
+		{"shorter", time.Minute, 500 * time.Millisecond, 1},
 		{"longer", 150 * time.Millisecond, 1200 * time.Millisecond, 1},
-		{"shorter,concurrency", time.Minute, 30 * time.Millisecond, 3},
+		{"shorter,concurrency", time.Minute, 500 * time.Millisecond, 3},
 		{"longer,concurrency", 150 * time.Millisecond, 1200 * time.Millisecond, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {

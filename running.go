@@ -22,14 +22,15 @@ const maxRunningOwners = 10_000
 // Running returns the owners with handler calls under way in consumer group
 // group that hold an owner slot (WithOwnerConcurrency), with how many each:
 // most calls first, then by owner, at most n of them (1 to 10,000).
-// GroupInfo.Running and RunningOwners (Set.Groups) give the totals. Only
-// live calls count: the slot of a consumer that died holds until its lease
-// TTL has passed unrenewed, and counts no more from then. Calls of a
+// GroupInfo.Running and RunningOwners (Set.Groups) give the totals. The
+// slot of a consumer that died counts until another consumer of the group
+// claims its event, once its lease TTL has passed unrenewed. Calls of a
 // Consume without WithOwnerConcurrency hold no slot and are not seen. It
 // returns an error matching ErrNotFound when no shard's stream has the
 // group. Running only reads, and is safe for concurrent use. Cost: one
 // pipelined script call per shard (one round trip per node on a cluster),
-// and one more round per 1000 calls under way on the busiest shard.
+// and one more round per about 1000 owners with calls under way on the
+// busiest shard.
 func (s *Set) Running(ctx context.Context, group string, n int) ([]OwnerCalls, error) {
 	if err := s.eventsOnly("list the calls running"); err != nil {
 		return nil, err

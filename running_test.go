@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/expset/expset/internal/store"
 )
 
-// putSlot writes an owner slot as slots.lua does: field ("<ID> <group>")
-// of owner, with lease end end.
-func putSlot(t *testing.T, b backend, sk shardKeys, field, owner string, end time.Time) {
+// putSlot counts one more owner slot of owner in group, as begins.lua
+// does.
+func putSlot(t *testing.T, b backend, sk shardKeys, group, owner string) {
 	t.Helper()
-	ctx := context.Background()
-	must[int64](t)(b.rdb.ZAdd(ctx, sk.Run, redisZ(float64(end.UnixMilli()), field)).Result())
-	must[int64](t)(b.rdb.HSet(ctx, sk.Runo, field, owner).Result())
-	must[int64](t)(b.rdb.HIncrBy(ctx, sk.Runo, "#"+field[strings.IndexByte(field, ' ')+1:]+" "+owner, 1).Result())
+	must[int64](t)(b.rdb.HIncrBy(context.Background(), sk.Runo, store.SlotField(group, owner), 1).Result())
 }
 
 // TestRunning: a Consume WithOwnerConcurrency(2) whose handler calls block
@@ -63,7 +61,7 @@ func TestRunning(t *testing.T) {
 
 		// A live slot of group h, as a consumer of that group leaves it.
 		sk := s.shards[0]
-		putSlot(t, b, sk, "1-2 h", "other", time.Now().Add(time.Hour))
+		putSlot(t, b, sk, "h", "other")
 
 		want := []OwnerCalls{{"a", 2}, {"b", 2}, {"c", 1}}
 		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); !reflect.DeepEqual(got, want) {
@@ -92,7 +90,7 @@ func TestRunning(t *testing.T) {
 		close(release)
 		waitFor(t, "every event of g handled and acknowledged", func() bool { g := groups()["g"]; return g.Pending == 0 && g.Lag == 0 })
 		stop()
-		must[int64](t)(b.rdb.ZRem(ctx, sk.Run, "1-2 h").Result())
+		must[int64](t)(b.rdb.HDel(ctx, sk.Runo, store.SlotField("h", "other")).Result())
 		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); len(got) != 0 {
 			t.Errorf("Running after the calls ended: %v, want none", got)
 		}
@@ -134,21 +132,26 @@ func TestRunningInput(t *testing.T) {
 	})
 }
 
-// TestRunningDeadSlots: a slot whose lease end has passed (its consumer
-// died) is not counted, and the reads leave it for the next begin to drop;
-// a live one of the same owner is.
-func TestRunningDeadSlots(t *testing.T) {
+// TestRunningDeadConsumer: the slot of a call whose consumer died counts
+// until a consumer of the group claims its event (its lease lapsed); the
+// call that consumer begins then holds one, which its acknowledgement
+// frees. The reads change nothing.
+func TestRunningDeadConsumer(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		s, _ := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithConsumerGroups("g"))
-		sk := s.shards[1]
-		putSlot(t, b, sk, "1-1 g", "o", time.Now().Add(-time.Second))
-		putSlot(t, b, sk, "1-2 g", "o", time.Now().Add(time.Hour))
-		putSlot(t, b, sk, "1-3 g", "dead", time.Now().Add(-time.Second))
+		s, clk := newTestSet(t, b, WithShards(1), WithExpiryEvents(), WithConsumerGroups("g"))
+		expireOwned(t, s, clk, []string{"o"}, 1)
+		cfg := defaultConsumeConfig()
+		cfg.ownerCap, cfg.leaseTTL = 2, 20*time.Millisecond
+		dead := must[*consumer](t)(s.newConsumer("g", "dead", cfg))
+		if got := dead.beginAll(ctx, dead.read(ctx, []int{0}, nil, 10)); len(got) != 1 {
+			t.Fatalf("begun: %+v, want the event", got)
+		}
+		one := []OwnerCalls{{"o", 1}}
 		before := snapshot(t, b.rdb, s.name)
-		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); !reflect.DeepEqual(got, []OwnerCalls{{"o", 1}}) {
-			t.Errorf("Running: %v, want o's one live call", got)
+		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); !reflect.DeepEqual(got, one) {
+			t.Errorf("Running: %v, want the dead consumer's call of o", got)
 		}
 		gs := must[[]GroupInfo](t)(s.Groups(ctx))
 		if len(gs) != 1 || gs[0].Running != 1 || gs[0].RunningOwners != 1 {
@@ -156,6 +159,36 @@ func TestRunningDeadSlots(t *testing.T) {
 		}
 		if after := snapshot(t, b.rdb, s.name); !reflect.DeepEqual(after, before) {
 			t.Errorf("the reads changed the keys:\n%v\nto\n%v", before, after)
+		}
+		live := must[*consumer](t)(s.newConsumer("g", "live", cfg))
+		var claimed []delivery
+		waitFor(t, "the event claimed", func() bool {
+			if b.mr != nil {
+				b.mr.FastForward(cfg.leaseTTL)
+			}
+			claimed, _ = live.claim(ctx, 0, -1)
+			return len(claimed) == 1
+		})
+		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); len(got) != 0 {
+			t.Errorf("Running once claimed: %v, want none", got)
+		}
+		begun := live.beginAll(ctx, claimed)
+		if len(begun) != 1 || begun[0].e.Attempt != 2 {
+			t.Fatalf("begun by the claimer: %+v, want attempt 2", begun)
+		}
+		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); !reflect.DeepEqual(got, one) {
+			t.Errorf("Running: %v, want the claimer's call of o", got)
+		}
+		ack := s.st.AckCall(live.args(), 0, []store.Lease{{ID: begun[0].d.id, Token: begun[0].token}})
+		s.st.RunPipelined(ctx, []*store.Call{ack})
+		if held, err := store.ReadAck(ack, 1); err != nil || !held[0] {
+			t.Fatalf("ack: %v %v", held, err)
+		}
+		if got := must[[]OwnerCalls](t)(s.Running(ctx, "g", 10)); len(got) != 0 {
+			t.Errorf("Running once acknowledged: %v, want none", got)
+		}
+		if n := b.rdb.HLen(ctx, s.shards[0].Runo).Val(); n != 0 {
+			t.Errorf("%d slot counts left", n)
 		}
 	})
 }

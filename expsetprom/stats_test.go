@@ -406,7 +406,7 @@ func TestStatsCollectorGroupsFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Set(ctx, st[0].EventsKey[:strings.LastIndexByte(st[0].EventsKey, ':')+1]+"run", "x", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, st[0].EventsKey[:strings.LastIndexByte(st[0].EventsKey, ':')+1]+"runo", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err = reg.Gather()

@@ -7,9 +7,8 @@ package store
 // AckCall builds ack.lua's call acknowledging leases (at most MaxBatch) of
 // shard for c's group.
 func (s *Store) AckCall(c Consumer, shard int, leases []Lease) *Call {
-	sc, keys := s.slotted(c, shard, scriptAck, scriptAckSlots, s.leaseKeys(shard)...)
 	args := leaseArgs(append(make([]any, 0, 1+2*len(leases)), c.Group), leases)
-	return &Call{Op: "ack", Shard: shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "ack", Shard: shard, Script: scriptAck, Keys: s.hotKeys(c, shard), Args: args}
 }
 
 // ReadAck reads the reply of c, an ack.lua call of n leases: whether each

@@ -42,7 +42,6 @@ const beginFresh = 6
 // a fresh item after one that is not is sent as not fresh, which is
 // always safe (the script then looks at the pending list).
 func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
-	sc, keys := s.slotted(c, shard, scriptBegins, scriptBeginsSlots, s.leaseKeys(shard)...)
 	per := 2
 	if c.OwnerCap > 0 {
 		per = 3
@@ -61,7 +60,7 @@ func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
 		}
 	}
 	args[beginFresh] = fresh
-	return &Call{Op: "begin", Shard: shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
 }
 
 // ReadBegins reads the reply of c, a begins.lua call of n items: one Begun

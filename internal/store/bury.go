@@ -18,9 +18,8 @@ type BuryArgs struct {
 // buryCall builds bury.lua's call for c and a.
 func (s *Store) buryCall(c Consumer, a BuryArgs) *Call {
 	sk := &s.shards[a.Shard]
-	sc, keys := s.slotted(c, a.Shard, scriptBury, scriptBurySlots, sk.Events, sk.Dead, sk.Att)
 	args := []any{c.Group, c.Name, a.Lease.ID, a.Need, a.Reason, a.Lease.Token}
-	return &Call{Op: "bury", Shard: a.Shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "bury", Shard: a.Shard, Script: scriptBury, Keys: []string{sk.Events, sk.Dead, sk.Att, sk.Runo}, Args: args}
 }
 
 // readBury reads bury.lua's reply: 1 when buried, 0 when not. Any other

@@ -35,7 +35,7 @@ type Claimed struct {
 func (s *Store) claimCall(c Consumer, a ClaimArgs) *Call {
 	sk := &s.shards[a.Shard]
 	args := []any{c.Group, c.Name, c.leaseMs(), a.Cursor, a.Count, c.MaxAttempts, a.Reason}
-	return &Call{Op: "claim", Shard: a.Shard, Script: scriptClaim, Keys: []string{sk.Events, sk.Dead, sk.Att}, Args: args}
+	return &Call{Op: "claim", Shard: a.Shard, Script: scriptClaim, Keys: []string{sk.Events, sk.Dead, sk.Att, sk.Runo}, Args: args}
 }
 
 // readClaim reads claim.lua's reply: {cursor, {id, attempts used, buried

@@ -23,9 +23,8 @@ type Consumer struct {
 	Group, Name string
 	Lease       time.Duration // the lease TTL; sent in ms, at least 1
 	MaxAttempts int           // WithMaxAttempts
-	// OwnerCap is WithOwnerConcurrency's cap: above 0, the scripts run in
-	// their variant that keeps owner slots (slots.lua), with the shard's
-	// slot keys; 0: no cap.
+	// OwnerCap is WithOwnerConcurrency's cap: above 0, each call begun
+	// takes a slot of its event's owner (begins.lua); 0: no cap.
 	OwnerCap int
 }
 
@@ -38,22 +37,24 @@ type Lease struct {
 	ID, Token string
 }
 
-// slotted returns the script and keys of a call of c on shard: plain and
-// keys, or with an owner cap slots and keys with the shard's owner-slot
-// keys (run, runo) added.
-func (s *Store) slotted(c Consumer, shard int, plain, slots *redis.Script, keys ...string) (*redis.Script, []string) {
-	if c.OwnerCap == 0 {
-		return plain, keys
-	}
-	sk := &s.shards[shard]
-	return slots, append(keys, sk.Run, sk.Runo)
-}
-
-// leaseKeys returns the keys of shard that a lease's scripts take first:
-// its event stream and its attempts hash.
+// leaseKeys returns the keys of shard that a lease's scripts take: its
+// event stream, its attempts hash and its owner slot counts.
 func (s *Store) leaseKeys(shard int) []string {
 	sk := &s.shards[shard]
-	return []string{sk.Events, sk.Att}
+	return []string{sk.Events, sk.Att, sk.Runo}
+}
+
+// hotKeys returns the keys of shard that c's begins, acknowledgements and
+// renewals take: leaseKeys, without the slot counts for a consumer without
+// an owner cap. Such a consumer's calls hold no slot, and the only events
+// it handles whose last call held one come to it by a claim, which frees
+// the slot (claim.lua).
+func (s *Store) hotKeys(c Consumer, shard int) []string {
+	keys := s.leaseKeys(shard)
+	if c.OwnerCap == 0 {
+		return keys[:2]
+	}
+	return keys
 }
 
 // leaseArgs appends the ID and token of each of leases to args.

@@ -14,9 +14,8 @@ import (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
-//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>"
-//	expset:{orders:S}:run       zset    "<event ID> <group>" -> lease end of its call's owner slot (Unix ms)
-//	expset:{orders:S}:runo      hash    "<event ID> <group>" -> owner; "#<group> <owner>" -> slots held
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>" (lua/groups.lua)
+//	expset:{orders:S}:runo      hash    "<len(group)>:<group><owner>" -> owner slots held (lua/groups.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -47,8 +46,7 @@ type Keys struct {
 	Events  string
 	Dead    string
 	Att     string
-	Run     string // owner slots (WithOwnerConcurrency): zset, see lua/slots.lua
-	Runo    string // their owners and counts: hash
+	Runo    string // the owner slots held (WithOwnerConcurrency): hash, see lua/groups.lua
 	Trimmed string
 	Sched   string // the schedules' records: hash, see lua/schedule.lua
 	Line    string // prefix of wait lines: expset:{name:S}:w:
@@ -57,6 +55,13 @@ type Keys struct {
 	DueWake string // the channel of the due index's wake-ups: Due + ":wake"
 	EvWake  string // the channel of the event stream's wake-ups: Events + ":wake"
 	Shard   int    // S: the shard these keys belong to
+}
+
+// SlotField is the field of a shard's Runo hash that counts the owner
+// slots owner holds in group: "<len(group)>:<group><owner>" (slot_field in
+// lua/groups.lua).
+func SlotField(group, owner string) string {
+	return strconv.Itoa(len(group)) + ":" + group + owner
 }
 
 // NewKeys returns the keys of shard of the set called name.
@@ -70,7 +75,6 @@ func NewKeys(name string, shard int) Keys {
 		Events:  tag + "ev",
 		Dead:    tag + "dead",
 		Att:     tag + "att",
-		Run:     tag + "run",
 		Runo:    tag + "runo",
 		Trimmed: tag + "trimmed",
 		Sched:   tag + "sched",
@@ -88,7 +92,7 @@ func NewKeys(name string, shard int) Keys {
 // which is not. A key added to Keys belongs here too.
 func (k *Keys) Owns(key string) bool {
 	switch key {
-	case k.Due, k.Events, k.Dead, k.Att, k.Run, k.Runo, k.Trimmed, k.Sched, k.Wake, k.DueWake, k.EvWake: // the wakes are channels: no key has their names
+	case k.Due, k.Events, k.Dead, k.Att, k.Runo, k.Trimmed, k.Sched, k.Wake, k.DueWake, k.EvWake: // the wakes are channels: no key has their names
 		return true
 	}
 	return strings.HasPrefix(key, k.Owner) || strings.HasPrefix(key, k.Payload) || strings.HasPrefix(key, k.Receipt) ||

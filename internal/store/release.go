@@ -10,13 +10,12 @@ import "context"
 // shard released, and the attempt of refund's call given back (refund.ID
 // "": none).
 func (s *Store) releaseCall(c Consumer, shard int, ids []string, refund Lease) *Call {
-	sc, keys := s.slotted(c, shard, scriptRelease, scriptReleaseSlots, s.leaseKeys(shard)...)
 	args := make([]any, 0, 5+len(ids))
 	args = append(args, c.Group, c.Name, c.leaseMs(), refund.ID, refund.Token)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return &Call{Op: "release", Shard: shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "release", Shard: shard, Script: scriptRelease, Keys: s.leaseKeys(shard), Args: args}
 }
 
 // Release runs release.lua for ids of shard, MaxBatch a call, each call

@@ -10,7 +10,7 @@ import "context"
 func (s *Store) removeGroupCall(shard int, group, cursor string) *Call {
 	sk := &s.shards[shard]
 	return &Call{Op: "remove-group", Shard: shard, Script: scriptRemoveGroup,
-		Keys: []string{sk.Events, sk.Dead, sk.Att}, Args: []any{group, cursor}}
+		Keys: []string{sk.Events, sk.Dead, sk.Att, sk.Runo}, Args: []any{group, cursor}}
 }
 
 // groupStep is one remove_group.lua reply: whether the shard is done, the

@@ -8,9 +8,8 @@ import "context"
 // RenewCall builds renew.lua's call renewing leases (at most MaxBatch) of
 // shard for c.
 func (s *Store) RenewCall(c Consumer, shard int, leases []Lease) *Call {
-	sc, keys := s.slotted(c, shard, scriptRenew, scriptRenewSlots, s.leaseKeys(shard)...)
 	args := leaseArgs(append(make([]any, 0, 3+2*len(leases)), c.Group, c.Name, c.leaseMs()), leases)
-	return &Call{Op: "renew", Shard: shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "renew", Shard: shard, Script: scriptRenew, Keys: s.hotKeys(c, shard), Args: args}
 }
 
 // ReadRenew reads the reply of c, a renew.lua call of n leases: whether

@@ -11,9 +11,8 @@ import (
 // retryCall builds retry.lua's call for c: the event of lease on shard
 // delivered again after delay (sent in whole ms, rounded down).
 func (s *Store) retryCall(c Consumer, shard int, lease Lease, delay time.Duration) *Call {
-	sc, keys := s.slotted(c, shard, scriptRetry, scriptRetrySlots, s.leaseKeys(shard)...)
 	args := []any{c.Group, c.Name, lease.ID, delay.Milliseconds(), c.leaseMs(), lease.Token}
-	return &Call{Op: "retry", Shard: shard, Script: sc, Keys: keys, Args: args}
+	return &Call{Op: "retry", Shard: shard, Script: scriptRetry, Keys: s.leaseKeys(shard), Args: args}
 }
 
 // readRetry reads retry.lua's reply: 1 when scheduled, 0 when the lease is

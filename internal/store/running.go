@@ -6,32 +6,32 @@ import "context"
 // owner (Set.Running, Set.Groups), read shard by shard in pages.
 
 // runningCall builds running.lua's call: shard's calls of group ("" for
-// every group) from offset.
-func (s *Store) runningCall(shard int, group string, offset int64) *Call {
+// every group) from cursor ("0" to start).
+func (s *Store) runningCall(shard int, group, cursor string) *Call {
 	sk := &s.shards[shard]
 	return &Call{Op: "running", Shard: shard, Script: scriptRunning,
-		Keys: []string{sk.Run, sk.Runo, sk.Events}, Args: []any{group, offset}}
+		Keys: []string{sk.Runo, sk.Events}, Args: []any{group, cursor}}
 }
 
-// readRunning reads running.lua's reply, {on, more, group, owner, calls,
-// ...}, into out; on is whether the stream has the group, more the offset
-// of the next page (negative when none).
-func readRunning(v any, out map[string]map[string]int64) (on bool, more int64, err error) {
+// readRunning reads running.lua's reply, {on, cursor, group, owner, calls,
+// ...}, into out; on is whether the stream has the group, more the cursor
+// of the next page ("0" when none).
+func readRunning(v any, out map[string]map[string]int64) (on bool, more string, err error) {
 	xs, ok := v.([]any)
 	if !ok || len(xs) < 2 || len(xs)%3 != 2 {
-		return false, 0, Unexpected("running.lua", v)
+		return false, "", Unexpected("running.lua", v)
 	}
 	o, ok1 := Int64(xs[0])
-	more, ok2 := Int64(xs[1])
+	more, ok2 := String(xs[1])
 	if !ok1 || !ok2 {
-		return false, 0, Unexpected("running.lua", v)
+		return false, "", Unexpected("running.lua", v)
 	}
 	for j := 2; j < len(xs); j += 3 {
 		g, ok1 := String(xs[j])
 		owner, ok2 := String(xs[j+1])
 		n, ok3 := Int64(xs[j+2])
 		if !ok1 || !ok2 || !ok3 {
-			return false, 0, Unexpected("running.lua", v)
+			return false, "", Unexpected("running.lua", v)
 		}
 		if out[g] == nil {
 			out[g] = map[string]int64{}
@@ -47,14 +47,19 @@ func readRunning(v any, out map[string]map[string]int64) (on bool, more int64, e
 func (s *Store) Running(ctx context.Context, group string) (running map[string]map[string]int64, found bool, err error) {
 	out := map[string]map[string]int64{}
 	found = group == ""
-	offset := make([]int64, len(s.shards))
+	cursor := make([]string, len(s.shards))
+	for i := range cursor {
+		cursor[i] = "0"
+	}
+	started := false
 	for {
 		var calls []*Call
-		for i, o := range offset {
-			if o >= 0 {
-				calls = append(calls, s.runningCall(i, group, o))
+		for i, c := range cursor {
+			if c != "0" || !started {
+				calls = append(calls, s.runningCall(i, group, c))
 			}
 		}
+		started = true
 		if len(calls) == 0 {
 			return out, found, nil
 		}
@@ -68,7 +73,7 @@ func (s *Store) Running(ctx context.Context, group string) (running map[string]m
 				return nil, false, err
 			}
 			found = found || on
-			offset[c.Shard] = more
+			cursor[c.Shard] = more
 		}
 	}
 }

@@ -17,9 +17,9 @@ var luaFS embed.FS
 // of the rarer paths: only in the scripts that call it), now.lua (now_ms),
 // wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
 // decision), groups.lua (the consumer-group scripts' helpers: the attempts
-// field and the pending list), forget.lua (theirs that read a stream's
-// groups and delete or bury entries, after groups.lua), slots.lua (the
-// owner slots) and jobs.lua (the job scripts' look through the stream,
+// field, the owner slots and the pending list), forget.lua (theirs that
+// read a stream's groups and delete or bury entries, after groups.lua) and
+// jobs.lua (the job scripts' look through the stream,
 // after forget.lua); each script's own file starts with its KEYS, ARGV and
 // reply. A script includes only the shared files it uses: each local
 // function a shared file defines costs the server about 700 instructions
@@ -49,7 +49,7 @@ var (
 	scriptWaitRenew     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_renew.lua")
 	scriptWaitLeave     = script("lib.lua", "now.lua", "wait_gate.lua", "wait_leave.lua")
 	scriptRemoveGroup   = script("groups.lua", "forget.lua", "remove_group.lua")
-	scriptRunning       = script("now.lua", "groups.lua", "forget.lua", "running.lua")
+	scriptRunning       = script("groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
 	scriptPut           = script("put.lua")
 	scriptReschedule    = script("reschedule.lua")
@@ -60,23 +60,16 @@ var (
 	scriptDeadScan = redis.NewScript(file("deadscan.lua"))
 )
 
-// The consumer engine's scripts, and the same with the owner slots of
-// WithOwnerConcurrency (slots.lua).
+// The consumer engine's scripts.
 var (
-	scriptAck          = script("groups.lua", "forget.lua", "ack.lua")
-	scriptRenew        = script("groups.lua", "renew.lua")
-	scriptBegins       = script("groups.lua", "begins.lua")
-	scriptBury         = script("groups.lua", "forget.lua", "bury.lua")
-	scriptClaim        = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
-	scriptRelease      = script("groups.lua", "release.lua")
-	scriptRetry        = script("now.lua", "groups.lua", "retry.lua")
-	scriptPrune        = script("groups.lua", "forget.lua", "prune.lua")
-	scriptAckSlots     = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "ack.lua")
-	scriptRenewSlots   = script("lib.lua", "groups.lua", "slots.lua", "renew.lua")
-	scriptBeginsSlots  = script("lib.lua", "groups.lua", "slots.lua", "begins.lua")
-	scriptBurySlots    = script("lib.lua", "groups.lua", "forget.lua", "slots.lua", "bury.lua")
-	scriptReleaseSlots = script("lib.lua", "groups.lua", "slots.lua", "release.lua")
-	scriptRetrySlots   = script("lib.lua", "now.lua", "groups.lua", "slots.lua", "retry.lua")
+	scriptAck     = script("groups.lua", "forget.lua", "ack.lua")
+	scriptRenew   = script("groups.lua", "renew.lua")
+	scriptBegins  = script("groups.lua", "begins.lua")
+	scriptBury    = script("groups.lua", "forget.lua", "bury.lua")
+	scriptClaim   = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
+	scriptRelease = script("groups.lua", "release.lua")
+	scriptRetry   = script("now.lua", "groups.lua", "retry.lua")
+	scriptPrune   = script("groups.lua", "forget.lua", "prune.lua")
 )
 
 // MaxBatch is the most items one script call takes: members removed (Remove
@@ -140,13 +133,13 @@ var named = map[string]*redis.Script{
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 
-// Named returns the script whose own file is file ("add.lua"; without the
-// owner slots of slots.lua), nil for none.
+// Named returns the script whose own file is file ("add.lua"), nil for
+// none.
 func Named(file string) *redis.Script { return named[file] }
 
 // All returns every script of the package.
 func All() []*redis.Script {
-	out := []*redis.Script{scriptAckSlots, scriptRenewSlots, scriptBeginsSlots, scriptBurySlots, scriptReleaseSlots, scriptRetrySlots}
+	var out []*redis.Script
 	for _, sc := range named {
 		out = append(out, sc)
 	}

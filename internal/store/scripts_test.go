@@ -118,7 +118,7 @@ func TestOwnerScriptsKeyOrder(t *testing.T) {
 // calls it leaves it out (its definition costs every run a closure).
 func TestScriptsDefineWhatTheyCall(t *testing.T) {
 	t.Parallel()
-	if len(sources) < len(named) {
+	if len(sources) < len(named)-1 { // deadscan.lua alone is made without script
 		t.Fatalf("%d scripts recorded, %d named", len(sources), len(named))
 	}
 	for sc, src := range sources {

@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
+-- KEYS[3]  shard slot counts     expset:{name:S}:runo  (with a cap only;
+--          see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2..] pairs (at most 1000): an entry ID, and the token of the handler
 --          call that handled it ("" for an entry not meant for the group,
@@ -20,17 +20,23 @@
 -- Reply: one item per pair, in order: 1 when acknowledged, 0 when the call
 -- no longer held it.
 local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
-local ids, fields, out = {}, {}, {}
+RUNO = KEYS[3]
+local ids, fields, owners, out = {}, {}, {}, {}
 for i = 2, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local field = att_field(id, group)
-  local mine = tok == ''
+  local mine, owner = tok == '', nil
   if not mine then
-    mine = att_token(att, field) == tok
+    local t
+    t, owner = att_token(att, field)
+    mine = t == tok
   end
   if mine then
     ids[#ids + 1] = id
     fields[#fields + 1] = field
+    if owner then
+      owners[#owners + 1] = owner
+    end
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
@@ -41,10 +47,8 @@ if #ids == 0 then
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
-if KEYS[3] then
-  for _, f in ipairs(fields) do
-    slot_drop(KEYS[3], KEYS[4], f, group)
-  end
+for _, o in ipairs(owners) do
+  slot_free(group, o)
 end
 if n > 0 then
   -- (None pending: acknowledged before, and forgotten then, or the stream

@@ -6,8 +6,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[4]  their owners          expset:{name:S}:runo   only; see slots.lua)
+-- KEYS[3]  shard slot counts     expset:{name:S}:runo  (with a cap only; see
+--          groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  lease TTL in ms
@@ -27,12 +27,14 @@
 --
 -- An entry is begun when it is pending in the group, held by this consumer
 -- or idle at least the lease TTL (then nobody else may take it now), with
--- attempts left and, with a cap, a free slot of its owner: its attempts
--- field becomes "<calls begun + 1> <token>", and it is taken (XCLAIM ...
--- JUSTID: idle 0, the delivery count left alone) unless this consumer took
--- it less than ARGV[5] ms ago, whose lease then runs on. A pair whose token
+-- attempts left and, with a cap, a free slot of its owner (or the slot its
+-- last call holds, which passes to this one): its attempts field becomes
+-- -- "<calls begun + 1> <token>" ("... s<owner>" with a slot), and it is
+-- taken (XCLAIM ... JUSTID: idle 0, the delivery count left alone) unless
+-- this consumer took it less than ARGV[5] ms ago, whose lease then runs on. A pair whose token
 -- is already the last call's is that begin sent again: its attempt number
--- is returned as it was, counted once. The consumer makes every call it
+-- is returned as it was, counted once (a fresh item's field is written only
+-- where none is: a second run finds it). The consumer makes every call it
 -- begins at once, so a count raised here is a call made.
 -- Reply: one item per pair, in order: {the attempt number of the call, 1 when
 -- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on, and
@@ -41,16 +43,31 @@
 -- it was acknowledged or trimmed), or -1 (every attempt is used: a claim
 -- buries it), or -2 (the owner holds its every slot: nothing changed).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local max, cap, vis, keep = tonumber(ARGV[4]), 0, nil, nil
+RUNO = KEYS[3]
+local cap, max, vis, keep, slot_take = 0, nil, nil, nil, nil
 local step = 2
 if ARGV[6] ~= '0' then
   cap, step = tonumber(ARGV[6]), 3
+  -- slot_take takes a slot of owner in group, unless owner holds cap slots
+  -- already: then it returns nil. Else it returns the slots owner holds
+  -- now, this one included.
+  slot_take = function(owner)
+    local n = #group .. ':' .. group .. owner
+    local held = call('HINCRBY', RUNO, n, 1)
+    if held > cap then
+      call('HINCRBY', RUNO, n, -1)
+      return nil
+    end
+    return held
+  end
 end
 local fresh = 8 + tonumber(ARGV[7]) * step
-if cap > 0 or fresh <= #ARGV then
-  -- (Only a slot's lease or an item that is not fresh needs them.)
-  vis, keep = tonumber(ARGV[3]), tonumber(ARGV[5])
+if fresh <= #ARGV then
+  -- (Only an item that is not fresh needs them: a fresh one has used no
+  -- attempt yet.)
+  max, vis, keep = tonumber(ARGV[4]), tonumber(ARGV[3]), tonumber(ARGV[5])
 end
+
 local out = {}
 for i = 8, #ARGV - 1, step do
   local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -63,22 +80,31 @@ for i = 8, #ARGV - 1, step do
     r = 0
   else
     local field = att_field(id, group)
-    local used, token = 0, nil
+    local used, token, nb, had = 0, nil, nil, nil
     if i >= fresh then
-      used, token = att_get(att, field)
+      used, token, nb, had = att_get(att, field)
     end
-    local full = 0
+    local full, slot, took = 0, nil, false
     if token == tok and holder == consumer then
       r = {used, 1, 0}
-    elseif used >= max then
+    elseif i >= fresh and used >= max then
       r = -1
     elseif cap > 0 and owner ~= '' then
-      local held = slot_take(KEYS[3], KEYS[4], field, group, owner, cap, vis)
-      if not held then
-        r = -2
-      elseif held >= cap then
-        full = 1
+      slot = owner
+      if not had then
+        local held = slot_take(owner)
+        if not held then
+          r = -2
+        else
+          took = true
+          if held >= cap then
+            full = 1
+          end
+        end
       end
+    elseif had then
+      -- (A consumer without the cap begins it: the last call's slot goes.)
+      slot_free(group, had)
     end
     if not r then
       local taken = 0
@@ -86,15 +112,33 @@ for i = 8, #ARGV - 1, step do
         if hold(stream, att, group, consumer, id) then
           taken = 1
         else
-          r = 0
-          if cap > 0 then
-            slot_drop(KEYS[3], KEYS[4], field, group)
+          r = 0 -- (hold freed the last call's slot with its field)
+          if took then
+            slot_free(group, owner, true)
           end
         end
       end
       if not r then
-        call('HSET', att, field, string.format('%d', used + 1) .. ' ' .. tok)
-        r = {used + 1, taken, full}
+        local v = string.format('%d', used + 1) .. ' ' .. tok
+        if slot then
+          v = v .. ' s' .. slot
+        end
+        if i >= fresh or not took then
+          call('HSET', att, field, v)
+        elseif call('HSETNX', att, field, v) == 0 then
+          -- This begin ran before (the client sent it twice): its slot
+          -- is held already.
+          slot_free(group, owner, true)
+          local u, t = att_get(att, field)
+          if t == tok then
+            r = {u, 1, 0}
+          else
+            r = 0
+          end
+        end
+        if not r then
+          r = {used + 1, taken, full}
+        end
       end
     end
   end

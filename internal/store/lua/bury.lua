@@ -4,8 +4,8 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
--- KEYS[4]  shard owner slots          expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[5]  their owners               expset:{name:S}:runo   only: its slot goes)
+-- KEYS[4]  shard slot counts          expset:{name:S}:runo  (its slot goes with
+--          its attempts field; see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that holds the entry
 -- ARGV[3]  entry ID
@@ -23,6 +23,7 @@
 -- adds id, g, c, a and err (see bury in groups.lua).
 -- Reply: 1 when buried, 0 when not.
 local stream, dead, att, group, consumer, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3]
+RUNO = KEYS[4]
 local field = att_field(id, group)
 local used, token = att_get(att, field)
 if ARGV[6] == '' then
@@ -34,9 +35,6 @@ elseif token ~= ARGV[6] then
 end
 if used < tonumber(ARGV[4]) then
   return 0
-end
-if KEYS[4] then
-  slot_drop(KEYS[4], KEYS[5], field, group)
 end
 local e = call('XRANGE', stream, id, id)[1]
 if not e then

@@ -5,6 +5,7 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
+-- KEYS[4]  shard slot counts          expset:{name:S}:runo  (see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that takes them
 -- ARGV[3]  lease TTL in ms (XAUTOCLAIM's min-idle-time)
@@ -21,12 +22,14 @@
 -- never finished (the consumer died, or lost Redis for longer than the
 -- lease TTL). An entry whose retry delay has not ended (its
 -- attempts field keeps a time not reached: see retry.lua) is held again by
--- RETRY_HOLDER and left out.
+-- RETRY_HOLDER and left out. The owner slot the last call held goes: its
+-- lease has lapsed.
 -- Reply: {cursor, {id, attempts used, buried (0/1), {field, value, ...}}...}
 -- where cursor is where the next call starts ("0-0" once the whole list was
 -- scanned). Entries deleted from the stream while pending are acknowledged
 -- and left out. Error: NOGROUP when the stream or the group is missing.
 local stream, dead, att, group, consumer = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
+RUNO = KEYS[4]
 local max = tonumber(ARGV[6])
 -- A missing stream or group (the stream was deleted) is returned as
 -- XAUTOCLAIM's own error reply, NOGROUP first on every server, so that Go
@@ -40,11 +43,14 @@ local now
 for _, e in ipairs(r[2]) do
   local field = att_field(e[1], group)
   if e[2] then
-    local used, _, not_before = att_get(att, field)
+    local used, tok, not_before, owner = att_get(att, field)
     local buried, waits = 0, false
     if used >= max then
       bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])
       buried = 1
+    elseif owner then
+      slot_free(group, owner)
+      call('HSET', att, field, string.format('%d', used) .. ' ' .. tok)
     elseif not_before then
       now = now or now_ms('')
       if not_before > now then

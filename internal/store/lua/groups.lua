@@ -1,10 +1,11 @@
--- groups.lua: helpers of the consumer-group scripts (ack, begin, bury,
--- claim, release, prune, renew, retry, take): the attempts field and the
--- pending list. scripts.go puts it after prelude.lua and before those
--- scripts' bodies only, so the scripts of the write path stay small; the
--- helpers that read a stream's groups and delete or bury entries are
--- forget.lua's, included only where used (each local function a script
--- defines costs the server about 700 instructions a call).
+-- groups.lua: helpers of the consumer-group scripts (ack, begins, bury,
+-- claim, release, prune, remove_group, renew, retry): the attempts field,
+-- the owner slots and the pending list. scripts.go puts it after
+-- prelude.lua and before those scripts' bodies only, so the scripts of the
+-- write path stay small; the helpers that read a stream's groups and
+-- delete or bury entries are forget.lua's, included only where used (each
+-- local function a script defines costs the server about 700 instructions
+-- a call).
 --
 -- Attempts: the shard's attempts hash (KEYS of the script, expset:{name:S}:att)
 -- holds, for each event a handler call of a group has begun and not yet
@@ -12,9 +13,47 @@
 -- begun> <token of the last call begun>" (the token, so that a begin the
 -- client sent twice counts once; "<calls>" alone once a call was given
 -- back; "<calls> <token> <not before>" while a retry delay longer than the
--- lease TTL runs). One field per event keeps the hash small: a listpack, whose every
+-- lease TTL runs; "<calls> <token> s<owner>" while the call holds a slot of
+-- owner, below). One field per event keeps the hash small: a listpack, whose every
 -- lookup is a scan, holds twice the events it would with two fields each.
 -- Reading, claiming and releasing an event never touch it.
+--
+-- Owner slots (WithOwnerConcurrency): a handler call of an owner under the
+-- cap holds a slot of its owner, marked in its attempts field (above) and
+-- counted in the shard's slot counts, RUNO (expset:{name:S}:runo: field
+-- "<len(group)>:<group><owner>" -> the slots the owner holds in the group).
+-- begins.lua takes it; whatever ends the call's hold on
+-- the event frees it: its acknowledgement, retry, burial or release, the
+-- clearing of its attempts field, or a claim (its lease lapsed: the
+-- consumer died or stalled past the lease TTL). Every script that may free
+-- one sets RUNO first (a script of a consumer without the cap may leave it
+-- nil: its calls hold no slot).
+local RUNO
+local slot_woke = false
+
+-- slot_free frees a slot of owner in group and, once a script unless quiet
+-- (a slot taken and given back in the same script, which no one waited
+-- for), publishes "s" on the shard's event wake-up channel (KEYS[1] ..
+-- ':wake', notify.go: SPUBLISH, or PUBLISH where the server lacks it), so
+-- that consumers holding events of owners at their cap try them again at
+-- once.
+local function slot_free(group, owner, quiet)
+  if not RUNO then
+    return
+  end
+  local n = #group .. ':' .. group .. owner
+  if call('HINCRBY', RUNO, n, -1) <= 0 then
+    call('HDEL', RUNO, n)
+  end
+  if not (quiet or slot_woke) then
+    slot_woke = true
+    local ch = KEYS[1] .. ':wake'
+    local r = redis.pcall('SPUBLISH', ch, 's')
+    if type(r) == 'table' and r.err then
+      call('PUBLISH', ch, 's')
+    end
+  end
+end
 
 local function att_field(id, group)
   return id .. ' ' .. group
@@ -25,47 +64,64 @@ end
 local RETRY_HOLDER = 'expset:retry'
 
 -- att_get returns the handler calls begun of field in att (0 when none),
--- the token of the last call begun (nil when none) and the time in ms
--- before which the event must not be delivered again (nil when none: see
--- retry.lua). The field is "<calls>", "<calls> <token>" or "<calls> <token>
--- <not before>".
+-- the token of the last call begun (nil when none), the time in ms before
+-- which the event must not be delivered again (nil when none: see
+-- retry.lua) and the owner whose slot the last call holds (nil when none).
 local function att_get(att, field)
   local v = call('HGET', att, field)
   if not v then
-    return 0, nil, nil
+    return 0, nil, nil, nil
   end
   local sp = string.find(v, ' ', 1, true)
   if not sp then
-    return tonumber(v), nil, nil
+    return tonumber(v), nil, nil, nil
   end
+  local used = tonumber(string.sub(v, 1, sp - 1))
   local sp2 = string.find(v, ' ', sp + 1, true)
   if not sp2 then
-    return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1), nil
+    return used, string.sub(v, sp + 1), nil, nil
   end
-  return tonumber(string.sub(v, 1, sp - 1)), string.sub(v, sp + 1, sp2 - 1), tonumber(string.sub(v, sp2 + 1))
+  local tok = string.sub(v, sp + 1, sp2 - 1)
+  if string.byte(v, sp2 + 1) == 115 then -- "s<owner>"
+    return used, tok, nil, string.sub(v, sp2 + 2)
+  end
+  return used, tok, tonumber(string.sub(v, sp2 + 1)), nil
 end
 
 -- att_token returns the token of the last call begun of field in att (nil
--- when none): att_get without reading the numbers.
+-- when none) and the owner whose slot it holds (nil when none): att_get
+-- without reading the numbers.
 local function att_token(att, field)
   local v = call('HGET', att, field)
   if not v then
-    return nil
+    return nil, nil
   end
   local sp = string.find(v, ' ', 1, true)
   if not sp then
-    return nil
+    return nil, nil
   end
   local sp2 = string.find(v, ' ', sp + 1, true)
   if not sp2 then
-    return string.sub(v, sp + 1)
+    return string.sub(v, sp + 1), nil
   end
-  return string.sub(v, sp + 1, sp2 - 1)
+  local owner
+  if string.byte(v, sp2 + 1) == 115 then
+    owner = string.sub(v, sp2 + 2)
+  end
+  return string.sub(v, sp + 1, sp2 - 1), owner
 end
 
--- att_clear deletes the attempts field of id in group.
+-- att_clear deletes the attempts field of id in group, and frees the slot
+-- its call held (read first, where the script set RUNO).
 local function att_clear(att, id, group)
-  call('HDEL', att, att_field(id, group))
+  local field = att_field(id, group)
+  if RUNO then
+    local _, _, _, owner = att_get(att, field)
+    if owner then
+      slot_free(group, owner)
+    end
+  end
+  call('HDEL', att, field)
 end
 
 -- pending_of returns the consumer holding id pending in group, and its idle

@@ -3,8 +3,7 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[4]  their owners          expset:{name:S}:runo   only: their slots go)
+-- KEYS[3]  shard slot counts     expset:{name:S}:runo  (see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  idle time to give them in ms: the lease TTL, so that any
@@ -23,17 +22,18 @@
 -- the last call's) frees an owner slot: the other entries began no call.
 -- Reply: how many entries were released (integer).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+RUNO = KEYS[3]
 local n = 0
 for i = 6, #ARGV do
   local id = ARGV[i]
-  if id == ARGV[4] and KEYS[3] and select(2, att_get(att, att_field(id, group))) == ARGV[5] then
-    slot_drop(KEYS[3], KEYS[4], att_field(id, group), group)
-  end
   if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
       local field = att_field(id, group)
-      local used, token = att_get(att, field)
+      local used, token, _, owner = att_get(att, field)
       if token == ARGV[5] then
+        if owner then
+          slot_free(group, owner)
+        end
         if used <= 1 then
           call('HDEL', att, field)
         else

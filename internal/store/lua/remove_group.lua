@@ -4,13 +4,14 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
+-- KEYS[4]  shard slot counts          expset:{name:S}:runo  (see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  where the scan of the dead letters resumes: "-" to start, else
 --          the last dead-letter ID the previous call read
 --
 -- Each call does at most 1000 items of work, and the caller calls again
 -- until it is done: first the group's pending entries, 1000 at a time, are
--- acknowledged with their attempts cleared; once none is left, the group is
+-- acknowledged with their attempts cleared (and owner slots freed); once none is left, the group is
 -- destroyed and the entries no other group needs are deleted (see forget in
 -- groups.lua; with no group left the stream keeps them for retention, so a
 -- group created later starts at the oldest); then the dead-letter stream is
@@ -19,6 +20,7 @@
 -- lag; -1 when Redis cannot tell), dead letters deleted, cursor, the group
 -- was on the stream (0/1)}.
 local stream, dead, att, group = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+RUNO = KEYS[4]
 local released, lag, found = 0, 0, 0
 if ARGV[2] == '-' and call('EXISTS', stream) == 1 then
   local g

@@ -3,11 +3,11 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots    expset:{name:S}:run   (WithOwnerConcurrency
---          only; see slots.lua)
+-- KEYS[3]  shard slot counts    expset:{name:S}:runo  (with a cap only;
+--          see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
--- ARGV[3]  lease TTL in ms (the slot's lease end moves to now + this)
+-- ARGV[3]  lease TTL in ms
 -- ARGV[4..] pairs (at most 1000): an entry ID, and the token of the call
 --          whose lease it is
 --
@@ -22,7 +22,7 @@
 -- Reply: one item per pair, in order: 1 when renewed, 0 when the lease is
 -- no longer the call's.
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local ttl = tonumber(ARGV[3])
+RUNO = KEYS[3]
 local out = {}
 for i = 4, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
@@ -30,9 +30,6 @@ for i = 4, #ARGV - 1, 2 do
   local token = att_token(att, field)
   local r = 0
   if token == tok and hold(stream, att, group, consumer, id) then
-    if KEYS[3] then
-      slot_renew(KEYS[3], field, ttl)
-    end
     r = 1
   end
   out[#out + 1] = r

@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard owner slots     expset:{name:S}:run   (WithOwnerConcurrency
--- KEYS[4]  their owners          expset:{name:S}:runo   only: its slot goes)
+-- KEYS[3]  shard slot counts     expset:{name:S}:runo  (its slot goes; see
+--          groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer whose handler call failed
 -- ARGV[3]  entry ID
@@ -29,12 +29,14 @@
 -- Reply: 1 when scheduled, 0 when the lease is no longer the call's.
 local stream, att, group, id = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
 local field = att_field(id, group)
-local used, token = att_get(att, field)
+RUNO = KEYS[3]
+local used, token, _, owner = att_get(att, field)
 if token ~= ARGV[6] then
   return 0
 end
-if KEYS[3] then
-  slot_drop(KEYS[3], KEYS[4], field, group)
+if owner then
+  slot_free(group, owner)
+  call('HSET', att, field, string.format('%d', used) .. ' ' .. token)
 end
 local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])
 if delay < vis then

@@ -1,21 +1,18 @@
--- running.lua: the owners with handler calls under way on one shard, and
--- how many each, from the owner slots of WithOwnerConcurrency (see
--- slots.lua; Set.Running, Set.Groups). It only reads.
+-- running.lua: the owners with handler calls under way on one shard that
+-- hold an owner slot (WithOwnerConcurrency), and how many each, from the
+-- shard's slot counts (see groups.lua; Set.Running, Set.Groups). It only
+-- reads.
 --
--- KEYS[1]  shard owner slots        expset:{name:S}:run
--- KEYS[2]  their owners and counts  expset:{name:S}:runo
--- KEYS[3]  shard event stream       expset:{name:S}:ev
+-- KEYS[1]  shard slot counts   expset:{name:S}:runo
+-- KEYS[2]  shard event stream  expset:{name:S}:ev
 -- ARGV[1]  consumer group, or "" for every group
--- ARGV[2]  offset: the live slots of the shard that earlier calls read (0
---          to start)
+-- ARGV[2]  cursor: where the scan of the counts resumes ("0" to start)
 --
--- A slot is live while its lease end (its score in run) is now or later:
--- slot_lapse drops those that ended before now, and here they are skipped,
--- not dropped. A call reads at most MAX_BATCH live slots, of every group.
--- Reply: {the group is on the stream (0/1; 1 for ""), the next offset (-1:
+-- A call reads about MAX_BATCH counts (HSCAN), of every group.
+-- Reply: {the group is on the stream (0/1; 1 for ""), the next cursor ("0":
 -- done), then group, owner and calls for each owner with calls among the
--- slots read}.
-local run, runo, stream, group = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+-- counts read}.
+local runo, stream, group = KEYS[1], KEYS[2], ARGV[1]
 local on = 1
 if group ~= '' then
   on = 0
@@ -27,38 +24,20 @@ if group ~= '' then
     end
   end
 end
-local offset = tonumber(ARGV[2])
-local fields = call('ZRANGE', run, now_ms(''), '+inf', 'BYSCORE', 'LIMIT', offset, MAX_BATCH)
-local more = -1
-if #fields == MAX_BATCH then
-  more = offset + MAX_BATCH
-end
-local out = {on, more}
-local want, groups = {}, {}
-for _, field in ipairs(fields) do
-  local g = string.sub(field, string.find(field, ' ', 1, true) + 1)
-  if group == '' or g == group then
-    want[#want + 1] = field
-    groups[#want] = g
-  end
-end
-if #want == 0 then
-  return out
-end
-local at = {}
-for i, owner in ipairs(call('HMGET', runo, unpack(want))) do
-  if owner then
-    local g = groups[i]
-    at[g] = at[g] or {}
-    local j = at[g][owner]
-    if j then
-      out[j] = out[j] + 1
-    else
-      out[#out + 1] = g
-      out[#out + 1] = owner
-      out[#out + 1] = 1
-      at[g][owner] = #out
-    end
+local r = call('HSCAN', runo, ARGV[2], 'COUNT', MAX_BATCH)
+local out = {on, r[1]}
+local kv = r[2]
+for i = 1, #kv - 1, 2 do
+  -- The field is "<len(group)>:<group><owner>" (slot_field).
+  local f = kv[i]
+  local colon = string.find(f, ':', 1, true)
+  local n = colon and tonumber(string.sub(f, 1, colon - 1))
+  local g = n and string.sub(f, colon + 1, colon + n)
+  local calls = tonumber(kv[i + 1])
+  if g and (group == '' or g == group) and calls and calls > 0 then
+    out[#out + 1] = g
+    out[#out + 1] = string.sub(f, colon + n + 1)
+    out[#out + 1] = calls
   end
 end
 return out
