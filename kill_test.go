@@ -160,7 +160,7 @@ type helper struct {
 	mu     sync.Mutex
 	lines  []string
 	part   []byte
-	stderr bytes.Buffer
+	stderr lockedBuffer
 	exited chan struct{}
 }
 
@@ -178,6 +178,25 @@ func (h *helper) Write(p []byte) (int, error) {
 		h.part = h.part[i+1:]
 	}
 	return len(p), nil
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while exec copies a
+// process's output into it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startHelper starts this test binary again as a helper playing role (see

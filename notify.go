@@ -129,39 +129,11 @@ func (p *subscription) close() {
 
 func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 	defer close(p.done)
+	ps := p.subscribe(ctx, s, sub, sub.retry)
+	if ps == nil {
+		return
+	}
 	backoff := 10 * time.Millisecond
-	var ps *redis.PubSub
-	for {
-		var err error
-		if ps, err = p.open(ctx, s, sub.channels); err == nil {
-			break
-		}
-		if !sub.retry || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-			if !p.isReady() {
-				p.err = err
-				close(p.ready)
-			}
-			return
-		}
-		if !p.isReady() {
-			close(p.ready)
-		}
-		s.reportError(ctx, sub.op, sub.shard, err, backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, retryMax)
-	}
-	// Said before ready, so that what follows ready sees it.
-	if sub.retry && sub.resubscribed != nil {
-		sub.resubscribed()
-	}
-	if !p.isReady() {
-		close(p.ready)
-	}
-	backoff = 10 * time.Millisecond
 	quiet := sub.quiet
 	if quiet <= 0 {
 		quiet = 3 * waitRenew
@@ -201,11 +173,68 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		case *redis.Message:
 			sub.message(m)
 		case *redis.Subscription:
-			if sub.resubscribed != nil && (m.Kind == "subscribe" || m.Kind == "ssubscribe") {
-				sub.resubscribed()
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if sub.resubscribed != nil {
+					sub.resubscribed()
+				}
+			case "sunsubscribe":
+				// Only close unsubscribes; this came from the server: a
+				// failover or a resharding moved the channels' slot to
+				// another node, and Redis drops the subscribers of a slot
+				// it no longer serves on a connection that stays up, which
+				// go-redis neither reports nor mends. Subscribe again,
+				// where the slot is now.
+				_ = ps.Close()
+				if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+					cc.ReloadState(ctx)
+				}
+				if ps = p.subscribe(ctx, s, sub, true); ps == nil {
+					return
+				}
 			}
 		}
 	}
+}
+
+// subscribe opens the subscription (see open): once, or with retry again
+// after each failure (reported, with backoff) until ctx ends. It closes
+// ready after the first try, calls sub.resubscribed (with retry) once
+// subscribed, before ready is closed, and returns nil when it gave up.
+func (p *subscription) subscribe(ctx context.Context, s *Set, sub subscriber, retry bool) *redis.PubSub {
+	backoff := 10 * time.Millisecond
+	var ps *redis.PubSub
+	for {
+		var err error
+		if ps, err = p.open(ctx, s, sub.channels); err == nil {
+			break
+		}
+		if !retry || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			if !p.isReady() {
+				p.err = err
+				close(p.ready)
+			}
+			return nil
+		}
+		if !p.isReady() {
+			close(p.ready)
+		}
+		s.reportError(ctx, sub.op, sub.shard, err, backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+	// Said before ready, so that what follows ready sees it.
+	if retry && sub.resubscribed != nil {
+		sub.resubscribed()
+	}
+	if !p.isReady() {
+		close(p.ready)
+	}
+	return ps
 }
 
 // open subscribes to channels and waits for every confirmation: SSUBSCRIBE,

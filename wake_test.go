@@ -144,3 +144,33 @@ func TestWakeUpsSurviveRestart(t *testing.T) {
 		t.Error("the subscriptions reported no error across the outage")
 	}
 }
+
+// TestWakeUpsSurviveFailover: after CLUSTER FAILOVER of the masters of
+// every shard, the subscriptions follow the channels to the new masters
+// (the old master drops its subscribers of a slot it no longer serves, with
+// an sunsubscribe the client does not act on by itself) and wake the loops
+// again: members added after the failovers are handled with a safety poll
+// of a minute.
+func TestWakeUpsSurviveFailover(t *testing.T) {
+	redistest.SystemTest(t)
+	noLeaks(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
+	cc := cl.Client(t)
+	ctx := context.Background()
+	s := must[*Set](t)(Open(ctx, cc, uniqueName(t, cc), WithShards(2), WithExpiryEvents()))
+	got := deliveries(t, s, WithPollInterval(time.Minute))
+	time.Sleep(200 * time.Millisecond)
+	must[time.Time](t)(s.Add(ctx, "alice", "before", 20*time.Millisecond))
+	waitFor(t, "the member added before the failovers handled", func() bool { return got()["before"] })
+	for i, sk := range s.shards {
+		promoted := cl.Failover(t, cl.MasterFor(sk.Events))
+		t.Logf("shard %d's master failed over to %s", i, promoted.Addr)
+	}
+	for i := range 10 {
+		owner := fmt.Sprintf("o%d", i) // over both shards
+		if _, err := s.Add(ctx, owner, fmt.Sprintf("after%d", i), 20*time.Millisecond); err != nil {
+			t.Fatalf("Add after the failovers: %v", err)
+		}
+		waitFor(t, "a member added after the failovers handled", func() bool { return got()[fmt.Sprintf("after%d", i)] })
+	}
+}

@@ -238,12 +238,13 @@ func portFree(port int) bool {
 	return true
 }
 
-// stop stops every node (in parallel) and removes the cluster's directory.
+// stop stops every node (in parallel), releases their ports (see Server)
+// and removes the cluster's directory.
 func (c *Cluster) stop() {
 	var wg sync.WaitGroup
 	for _, s := range c.servers {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.Stop() }()
+		go func() { defer wg.Done(); s.Close() }()
 	}
 	wg.Wait()
 	for _, p := range c.probes {

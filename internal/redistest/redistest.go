@@ -114,6 +114,14 @@ func tests(n int) string {
 }
 
 // Server is a redis-server process started by this package.
+//
+// Once Stop or Kill has ended the process, the Server holds its port (and,
+// for a cluster node, its cluster bus port) with a listener that closes
+// every connection at once, until Restart starts the process again or
+// Close releases them: the kernel hands a freed port out again, and a
+// server another test process started on it would answer this one's
+// clients in its place. While it is down, clients see their connections
+// closed (EOF, connection reset) rather than refused.
 type Server struct {
 	Addr string
 	Dir  string
@@ -125,6 +133,7 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *os.File
+	held []*portHold // the ports held while the process is down
 }
 
 var (
@@ -189,7 +198,7 @@ func Main(m *testing.M) {
 	}
 	code := m.Run()
 	if shared != nil {
-		shared.Stop()
+		shared.Close()
 		_ = os.RemoveAll(shared.Dir)
 	}
 	stopSharedCluster()
@@ -286,14 +295,15 @@ func where(env string) string {
 
 // Start starts a dedicated redis-server for tb in its own temporary directory,
 // with extra config arguments (e.g. "--appendonly", "yes"), and stops it when tb
-// ends. It skips or fails tb like Addr when redis-server is missing.
+// ends (see Close). It skips or fails tb like Addr when redis-server is
+// missing.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	s, err := start(tb.TempDir(), "", FreePort, func(int) []string { return args })
 	if err != nil {
 		Unavailable(tb, err.Error())
 	}
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.Close)
 	return s
 }
 
@@ -313,7 +323,7 @@ func StartOld(tb testing.TB, args ...string) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.Close)
 	return s
 }
 
@@ -380,7 +390,10 @@ func FreePort() (int, error) {
 	return 0, errors.New("redistest: no loopback port that was not handed out before")
 }
 
+// launch starts the process, releasing the ports held since it stopped
+// (see Server) just before.
 func (s *Server) launch() error {
+	s.release()
 	argv := []string{
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--dir", s.Dir, "--save", "", "--appendonly", "no",
@@ -457,11 +470,20 @@ func lastChars(s string, n int) string {
 	return s
 }
 
-// Stop shuts the server down (SIGTERM, then SIGKILL after 5 s) and waits for it.
+// Stop shuts the server down (SIGTERM, then SIGKILL after 5 s), waits for
+// it and holds its port until Restart or Close (see Server).
 func (s *Server) Stop() { s.signalWait(syscall.SIGTERM, 5*time.Second) }
 
-// Kill kills the server with SIGKILL and waits for it.
+// Kill kills the server with SIGKILL, waits for it and holds its port
+// until Restart or Close (see Server).
 func (s *Server) Kill() { s.signalWait(syscall.SIGKILL, 5*time.Second) }
+
+// Close stops the server like Stop and releases its ports: nothing listens
+// on them afterwards. Start's and StartCluster's clean-ups call it.
+func (s *Server) Close() {
+	s.Stop()
+	s.release()
+}
 
 // Pause stops the process with SIGSTOP; Resume continues it.
 func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
@@ -469,8 +491,8 @@ func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
-// Restart stops the server and starts it again on the same port and
-// directory, with the same arguments.
+// Restart stops the server, if it runs, and starts it again on the same
+// port and directory, with the same arguments.
 func (s *Server) Restart() error {
 	s.Stop()
 	return s.launch()
@@ -519,6 +541,83 @@ func (s *Server) signalWait(sig syscall.Signal, grace time.Duration) {
 	if logf != nil {
 		logf.Close()
 	}
+	s.hold()
+}
+
+// ports returns the ports the server listens on: its own and, for a
+// cluster node, its cluster bus port.
+func (s *Server) ports() []int {
+	ports := []int{s.Port}
+	for i := 0; i+1 < len(s.args); i++ {
+		if s.args[i] == "--cluster-enabled" && s.args[i+1] == "yes" {
+			ports = append(ports, s.Port+busPortOffset)
+		}
+	}
+	return ports
+}
+
+// hold holds the ports of the stopped server (see Server), unless they
+// are held already. A port another process took in the instant since the
+// process ended is left to it: Restart then fails, saying the address is
+// in use.
+func (s *Server) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		return
+	}
+	s.held = []*portHold{} // held, maybe of no port
+	for _, port := range s.ports() {
+		if h, err := holdPort(port); err == nil {
+			s.held = append(s.held, h)
+		}
+	}
+}
+
+// release stops holding the server's ports.
+func (s *Server) release() {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, h := range held {
+		h.close()
+	}
+}
+
+// portHold is a loopback listener that closes every connection it accepts.
+type portHold struct {
+	ln   net.Listener
+	done chan struct{}
+}
+
+func holdPort(port int) (*portHold, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return nil, err
+	}
+	h := &portHold{ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		for {
+			c, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil { // e.g. out of file descriptors for a moment
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			_ = c.Close()
+		}
+	}()
+	return h, nil
+}
+
+// close stops listening, once the accepting goroutine has returned.
+func (h *portHold) close() {
+	_ = h.ln.Close()
+	<-h.done
 }
 
 // Client returns a new client of this server, closed when tb ends.

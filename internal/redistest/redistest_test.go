@@ -2,7 +2,15 @@ package redistest
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -36,6 +44,49 @@ func TestDedicatedServerRestart(t *testing.T) {
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
 		t.Fatalf("after restart got %q, %v", v, err)
 	}
+}
+
+// TestStoppedServerHoldsPort: from Kill or Stop to Restart, the server's
+// port is held (a connection is closed at once and no one else can listen
+// on it); the restarted server answers on it again, and once Close has
+// run, the port is free.
+func TestStoppedServerHoldsPort(t *testing.T) {
+	SystemTest(t)
+	s := Start(t)
+	c := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	ctx := context.Background()
+	for _, stop := range []func(){s.Kill, s.Stop} {
+		stop()
+		if ln, err := net.Listen("tcp", s.Addr); err == nil {
+			ln.Close()
+			t.Fatalf("%s could be listened on while the server was down", s.Addr)
+		}
+		conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
+		if err != nil {
+			t.Fatalf("dial %s while the server was down: %v", s.Addr, err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("read from the held port: %d bytes, %v; want the connection closed", n, err)
+		}
+		conn.Close()
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Fatal("PING answered while the server was down")
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING after the restart: %v", err)
+		}
+	}
+	s.Kill()
+	s.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)))
+	if err != nil {
+		t.Fatalf("the port after Close: %v", err)
+	}
+	ln.Close()
 }
 
 func TestSkipSummary(t *testing.T) {

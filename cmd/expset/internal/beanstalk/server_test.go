@@ -173,7 +173,6 @@ func TestReserveSurvivesRedisRestart(t *testing.T) {
 	waiter, other := dial(t, addr), dial(t, addr)
 	waiter.send("reserve-with-timeout 20\r\n")
 	srv.Stop()
-	release := holdPort(t, srv.Addr)
 	if r := other.do("put 0 0 10 1\r\nx\r\n"); r != "INTERNAL_ERROR\r\n" {
 		t.Fatalf("put with Redis down: %q", r)
 	}
@@ -188,7 +187,6 @@ func TestReserveSurvivesRedisRestart(t *testing.T) {
 			t.Fatalf("the waiting reserve's failures were not reported: %q", logged)
 		}
 	}
-	release()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -206,37 +204,4 @@ func TestReserveSurvivesRedisRestart(t *testing.T) {
 	if r, err := waiter.reply(); err != nil || !strings.HasPrefix(r, "RESERVED ") || !strings.HasSuffix(r, "\r\ny\r\n") {
 		t.Fatalf("the waiting reserve after Redis came back: %q, %v", r, err)
 	}
-}
-
-// holdPort listens on addr, the port of a server stopped for a while, and
-// closes every connection at once, so that no server another test process
-// starts meanwhile takes the port (the kernel hands a freed port out
-// again) and answers in the stopped one's place; release stops listening.
-// The test is skipped when the port was taken before it could be held.
-func holdPort(t *testing.T, addr string) (release func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("the stopped server's port %s was taken by another process: %v", addr, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			_ = ln.Close()
-			<-done
-		})
-	}
-	t.Cleanup(release)
-	return release
 }
