@@ -459,16 +459,8 @@ func leftAfterFailovers(s *Set, cc *redis.ClusterClient, cl *redistest.Cluster, 
 				say("    %s", l)
 			}
 		}
-		for _, key := range []string{sk.Run, sk.Runo, sk.Att} {
+		for _, key := range []string{sk.Runo, sk.Att} {
 			switch typ, _ := cc.Type(ctx, key).Result(); typ {
-			case "zset":
-				zs, err := cc.ZRangeWithScores(ctx, key, 0, 99).Result()
-				now, _ := cc.Time(ctx).Result()
-				var held []string
-				for _, z := range zs {
-					held = append(held, fmt.Sprintf("%v until %s", z.Member, rec.at(int64(z.Score)*1e6)))
-				}
-				say("  %s (server time %s): %s %v", key, rec.at(now.UnixNano()), strings.Join(held, ", "), err)
 			case "hash":
 				h, err := cc.HGetAll(ctx, key).Result()
 				if len(h) > 100 {
