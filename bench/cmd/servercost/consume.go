@@ -56,6 +56,25 @@ func retryWorkload(name, what string, groups []string, delay time.Duration, opts
 		}}
 }
 
+// consumeAll runs one Set.Consume of s, with a handler that does nothing
+// and no sweeper of its own (the workload sweeps itself), until it has
+// handled n events (what names them in the error when it stops short).
+func consumeAll(ctx context.Context, s *expset.Set, n int, what string, opts ...expset.ConsumeOption) error {
+	var handled atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
+		if handled.Add(1) == int64(n) {
+			cancel()
+		}
+		return nil
+	}, append(opts, expset.WithoutSweeper())...)
+	if err == nil && handled.Load() != int64(n) {
+		err = fmt.Errorf("handled %d %s, want %d", handled.Load(), what, n)
+	}
+	return err
+}
+
 // reserveWorkload is a loop of Set.Reserve and Reservation.Finish(nil) per
 // event, from the env's goroutines at once under one consumer name.
 func reserveWorkload() workload {

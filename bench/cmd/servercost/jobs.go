@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/expset/expset"
@@ -242,19 +241,7 @@ func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
 				if _, err := w.SweepOnce(ctx); err != nil {
 					return err
 				}
-				var handled atomic.Int64
-				cctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				err = s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
-					if handled.Add(1) == int64(e.n) {
-						cancel()
-					}
-					return nil
-				}, append(opts, expset.WithoutSweeper())...)
-				if err == nil && handled.Load() != int64(e.n) {
-					err = fmt.Errorf("handled %d jobs, want %d", handled.Load(), e.n)
-				}
-				return err
+				return consumeAll(ctx, s, e.n, "jobs", opts...)
 			}}, nil
 		}}
 }

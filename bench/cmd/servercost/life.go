@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/expset/expset"
@@ -53,19 +52,7 @@ func lifeWorkload() workload {
 				if st.Expired != e.n {
 					return fmt.Errorf("swept %d members, want %d", st.Expired, e.n)
 				}
-				var handled atomic.Int64
-				cctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				err = s.Consume(cctx, consumeGroup, "c1", func(context.Context, expset.Expiry) error {
-					if handled.Add(1) == int64(e.n) {
-						cancel()
-					}
-					return nil
-				}, expset.WithoutSweeper()) // the workload sweeps itself
-				if err == nil && handled.Load() != int64(e.n) {
-					err = fmt.Errorf("handled %d events, want %d", handled.Load(), e.n)
-				}
-				return err
+				return consumeAll(ctx, s, e.n, "events")
 			}}, nil
 		}}
 }
