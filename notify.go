@@ -288,7 +288,7 @@ type wakeups struct {
 }
 
 // slotFreedMessage is what the scripts publish on a shard's event wake-up
-// channel when they free an owner slot (internal/store/lua/slots.lua).
+// channel when they free an owner slot (slot_free in internal/store/lua/groups.lua).
 const slotFreedMessage = "s"
 
 // What wakeups record for a shard notified without a deadline: wakeNow for

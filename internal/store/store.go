@@ -9,9 +9,9 @@
 // The root package holds the API, its validation and the loops; it builds
 // no script's KEYS or ARGV and reads no script's reply. The consumer
 // engine batches: it groups its items per shard (Batches) and runs the
-// calls the builders make of them (BeginsCall, TakeCall, AckCall,
+// calls the builders make of them (BeginsCall, AckCall,
 // RenewCall) several shards at once with RunPipelined, then reads each
-// with its reader (ReadBegins, ReadTake, ReadAck, ReadRenew); its other
+// with its reader (ReadBegins, ReadAck, ReadRenew); its other
 // scripts and reads are methods that run one call (Claim, Retry, Bury,
 // Release, Prune, ReadNew, ...).
 package store

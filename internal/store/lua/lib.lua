@@ -1,8 +1,8 @@
 -- lib.lua: lib(), the helpers of the rarer paths (expired members,
 -- payloads, eviction, the due index without events, wake-ups). Shared code,
 -- not a script: scripts.go places it after prelude.lua, in the scripts that
--- use it (and before the shared files that do: wait_gate.lua, quota.lua,
--- slots.lua). A script that never calls lib() leaves it out: defining lib
+-- use it (and before the shared files that do: wait_gate.lua,
+-- quota.lua). A script that never calls lib() leaves it out: defining lib
 -- costs every run a closure and its upvalues (measured: about 1.4k
 -- instructions a call).
 --
