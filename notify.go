@@ -33,6 +33,9 @@ import (
 // appends events. A slow safety poll (WithPollInterval) covers a wake-up
 // lost meanwhile, and every (re)subscription wakes the loop as if every
 // shard had been notified, since one may have been lost while it was down.
+// While a shard's subscription is up, a wake-up is lost only without a
+// reconnect, so the loops look at the shard at every healthyStretch-th
+// safety poll (looking).
 
 // pubsubMode is which pub/sub the server speaks: sharded (SSUBSCRIBE,
 // Redis 7.0+ and Valkey) or plain (SUBSCRIBE: miniredis), detected once per
@@ -71,6 +74,10 @@ type subscription struct {
 	mu     sync.Mutex
 	ps     *redis.PubSub
 	closed bool
+	// up is whether every channel is subscribed: set when a subscription
+	// is confirmed, cleared by an error of the connection (until the
+	// re-subscription) and by an unsubscription the server sent.
+	up atomic.Bool
 }
 
 // subscriber says what a subscription listens to and what it does.
@@ -154,6 +161,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		}
 		backoff = min(2*backoff, retryMax)
 	}
+	p.up.Store(true)
 	// Said before ready, so that what follows ready sees it.
 	if sub.retry && sub.resubscribed != nil {
 		sub.resubscribed()
@@ -180,6 +188,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 					continue
 				}
 			}
+			p.up.Store(false)
 			if errors.Is(err, redis.ErrClosed) {
 				return // the client was closed: it never reconnects
 			}
@@ -201,8 +210,16 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 		case *redis.Message:
 			sub.message(m)
 		case *redis.Subscription:
-			if sub.resubscribed != nil && (m.Kind == "subscribe" || m.Kind == "ssubscribe") {
-				sub.resubscribed()
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				p.up.Store(true)
+				if sub.resubscribed != nil {
+					sub.resubscribed()
+				}
+			case "unsubscribe", "sunsubscribe":
+				// The server ended it (a slot moved away): wake-ups of
+				// the channel are lost until a reconnect.
+				p.up.Store(false)
 			}
 		}
 	}
@@ -253,9 +270,12 @@ func (p *subscription) open(ctx context.Context, s *Set, channels []string) (*re
 type wakeups struct {
 	signal chan struct{} // a wake-up is waiting (buffer 1)
 	mu     sync.Mutex
-	woken  map[int]int64 // shard -> the earliest deadline told (ms; -1: none told)
-	freed  atomic.Bool   // an owner slot was freed ("s"), or a wake-up may have been lost
-	subs   []*subscription
+	woken  map[int]int64   // shard -> the earliest deadline told (ms; -1: none told)
+	freed  atomic.Bool     // an owner slot was freed ("s"), or a wake-up may have been lost
+	subs   []*subscription // its own subscriptions, which close ends
+	// heard are the subscriptions that bring its wake-ups: subs, or those
+	// a Set's Reserve calls share (one for all shards, or one per shard).
+	heard []*subscription
 }
 
 // slotFreedMessage is what the scripts publish on a shard's event wake-up
@@ -279,6 +299,7 @@ const (
 func (s *Set) listen(op string, channel func(*store.Keys) string) *wakeups {
 	w := newWakeups()
 	w.subs = s.subscribeWakes(op, channel, w.wake)
+	w.heard = w.subs
 	return w
 }
 
@@ -386,6 +407,19 @@ func (w *wakeups) take() map[int]int64 {
 	return m
 }
 
+// up reports whether shard i's wake-ups come: its subscription is up.
+func (w *wakeups) up(i int) bool {
+	switch {
+	case w == nil || len(w.heard) == 0:
+		return false
+	case len(w.heard) == 1:
+		return w.heard[0].up.Load()
+	case i < len(w.heard):
+		return w.heard[i].up.Load()
+	}
+	return false
+}
+
 // close ends the subscriptions and waits for their goroutines.
 func (w *wakeups) close() {
 	for _, p := range w.subs {
@@ -408,6 +442,20 @@ func nextPoll(origin, now time.Time, every time.Duration) time.Time {
 // at start.
 func pollOrigin(start time.Time, every time.Duration, i, n int) time.Time {
 	return start.Add(every * time.Duration(i+1) / time.Duration(n))
+}
+
+// healthyStretch is how many safety polls of a shard pass, at most, between
+// two looks at it while its subscription is up (looking).
+const healthyStretch = 2
+
+// looking reports whether a loop whose safety poll of a shard (every
+// every) is due at now looks at the shard, having last looked at last
+// (zero: never): at every poll while its subscription is down (up false),
+// and at every healthyStretch-th while it is up. A wake-up lost costs at
+// most every with the subscription down, healthyStretch times that with
+// it up; a (re)subscription looks at every shard at once.
+func looking(now, last time.Time, every time.Duration, up bool) bool {
+	return !up || last.IsZero() || now.Sub(last) >= healthyStretch*every-every/2
 }
 
 // safetyEvery is how often a loop looks at each shard without a wake-up:
