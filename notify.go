@@ -206,21 +206,27 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
-			sub.message(m)
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				p.up.Store(true)
-				if sub.resubscribed != nil {
-					sub.resubscribed()
-				}
-			case "unsubscribe", "sunsubscribe":
-				// The server ended it (a slot moved away): wake-ups of
-				// the channel are lost until a reconnect.
-				p.up.Store(false)
+		p.received(sub, msg)
+	}
+}
+
+// received acts on what the subscription received: a message, or a
+// (re)subscription or unsubscription.
+func (p *subscription) received(sub subscriber, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		sub.message(m)
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			p.up.Store(true)
+			if sub.resubscribed != nil {
+				sub.resubscribed()
 			}
+		case "unsubscribe", "sunsubscribe":
+			// The server ended it (a slot moved away): wake-ups of the
+			// channel are lost until a reconnect.
+			p.up.Store(false)
 		}
 	}
 }
