@@ -26,12 +26,17 @@ func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo 
 		if ok {
 			sh.busy = true
 		}
-		if ok && d == wakeNow {
+		switch {
+		case ok && d == wakeNow:
 			// Events came: some consumer may read them and die with them.
 			if !sh.active {
 				sh.active = true
 				sh.nextClaim = now.Add(c.claimEvery)
 			}
+		case ok && d == wakeLost:
+			// (Re)subscribed: a look now, the pending count with the read,
+			// finds what a wake-up lost meanwhile announced.
+			sh.nextVisit, sh.looked = now, time.Time{}
 		}
 		if now.Before(sh.retryAt) {
 			continue
