@@ -160,8 +160,8 @@ func WithShutdownTimeout(d time.Duration) ConsumeOption {
 // sleeps until a wake-up (pub/sub: one subscription per shard, one for all
 // on a single server) says a shard's stream received events, and reads that
 // shard; a safety poll reads each shard every WithPollInterval, or every
-// second one while the shard's subscription is up (see there). Events of one shard arrive in the order they expired, except
-// redeliveries.
+// second one while the shard's subscription is up (see there). Events of
+// one shard arrive in the order they expired, except redeliveries.
 //
 // Consume keeps going through Redis failures: a failing shard is retried
 // with capped exponential backoff while the others carry on, and every error

@@ -73,9 +73,8 @@ type Reservation struct {
 // any consumer to take at once. Idle, it waits
 // for a wake-up and sends only what an idle Consume sends: the safety poll
 // (each shard's stream read every WithPollInterval, default 10s, or every
-// second one while the subscription is up), the
-// subscriptions' PINGs, and a claim scan while the group has events
-// pending. Redis failures are reported to Hooks.OnError and retried with
+// second one while the subscription is up), the subscriptions' PINGs, and
+// a claim scan while the group has events pending. Redis failures are reported to Hooks.OnError and retried with
 // backoff until ctx ends.
 func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ReserveOption) (*Reservation, error) {
 	cfg := defaultConsumeConfig()
