@@ -159,9 +159,9 @@ func WithShutdownTimeout(d time.Duration) ConsumeOption {
 // different nodes), in one pipeline of non-blocking reads. An idle Consume
 // sleeps until a wake-up (pub/sub: one subscription per shard, one for all
 // on a single server) says a shard's stream received events, and reads that
-// shard; a safety poll reads each shard at least every WithPollInterval
-// (see there). Events of one shard arrive in the order they expired, except
-// redeliveries.
+// shard; a safety poll reads each shard every WithPollInterval, or every
+// second one while the shard's subscription is up (see there). Events of
+// one shard arrive in the order they expired, except redeliveries.
 //
 // Consume keeps going through Redis failures: a failing shard is retried
 // with capped exponential backoff while the others carry on, and every error
@@ -336,6 +336,7 @@ type consumerShard struct {
 	busy      bool
 	active    bool
 	nextVisit time.Time
+	looked    time.Time // when a safety poll last read it (looking)
 	grid      time.Time // the origin of its safety polls (nextPoll)
 }
 

@@ -33,6 +33,9 @@ import (
 // appends events. A slow safety poll (WithPollInterval) covers a wake-up
 // lost meanwhile, and every (re)subscription wakes the loop as if every
 // shard had been notified, since one may have been lost while it was down.
+// While a shard's subscription is up, a wake-up is lost only without a
+// reconnect, so the loops look at the shard at every healthyStretch-th
+// safety poll (looking).
 
 // pubsubMode is which pub/sub the server speaks: sharded (SSUBSCRIBE,
 // Redis 7.0+ and Valkey) or plain (SUBSCRIBE: miniredis), detected once per
@@ -71,6 +74,10 @@ type subscription struct {
 	mu     sync.Mutex
 	ps     *redis.PubSub
 	closed bool
+	// up is whether every channel is subscribed: set when a subscription
+	// is confirmed, cleared by an error of the connection (until the
+	// re-subscription) and by an unsubscription the server sent.
+	up atomic.Bool
 }
 
 // subscriber says what a subscription listens to and what it does.
@@ -152,6 +159,7 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 					continue
 				}
 			}
+			p.up.Store(false)
 			if errors.Is(err, redis.ErrClosed) {
 				return // the client was closed: it never reconnects
 			}
@@ -169,32 +177,42 @@ func (p *subscription) run(ctx context.Context, s *Set, sub subscriber) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
-			sub.message(m)
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				if sub.resubscribed != nil {
-					sub.resubscribed()
-				}
-			case "sunsubscribe":
-				// Only close unsubscribes; this came from the server: a
-				// failover or a resharding moved the channels' slot to
-				// another node, and Redis drops the subscribers of a slot
-				// it no longer serves on a connection that stays up, which
-				// go-redis neither reports nor mends. Subscribe again,
-				// where the slot is now.
-				_ = ps.Close()
-				if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-					cc.ReloadState(ctx)
-				}
-				if ps = p.subscribe(ctx, s, sub, true); ps == nil {
-					return
-				}
-			}
+		if ps = p.received(ctx, s, sub, ps, msg); ps == nil {
+			return
 		}
 	}
+}
+
+// received acts on what the subscription received on ps: a message, or a
+// (re)subscription, or an unsubscription the server sent, after which it
+// subscribes again where the channels' slot is now. It returns what to
+// read on next (nil: it gave up, ctx ended).
+func (p *subscription) received(ctx context.Context, s *Set, sub subscriber, ps *redis.PubSub, msg any) *redis.PubSub {
+	switch m := msg.(type) {
+	case *redis.Message:
+		sub.message(m)
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			p.up.Store(true)
+			if sub.resubscribed != nil {
+				sub.resubscribed()
+			}
+		case "sunsubscribe":
+			// Only close unsubscribes; this came from the server: a
+			// failover or a resharding moved the channels' slot to another
+			// node, and Redis drops the subscribers of a slot it no longer
+			// serves on a connection that stays up, which go-redis neither
+			// reports nor mends. Subscribe again, where the slot is now.
+			p.up.Store(false)
+			_ = ps.Close()
+			if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+				cc.ReloadState(ctx)
+			}
+			return p.subscribe(ctx, s, sub, true)
+		}
+	}
+	return ps
 }
 
 // subscribe opens the subscription (see open): once, or with retry again
@@ -227,6 +245,7 @@ func (p *subscription) subscribe(ctx context.Context, s *Set, sub subscriber, re
 		}
 		backoff = min(2*backoff, retryMax)
 	}
+	p.up.Store(true)
 	// Said before ready, so that what follows ready sees it.
 	if retry && sub.resubscribed != nil {
 		sub.resubscribed()
@@ -282,9 +301,12 @@ func (p *subscription) open(ctx context.Context, s *Set, channels []string) (*re
 type wakeups struct {
 	signal chan struct{} // a wake-up is waiting (buffer 1)
 	mu     sync.Mutex
-	woken  map[int]int64 // shard -> the earliest deadline told (ms; -1: none told)
-	freed  atomic.Bool   // an owner slot was freed ("s"), or a wake-up may have been lost
-	subs   []*subscription
+	woken  map[int]int64   // shard -> the earliest deadline told (ms; -1: none told)
+	freed  atomic.Bool     // an owner slot was freed ("s"), or a wake-up may have been lost
+	subs   []*subscription // its own subscriptions, which close ends
+	// heard are the subscriptions that bring its wake-ups: subs, or those
+	// a Set's Reserve calls share (one for all shards, or one per shard).
+	heard []*subscription
 }
 
 // slotFreedMessage is what the scripts publish on a shard's event wake-up
@@ -308,6 +330,7 @@ const (
 func (s *Set) listen(op string, channel func(*store.Keys) string) *wakeups {
 	w := newWakeups()
 	w.subs = s.subscribeWakes(op, channel, w.wake)
+	w.heard = w.subs
 	return w
 }
 
@@ -415,6 +438,19 @@ func (w *wakeups) take() map[int]int64 {
 	return m
 }
 
+// up reports whether shard i's wake-ups come: its subscription is up.
+func (w *wakeups) up(i int) bool {
+	switch {
+	case w == nil || len(w.heard) == 0:
+		return false
+	case len(w.heard) == 1:
+		return w.heard[0].up.Load()
+	case i < len(w.heard):
+		return w.heard[i].up.Load()
+	}
+	return false
+}
+
 // close ends the subscriptions and waits for their goroutines.
 func (w *wakeups) close() {
 	for _, p := range w.subs {
@@ -437,6 +473,20 @@ func nextPoll(origin, now time.Time, every time.Duration) time.Time {
 // at start.
 func pollOrigin(start time.Time, every time.Duration, i, n int) time.Time {
 	return start.Add(every * time.Duration(i+1) / time.Duration(n))
+}
+
+// healthyStretch is how many safety polls of a shard pass, at most, between
+// two looks at it while its subscription is up (looking).
+const healthyStretch = 2
+
+// looking reports whether a loop whose safety poll of a shard (every
+// every) is due at now looks at the shard, having last looked at last
+// (zero: never): at every poll while its subscription is down (up false),
+// and at every healthyStretch-th while it is up. A wake-up lost costs at
+// most every with the subscription down, healthyStretch times that with
+// it up; a (re)subscription looks at every shard at once.
+func looking(now, last time.Time, every time.Duration, up bool) bool {
+	return !up || last.IsZero() || now.Sub(last) >= healthyStretch*every-every/2
 }
 
 // safetyEvery is how often a loop looks at each shard without a wake-up:

@@ -244,7 +244,7 @@ type retention struct {
 // entries; the newest event always stays) are removed. Default 7 days,
 // 100,000 events and 64 MiB per shard; a zero argument is an error. The sweeper trims,
 // in the script that writes events,
-// on every sweep of a shard (at least every safety poll, WithPollInterval, while Run runs), so a
+// on every sweep of a shard (idle, at every sixth look of its safety poll, WithPollInterval), so a
 // stream exceeds the bound only by what was written since the shard's last
 // sweep. An event removed this way was not yet acknowledged by every
 // consumer group that needs it: retention is the one way an expiry event is
@@ -385,11 +385,23 @@ func WithLeaseTTL(d time.Duration) LoopOption {
 // earliest deadline of its shards and is woken when a write brings one
 // earlier; Consume sleeps until its shards' streams receive events. A
 // wake-up can be lost (a reconnect, a failover); every re-subscription
-// looks at every shard at once, and the safety poll looks at each shard
-// at least every this long, stretched beyond 16 shards to shards/16 times
-// this, so that the idle cost does not grow with the shard count. A
-// wake-up lost costs at most this much delay; a wake-up
-// delivered, none.
+// looks at every shard at once. The safety poll comes every this long,
+// stretched beyond 16 shards to shards/16 times this, so that the idle
+// cost does not grow with the shard count; it looks at a shard at every
+// poll while the shard's subscription is down (not yet subscribed, a
+// connection lost until go-redis re-subscribes, or a channel the server
+// unsubscribed), and at every second poll while it is up, since a wake-up
+// is then lost only without a reconnect. A wake-up lost costs at most this
+// much delay (stretched) with the subscription down, twice that with it
+// up: 10s and 20s by default at 16 shards or fewer, 160s and 320s at 256;
+// a wake-up delivered, none. Consume's look also counts the group's
+// entries pending on the shard: while some are, it scans for events to
+// claim every 5s at most, so the events of a consumer that died are
+// claimed once their lease TTL has passed (WithLeaseTTL) though the
+// wake-up that announced them was lost, at most one look later. Idle, one look
+// at a shard costs Consume two commands (XREADGROUP, XPENDING) and
+// Sweeper.Run one (a ZRANGE of the due index's head; a sweep, six, every
+// sixth look).
 func WithPollInterval(d time.Duration) LoopOption {
 	return loopOption{
 		sweeper: func(c *sweeperConfig) error {

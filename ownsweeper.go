@@ -18,16 +18,24 @@ import (
 // own, for deployments that run Sweeper.Run in processes of their own. By
 // default (without this option) each consumes and sweeps: a process's
 // consumers of a Set share one in-process Sweeper.Run with NewSweeper's
-// defaults, started with the first of them and stopped, its lease given
-// up, with the last; it takes its share of the shards beside every other
-// sweeper of the set, in any process. With this option and no sweeper
-// running anywhere, nothing falls due: jobs and lapsed members wait, and
-// Set.Stats reports their shards Stalled. A process that runs Sweeper.Run
-// beside consumers without this option holds two leases, which only
-// shares the shards one way more.
+// defaults but a lease TTL of 30s (a process that dies leaves its shards
+// to the set's other sweepers 30s after its last renewal, as its events
+// to other consumers), started with the first of them and stopped, its
+// lease given up, with the last; it takes its share of the shards beside
+// every other sweeper of the set, in any process. With this option and no
+// sweeper running anywhere, nothing falls due: jobs and lapsed members
+// wait, and Set.Stats reports their shards Stalled. A process that runs
+// Sweeper.Run beside consumers without this option holds two leases,
+// which only shares the shards one way more.
 func WithoutSweeper() DeliveryOption {
 	return deliveryOption(func(c *consumeConfig) error { c.noSweep = true; return nil })
 }
+
+// ownLeaseTTL is the lease TTL of a Set's in-process sweeper: that of a
+// handler call's lease by default, so that a process that dies leaves its
+// shards, as its events, to the others after 30s. It renews the lease
+// every 10s: four commands, the same whatever the shard count.
+const ownLeaseTTL = defaultCallLeaseTTL
 
 // ownSweeper runs a Set's in-process sweeper for its users (see above). The
 // zero value is ready to use; it is safe for simultaneous use.
@@ -45,7 +53,7 @@ func (o *ownSweeper) join(ctx context.Context, s *Set) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.users == 0 {
-		w, err := NewSweeper(s)
+		w, err := NewSweeper(s, WithLeaseTTL(ownLeaseTTL))
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 // most budget events in all, < 0: a read batch per shard; a shard left
 // unclaimed for want of budget is claimed at a later round) and prunes idle
 // consumers. It returns the events claimed, the shards to read (woken or
-// busy) and those due a safety poll.
+// busy) and those due a safety poll that looks (looking).
 func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo []delivery, read, visit []int) {
 	var woken map[int]int64
 	if c.wk != nil {
@@ -26,12 +26,17 @@ func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo 
 		if ok {
 			sh.busy = true
 		}
-		if ok && d == wakeNow {
+		switch {
+		case ok && d == wakeNow:
 			// Events came: some consumer may read them and die with them.
 			if !sh.active {
 				sh.active = true
 				sh.nextClaim = now.Add(c.claimEvery)
 			}
+		case ok && d == wakeLost:
+			// (Re)subscribed: a look now, the pending count with the read,
+			// finds what a wake-up lost meanwhile announced.
+			sh.nextVisit, sh.looked = now, time.Time{}
 		}
 		if now.Before(sh.retryAt) {
 			continue
@@ -59,10 +64,18 @@ func (c *consumer) survey(ctx context.Context, now time.Time, budget int) (todo 
 				c.fail(ctx, i, err)
 				continue
 			}
-			sh.nextPrune = now.Add(max(c.pruneIdle, 4*c.safety))
+			// Each shard every pruneIdle, stretched as the safety poll is
+			// beyond 16 shards: the same commands a second whatever the
+			// shard count.
+			sh.nextPrune = now.Add(safetyEvery(c.pruneIdle, len(c.shards)))
+		}
+		poll := !now.Before(sh.nextVisit)
+		if poll && !looking(now, sh.looked, c.safety, c.wk.up(i)) {
+			// The subscription is up: this safety poll passes by.
+			sh.nextVisit, poll = nextPoll(sh.grid, now, c.safety), false
 		}
 		switch {
-		case !now.Before(sh.nextVisit):
+		case poll:
 			visit = append(visit, i)
 		case sh.busy:
 			read = append(read, i)
@@ -146,7 +159,7 @@ func (c *consumer) read(ctx context.Context, shards, visit []int, budget int) []
 			continue
 		}
 		if reads[k].Pending {
-			sh.nextVisit = nextPoll(sh.grid, at, c.safety)
+			sh.nextVisit, sh.looked = nextPoll(sh.grid, at, c.safety), at
 			if p := news[k].Pending; p > 0 && !sh.active {
 				sh.active = true
 				sh.nextClaim = at

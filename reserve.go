@@ -72,9 +72,9 @@ type Reservation struct {
 // group left off); when no Reserve has run for 100ms they are released for
 // any consumer to take at once. Idle, it waits
 // for a wake-up and sends only what an idle Consume sends: the safety poll
-// (each shard's stream read every WithPollInterval, default 10s), the
-// subscriptions' PINGs, and a claim scan while the group has events
-// pending. Redis failures are reported to Hooks.OnError and retried with
+// (each shard's stream read every WithPollInterval, default 10s, or every
+// second one while the subscription is up), the subscriptions' PINGs, and
+// a claim scan while the group has events pending. Redis failures are reported to Hooks.OnError and retried with
 // backoff until ctx ends.
 func (s *Set) Reserve(ctx context.Context, group, consumerName string, opts ...ReserveOption) (*Reservation, error) {
 	cfg := defaultConsumeConfig()
@@ -181,6 +181,7 @@ func (r *reservers) enter(ctx context.Context, s *Set, c *consumer) (*consumer, 
 	}
 	c.reserving = r
 	c.wk = newWakeups()
+	c.wk.heard = r.subs
 	r.wakes[c.wk] = true
 	s.retryNotes.join(c)
 	return c, nil

@@ -301,28 +301,43 @@ type shardState struct {
 	grid  time.Time // the origin of its safety polls (nextPoll)
 	due   time.Time // the next deadline the last sweep or a wake-up told (zero: none)
 	full  time.Time // when the shard was last swept
+	seen  time.Time // when the shard was last looked at: swept or peeked (looking)
 }
 
-// fullEvery is how many safety polls of a shard in a row may look at its
-// due index's head alone (one ZRANGE) before one sweeps it in full, which
-// also trims its stream to the retention.
+// fullEvery is how many looks at a shard in a row may read its due index's
+// head alone (one ZRANGE) before one sweeps it in full, which also trims
+// its stream to the retention.
 const fullEvery = 6
 
 // peek is the safety poll of a held shard swept not long ago, with no
-// deadline due: it reads the head of the shard's due index (one command,
-// no script) and reports whether that sets the shard's next sweep, or a
-// sweep is needed now.
-func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time) bool {
+// deadline due (up: the shard's subscription is up). It reports whether
+// that sets the shard's next sweep, or a sweep is needed now: the poll
+// passes by without a command when looking says so, else it reads the
+// head of the shard's due index (one command, no script).
+func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time, up bool) bool {
 	safety := safetyEvery(w.cfg.maxIdle, len(w.set.shards))
-	if !sh.held || sh.retry.failing() || !sh.swept || now.Sub(sh.full) >= fullEvery*safety ||
-		(!sh.due.IsZero() && !sh.due.After(now)) {
+	if !sh.held || sh.retry.failing() || !sh.swept || (!sh.due.IsZero() && !sh.due.After(now)) {
+		return false
+	}
+	if !looking(now, sh.seen, safety, up) {
+		sh.next = nextPoll(sh.grid, now, safety)
+		if !sh.due.IsZero() {
+			sh.next = minTime(sh.next, sh.due)
+		}
+		return true
+	}
+	looks := safety
+	if up {
+		looks *= healthyStretch
+	}
+	if now.Sub(sh.full) >= fullEvery*looks {
 		return false
 	}
 	head, ok, err := w.set.st.DueHead(ctx, i)
 	if err != nil {
 		return false // the sweep reports what fails
 	}
-	sh.next = nextPoll(sh.grid, now, safety)
+	sh.next, sh.seen = nextPoll(sh.grid, now, safety), now
 	if ok {
 		at := time.UnixMilli(head - sh.skew)
 		if !at.After(now) {
@@ -342,8 +357,8 @@ func (w *Sweeper) peek(ctx context.Context, i int, sh *shardState, now time.Time
 // deadline in its due index comes, and sleeps until then: a write that
 // brings a shard's earliest deadline closer wakes it (pub/sub, one
 // subscription per shard, one for all on a single server), and a safety
-// poll (WithPollInterval) sweeps each shard now and then in case a wake-up
-// was lost. It reads the registry again when another sweeper's lease would
+// poll (WithPollInterval; every second one while the shard's subscription
+// is up) looks at each shard in case a wake-up was lost. It reads the registry again when another sweeper's lease would
 // end, so the shards of a sweeper that died are taken over as its lease
 // ends, and those of one that stopped at once.
 //
@@ -387,7 +402,7 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	defer w.leave(ctx, l)
 	return w.set.loop(ctx, "sweep", wk.signal, func() (time.Duration, error) {
 		w.woken(shards, wk.take())
-		return max(time.Until(w.round(ctx, l, shards)), time.Millisecond), nil
+		return max(time.Until(w.round(ctx, l, shards, wk)), time.Millisecond), nil
 	})
 }
 
@@ -416,15 +431,16 @@ func (w *Sweeper) woken(shards []shardState, woken map[int]int64) {
 }
 
 // round renews the lease if it is time, does what is due for each shard
-// it holds, and returns when the next thing is.
-func (w *Sweeper) round(ctx context.Context, l *sweeperLease, shards []shardState) time.Time {
+// it holds, and returns when the next thing is. wk's subscriptions say
+// which shards' wake-ups come (looking).
+func (w *Sweeper) round(ctx context.Context, l *sweeperLease, shards []shardState, wk *wakeups) time.Time {
 	w.keepLease(ctx, l, shards)
 	now := time.Now()
 	for i := range shards {
 		if ctx.Err() != nil {
 			break
 		}
-		if shards[i].held && !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now) {
+		if shards[i].held && !shards[i].next.After(now) && !w.peek(ctx, i, &shards[i], now, wk.up(i)) {
 			w.visit(ctx, i, l, shards)
 		}
 	}
@@ -484,7 +500,7 @@ func (w *Sweeper) visit(ctx context.Context, i int, l *sweeperLease, shards []sh
 	sh.swept = true
 	retry := nextPoll(sh.grid, now, safetyEvery(w.cfg.maxIdle, len(shards)))
 	sh.next = retry
-	sh.full = now
+	sh.full, sh.seen = now, now
 	sh.due = time.Time{}
 	if r.earliest >= 0 {
 		// The index's clock (server TIME or WithClock) may differ from this

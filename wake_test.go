@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/expset/expset/internal/redistest"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -172,5 +174,98 @@ func TestWakeUpsSurviveFailover(t *testing.T) {
 			t.Fatalf("Add after the failovers: %v", err)
 		}
 		waitFor(t, "a member added after the failovers handled", func() bool { return got()[fmt.Sprintf("after%d", i)] })
+	}
+}
+
+// TestLookingStretchesWhileUp: a safety poll looks at a shard at every
+// poll while its subscription is down, and at every healthyStretch-th
+// while it is up; a shard never looked at is looked at at once.
+func TestLookingStretchesWhileUp(t *testing.T) {
+	t.Parallel()
+	t0 := time.UnixMilli(1_000_000)
+	every := 10 * time.Second
+	for _, c := range []struct {
+		since time.Duration // since the last look; < 0: never looked
+		up    bool
+		want  bool
+	}{
+		{-1, true, true}, {-1, false, true},
+		{every, false, true}, {every, true, false},
+		{healthyStretch*every - every/2 - time.Millisecond, true, false},
+		{healthyStretch*every - every/2, true, true},
+		{healthyStretch*every - 3*time.Millisecond, true, true}, // a timer a little early
+		{healthyStretch * every, true, true},
+	} {
+		last := time.Time{}
+		if c.since >= 0 {
+			last = t0.Add(-c.since)
+		}
+		if got := looking(t0, last, every, c.up); got != c.want {
+			t.Errorf("looking(%v since the last look, up %v) = %v, want %v", c.since, c.up, got, c.want)
+		}
+	}
+}
+
+// TestSubscriptionUpFollowsTheConnection: a loop's wake-ups report their
+// subscription up once subscribed, down while the server is gone, and up
+// again once go-redis has re-subscribed.
+func TestSubscriptionUpFollowsTheConnection(t *testing.T) {
+	t.Parallel()
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb), WithShards(4), WithExpiryEvents(),
+		WithHooks(Hooks{OnError: func(context.Context, CallInfo, time.Duration) {}})))
+	wk := s.listen("subscribe", func(k *store.Keys) string { return k.EvWake })
+	defer wk.close()
+	up := func() bool {
+		for i := range 4 {
+			if !wk.up(i) {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "subscribed", up)
+	mr.Close()
+	waitFor(t, "down with the server", func() bool { return !wk.up(0) })
+	if err := mr.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	waitFor(t, "re-subscribed", up)
+	if new(wakeups).up(0) {
+		t.Error("wake-ups without a subscription report it up")
+	}
+}
+
+// TestIdleLoopsLookEverySecondPollWhileSubscribed: an idle Consume and an
+// idle Sweeper.Run, their subscriptions up, look at each shard at every
+// second safety poll: over 2s at a poll of 100ms, at most 11 XPENDING and
+// 11 head reads (ZRANGE) per shard, against 20 of each at every poll (a
+// loaded machine may make fewer, never more).
+func TestIdleLoopsLookEverySecondPollWhileSubscribed(t *testing.T) {
+	t.Parallel()
+	noLeaks(t)
+	mr := miniredis.RunT(t)
+	var cmds commandCounter
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb.AddHook(&cmds)
+	t.Cleanup(func() { _ = rdb.Close() })
+	const shards, poll, window = 4, 100 * time.Millisecond, 2 * time.Second
+	s := must[*Set](t)(Open(context.Background(), rdb, uniqueName(t, rdb), WithShards(shards), WithExpiryEvents()))
+	consumeInBackground(t, s, "g", "c", func(context.Context, Expiry) error { return nil }, WithPollInterval(poll), WithoutSweeper())
+	runSweeper(t, newSweeper(t, s, WithPollInterval(poll)))
+	// The first looks, every shard at once.
+	waitFor(t, "the loops looking", func() bool { return cmds.count("xpending") >= shards && cmds.count("zrange") >= shards })
+	cmds.reset()
+	time.Sleep(window)
+	most := shards * int(window/(2*poll)+1)
+	for _, name := range []string{"xpending", "zrange"} {
+		n := cmds.count(name)
+		t.Logf("%d %s", n, name)
+		if n > most {
+			t.Errorf("%d %s in %v, want at most %d", n, name, window, most)
+		}
 	}
 }

@@ -107,21 +107,28 @@ func runWakeLatency(b *testing.B, srv server, ttl func(int) time.Duration, gap t
 // default options, on a set WithExpiryEvents with nothing to do: commands
 // per second (INFO commandstats, every command counted, those scripts run
 // included) over -idle-window, after the loops' first pass. Cases, at 16 and
-// 256 shards: one Sweeper.Run alone (per sweeper), then four Consume calls
-// of one group alone (per consumer), then one Consume WithConcurrency(50)
-// (a worker pool of 50), a waiting Reserve, and one Consume
-// WithOwnerConcurrency(1) WithConcurrency(2) whose one owner's call runs
-// on while its 99 other events wait set aside (capped). Run once (-benchtime 1x); the window, not b.N, sets
-// its length.
+// 256 shards, per loop: one Sweeper.Run alone; four Consume calls of one
+// group, one Consume WithConcurrency(50) (a worker pool of 50), a waiting
+// Reserve, and one Consume WithOwnerConcurrency(1) WithConcurrency(2) whose
+// one owner's call runs on while its 99 other events wait set aside
+// (capped), each WithoutSweeper; then a whole process: one Consume
+// WithConcurrency(50) with its in-process sweeper (process-consume50), and
+// a waiting Reserve with its sweeper (process-reserve). Run once
+// (-benchtime 1x); the window, not b.N, sets its length.
 func BenchmarkIdleCommands(b *testing.B) {
+	noSweep := expset.WithoutSweeper()
 	underServer(b, func(b *testing.B, srv server) {
 		for _, shards := range []int{16, 256} {
 			for _, c := range []struct {
 				name  string
 				loops int
 				opts  []expset.ConsumeOption
-			}{{"sweeper", 1, nil}, {"consumer", 4, nil}, {"consumer-concurrency50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}}, {"reserve", 1, nil},
-				{"capped", 1, []expset.ConsumeOption{expset.WithOwnerConcurrency(1), expset.WithConcurrency(2)}}} {
+			}{{"sweeper", 1, nil}, {"consumer", 4, []expset.ConsumeOption{noSweep}},
+				{"consumer-concurrency50", 1, []expset.ConsumeOption{noSweep, expset.WithConcurrency(50)}},
+				{"reserve", 1, []expset.ConsumeOption{noSweep}},
+				{"capped", 1, []expset.ConsumeOption{noSweep, expset.WithOwnerConcurrency(1), expset.WithConcurrency(2)}},
+				{"process-consume50", 1, []expset.ConsumeOption{expset.WithConcurrency(50)}},
+				{"process-reserve", 1, nil}} {
 				b.Run(fmt.Sprintf("%s/shards-%d", c.name, shards), func(b *testing.B) {
 					runIdle(b, srv, shards, c.name, c.loops, c.opts...)
 				})
@@ -131,7 +138,7 @@ func BenchmarkIdleCommands(b *testing.B) {
 }
 
 // runIdle measures loops idle loops of kind: "sweeper" (Run), "reserve"
-// (Reserve waiting) or else Consume.
+// or "process-reserve" (Reserve waiting) or else Consume.
 func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts ...expset.ConsumeOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -165,7 +172,7 @@ func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if kind == "reserve" {
+			if kind == "reserve" || kind == "process-reserve" {
 				var ropts []expset.ReserveOption
 				for _, o := range opts {
 					if ro, ok := o.(expset.ReserveOption); ok {
@@ -190,10 +197,10 @@ func runIdle(b *testing.B, srv server, shards int, kind string, loops int, opts 
 	for i := 0; i < b.N; i++ {
 		resetStats(ctx, b, srv)
 		time.Sleep(*idleWindow)
-		calls, byCmd := commandCalls(ctx, b, srv.rdb)
 		if !srv.real {
-			continue
+			continue // miniredis has no INFO commandstats
 		}
+		calls, byCmd := commandCalls(ctx, b, srv.rdb)
 		b.ReportMetric(float64(calls)/idleWindow.Seconds()/float64(loops), "commands/s/loop")
 		b.Logf("%d shards, %d %s: %.1f commands/s per loop over %v: %s", shards, loops, kind,
 			float64(calls)/idleWindow.Seconds()/float64(loops), *idleWindow, byCmd)
