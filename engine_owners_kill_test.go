@@ -50,6 +50,31 @@ func spansOf(h *helper, died int64) []callSpan {
 	return out
 }
 
+// checkCapRun checks a run of the cross-process cap tests: the calls of
+// spans never hold more than limit of an owner at once, the want events
+// were all handled (handled, with the helpers' "ok" lines added) and none
+// was dead-lettered.
+func checkCapRun(t *testing.T, s *Set, spans []callSpan, handled map[string]bool, limit, want int, helpers ...*helper) {
+	t.Helper()
+	for _, h := range helpers {
+		for _, l := range h.calls("ok") {
+			f := strings.Fields(l)
+			handled[f[1]+"/"+f[2]] = true
+		}
+	}
+	for o, n := range peakCalls(spans) {
+		if n > limit {
+			t.Errorf("owner %s: %d calls at once over the three processes, want at most %d", o, n, limit)
+		}
+	}
+	if len(handled) != want {
+		t.Errorf("%d of %d events handled", len(handled), want)
+	}
+	if d := deadKeys(t, s); len(d) != 0 {
+		t.Errorf("%d dead letters", len(d))
+	}
+}
+
 // peakCalls returns, per owner, the most calls of spans under way at once.
 func peakCalls(spans []callSpan) map[string]int {
 	type edge struct {
@@ -132,22 +157,8 @@ func TestOwnerCapAcrossProcesses(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		spans := append(spansOf(termed, termedAt), spansOf(killed, killedAt)...)
-		for _, l := range append(termed.calls("ok"), killed.calls("ok")...) {
-			f := strings.Fields(l)
-			handled[f[1]+"/"+f[2]] = true
-		}
 		spans = append(spans, here...)
-		for o, n := range peakCalls(spans) {
-			if n > ownerCap {
-				t.Errorf("owner %s: %d calls at once over the three processes, want at most %d", o, n, ownerCap)
-			}
-		}
-		if len(handled) != owners*per {
-			t.Errorf("%d of %d events handled", len(handled), owners*per)
-		}
-		if d := deadKeys(t, s); len(d) != 0 {
-			t.Errorf("%d dead letters", len(d))
-		}
+		checkCapRun(t, s, spans, handled, ownerCap, owners*per, termed, killed)
 		t.Logf("%s: %d calls recorded (%d here); the stopped helper handled %d, the killed one %d", b.name, len(spans), len(here),
 			len(termed.calls("ok")), len(killed.calls("ok")))
 	})
@@ -263,22 +274,8 @@ func TestOwnerCapAcrossFailovers(t *testing.T) {
 	defer rec.mu.Unlock()
 	spans := append(spansOf(lives, time.Now().UnixNano()), spansOf(killed, killedAt)...)
 	handled := maps.Clone(rec.handled)
-	for _, l := range append(lives.calls("ok"), killed.calls("ok")...) {
-		f := strings.Fields(l)
-		handled[f[1]+"/"+f[2]] = true
-	}
 	spans = append(spans, here...)
-	for o, n := range peakCalls(spans) {
-		if n > ownerCap {
-			t.Errorf("owner %s: %d calls at once over the three processes, want at most %d", o, n, ownerCap)
-		}
-	}
-	if len(handled) != owners*per {
-		t.Errorf("%d of %d events handled", len(handled), owners*per)
-	}
-	if d := deadKeys(t, s); len(d) != 0 {
-		t.Errorf("%d dead letters", len(d))
-	}
+	checkCapRun(t, s, spans, handled, ownerCap, owners*per, lives, killed)
 	t.Logf("%d calls recorded (%d here); the helper that lived handled %d, the killed one %d", len(spans), len(here),
 		len(lives.calls("ok")), len(killed.calls("ok")))
 }
