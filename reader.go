@@ -222,8 +222,9 @@ func (c *consumer) anyBusy() bool {
 }
 
 // readCounts returns how many events to read from each of shards: a read
-// batch each (more while reading past owners at their cap: c.passing), or with budget >= 0 at most budget in all, a read batch per
-// shard starting from c.nextRead, so that every shard gets its turn.
+// batch each (more while reading past owners at their cap: c.passing), or
+// with budget >= 0 at most budget in all, a read batch per shard starting
+// from c.nextRead, so that every shard gets its turn.
 func (c *consumer) readCounts(shards []int, budget int) []int {
 	counts := make([]int, len(shards))
 	batch := max(c.cfg.batch, c.passing)

@@ -80,9 +80,10 @@ for i = 8, #ARGV - 1, step do
     r = 0
   else
     local field = att_field(id, group)
-    local used, token, nb, had = 0, nil, nil, nil
+    local used, token, had = 0, nil, nil
     if i >= fresh then
-      used, token, nb, had = att_get(att, field)
+      local _
+      used, token, _, had = att_get(att, field)
     end
     local full, slot, took = 0, nil, false
     if token == tok and holder == consumer then
@@ -103,7 +104,8 @@ for i = 8, #ARGV - 1, step do
         end
       end
     elseif had then
-      -- (A consumer without the cap begins it: the last call's slot goes.)
+      -- A consumer without the cap begins it: the last call's slot goes
+      -- (a no-op without RUNO; a claim freed it before, see hotKeys).
       slot_free(group, had)
     end
     if not r then
