@@ -211,7 +211,8 @@ func TestRetryBackoffGrowsAndCaps(t *testing.T) {
 			if c.holder != retryHolder || c.idle < lease-c.delay {
 				t.Errorf("retry %d: held by %q idle %v, want %q idle at least %v", i+1, c.holder, c.idle, retryHolder, lease-c.delay)
 			}
-			if gap := at[i+1].Sub(at[i]); gap < c.delay {
+			// The server keeps idle times in whole milliseconds.
+			if gap := at[i+1].Sub(at[i]); gap < c.delay-time.Millisecond {
 				t.Errorf("retry %d came back after %v, before its delay %v", i+1, gap, c.delay)
 			}
 			nominal = min(2*nominal, limit)
@@ -261,7 +262,8 @@ func TestRetryAfterShorterAndLongerThanLease(t *testing.T) {
 				if len(evs) != 2 || evs[0].Attempt != 1 || evs[1].Attempt != 2 {
 					t.Fatalf("calls %+v, want attempts 1 and 2", evs)
 				}
-				if gap := at[1].Sub(at[0]); gap < c.delay {
+				// The server keeps idle times in whole milliseconds.
+				if gap := at[1].Sub(at[0]); gap < c.delay-time.Millisecond {
 					t.Errorf("came back after %v, before its delay %v", gap, c.delay)
 				}
 				calls := h.calls()
