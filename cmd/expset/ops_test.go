@@ -258,7 +258,7 @@ func TestBinaryStats(t *testing.T) {
 		t.Errorf("before the sweep, total line %q:\n%s", f, out)
 	}
 	// Members due and no sweeper: the shards holding them are stalled.
-	if !strings.Contains(out, "none!") || !strings.Contains(out, "work due and no sweeper running") {
+	if !strings.Contains(out, "none!") || !strings.Contains(out, "! no sweeper running: 5 due (members and jobs) on ") {
 		t.Errorf("stats with members due and no sweeper does not say so:\n%s", out)
 	}
 	rep := totals(t, url, set)

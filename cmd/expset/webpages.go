@@ -237,7 +237,8 @@ type setSummary struct {
 	Shards  []expset.ShardStats
 	Total   statCounts
 	Leased  int
-	Stalled int // shards with work due and no sweeper alive
+	Stalled int    // shards with work due and no sweeper alive
+	Warning string // what stalledWarning says of them ("" when none is)
 	Now     time.Time
 	Err     string
 }
@@ -249,6 +250,9 @@ func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
 	}
 	rep := newStatsReport(w.name, w.cfg.Events, st)
 	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Stalled: rep.Total.Stalled, Now: rep.Now}
+	if out.Stalled > 0 {
+		out.Warning = stalledWarning(rep.Total, len(st))
+	}
 	return out
 }
 
