@@ -2,17 +2,12 @@ package expset
 
 import (
 	"context"
-	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/expset/expset/internal/store"
 )
-
-// callToken returns a new handler call's token.
-func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
 // beginAll begins a handler call of each of todo (claimed, or set aside
 // before), in one begins.lua call per shard, all in one pipeline, and
@@ -93,7 +88,8 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 			if !ok {
 				continue
 			}
-			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(), fresh: fresh})
+			_, slot := c.capped(d)
+			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(c.name, now, c.cfg.leaseTTL, slot), fresh: fresh})
 		}
 	}
 	return bs
