@@ -78,7 +78,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 // can have taken them (see fresh).
 func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batches[int, takenCall] {
 	var bs store.Batches[int, takenCall]
-	now := time.Now()
+	now, start := time.Now(), c.set.clockNow()
 	for _, fresh := range []bool{true, false} {
 		for _, d := range todo {
 			if c.fresh(d, now) != fresh {
@@ -89,7 +89,7 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 				continue
 			}
 			_, slot := c.capped(d)
-			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(c.name, now, c.cfg.leaseTTL, slot), fresh: fresh})
+			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(c.name, start, c.cfg.leaseTTL, slot), fresh: fresh})
 		}
 	}
 	return bs

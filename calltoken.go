@@ -14,7 +14,8 @@ import (
 // script of the hot path writes more: "<start>.<lease>.<consumer>.<slot>.<random>",
 // each part in base 36 but slot:
 //
-//	start     when the call began, Unix ms by the consumer's clock
+//	start     when the call began, Unix ms by its Set's WithClock, else
+//	          by the consumer's machine
 //	lease     the consumer's lease TTL in ms (WithLeaseTTL)
 //	consumer  the FNV-1a hash (32 bits) of the consumer's name: an event
 //	          pending under another consumer (it claimed the event and has

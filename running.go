@@ -21,7 +21,7 @@ type RunningCall struct {
 	Attempt  int  // the handler call this is for the event in its group: 1 for the first
 	Consumer string
 	// Started is when the call began, to the millisecond, by its
-	// consumer's clock; LeaseEnd when its lease lapses unless renewed: the
+	// consumer's machine (or its Set's WithClock); LeaseEnd when its lease lapses unless renewed: the
 	// last renewal plus the consumer's lease TTL (WithLeaseTTL). A LeaseEnd
 	// past means the consumer died or stalled: the call is listed until
 	// another consumer claims its event. Both are zero for a call begun
