@@ -2,17 +2,12 @@ package expset
 
 import (
 	"context"
-	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/expset/expset/internal/store"
 )
-
-// callToken returns a new handler call's token.
-func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
 // beginAll begins a handler call of each of todo (claimed, or set aside
 // before), in one begins.lua call per shard, all in one pipeline, and
@@ -83,7 +78,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 // can have taken them (see fresh).
 func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batches[int, takenCall] {
 	var bs store.Batches[int, takenCall]
-	now := time.Now()
+	now, start := time.Now(), c.set.clockNow()
 	for _, fresh := range []bool{true, false} {
 		for _, d := range todo {
 			if c.fresh(d, now) != fresh {
@@ -93,7 +88,8 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 			if !ok {
 				continue
 			}
-			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(), fresh: fresh})
+			_, slot := c.capped(d)
+			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(c.name, start, c.cfg.leaseTTL, slot), fresh: fresh})
 		}
 	}
 	return bs

@@ -39,6 +39,7 @@ var webAssets = func() fs.FS {
 var webTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"ago":     ago,
+	"age":     age,
 	"dur":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"num":     num,
 	"chart":   chart,
@@ -89,6 +90,15 @@ func ago(now time.Time, v any) string {
 		d = d.Round(time.Millisecond)
 	}
 	return d.String() + " ago"
+}
+
+// age says how long before now t was, to the 0.1s ("12.3s"); "?" for a
+// zero t.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	return max(now.Sub(t), 0).Round(100 * time.Millisecond).String()
 }
 
 // query builds "?k=v&..." from pairs, leaving out empty values.
@@ -270,7 +280,7 @@ func (s *webServer) index(w http.ResponseWriter, r *http.Request) {
 type overviewData struct {
 	setSummary
 	Groups  []groupRow
-	Running int64 // handler calls running under owner slots, over the groups
+	Running int64 // handler calls running, over the groups
 	Rates   []ratePoint
 	Known   bool // the server counts the streams' entries (not miniredis)
 	RErr    string
