@@ -19,8 +19,19 @@ func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
 // returns the calls begun. The events not meant for the group are
 // acknowledged, those that cannot be read as events buried, and those
 // whose owners are at their cap set aside (refused); those another
-// consumer holds are dropped.
-func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
+// consumer holds are dropped. The group call slots of todo (grant) that
+// no call begun holds are freed.
+func (c *consumer) beginAll(ctx context.Context, todo []delivery) (begun []takenCall) {
+	if slots := slotsOf(todo); slots != nil {
+		defer func() {
+			for _, tc := range begun {
+				delete(slots, tc.token)
+			}
+			for tok := range slots {
+				c.pool.leases.freeSlots(tok)
+			}
+		}()
+	}
 	bs := c.beginBatches(ctx, todo)
 	if len(bs.Items) == 0 {
 		return nil
@@ -39,7 +50,6 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 	defer cancel()
 	leased := time.Now()
 	c.set.st.RunPipelined(wctx, calls)
-	var begun []takenCall
 	for k, b := range calls {
 		replies, err := store.ReadBegins(b, len(bs.Items[k]))
 		if err != nil {
@@ -77,7 +87,8 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 
 // beginBatches groups the events of todo that a handler call can be made
 // of by shard, in batches of at most maxBatch, each with a new call
-// token, and settles the others (unbegun). The fresh come first (each
+// token (the group call slot's it holds, if any), and settles the others
+// (unbegun). The fresh come first (each
 // call counts them: begins.lua's ARGV[7]), begun without a look at the
 // pending list: read or claimed by this consumer so lately that no other
 // can have taken them (see fresh).
@@ -93,7 +104,12 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 			if !ok {
 				continue
 			}
-			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(), fresh: fresh})
+			tc := takenCall{d: d, e: e, token: d.slot, fresh: fresh, slot: d.slot != ""}
+			if !tc.slot {
+				tc.token = callToken()
+			}
+			tc.d.slot = "" // the call holds it: an event set aside or released later holds none
+			bs.Add(d.shard, tc)
 		}
 	}
 	return bs
@@ -155,4 +171,5 @@ type takenCall struct {
 	leased time.Time // when its lease was taken (at the latest)
 	full   bool      // its owner's slots were all held with its own (WithOwnerConcurrency)
 	fresh  bool      // begun without a look at the pending list (beginBatches)
+	slot   bool      // token is a group call slot's (WithGroupConcurrency)
 }

@@ -234,11 +234,15 @@ func (c *consumer) refused(ctx context.Context, d delivery) error {
 	return c.releaseShard(wctx, d.shard, []string{d.id}, "", "")
 }
 
-// slotFreed makes the events set aside due now: one of this consumer's
+// slotFreed makes the events set aside due now, and lets a consumer that
+// found its group at its cap ask for slots again: one of this consumer's
 // calls ended, or a wake-up said a slot was freed.
 func (c *consumer) slotFreed() {
 	if c.cfg.ownerCap > 0 && len(c.parked.ring) > 0 {
 		c.parked.at = time.Time{}
+	}
+	if c.gslots != nil {
+		c.gslots.full = time.Time{}
 	}
 }
 

@@ -103,6 +103,9 @@ func (c *consumer) idleWait(now time.Time) time.Duration {
 	if len(c.parked.ring) > 0 {
 		next = minTime(next, c.parked.at)
 	}
+	if g := c.gslots; g != nil && !g.full.IsZero() {
+		next = minTime(next, g.full.Add(groupWait))
+	}
 	return max(time.Until(next), time.Millisecond)
 }
 

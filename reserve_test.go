@@ -33,6 +33,7 @@ func TestReserveOptionsCompile(t *testing.T) {
 	for name, o := range map[string]ConsumeOption{
 		"WithReadBatch": WithReadBatch(1), "WithMaxHandlingTime": WithMaxHandlingTime(time.Second),
 		"WithConcurrency": WithConcurrency(1), "WithOwnerConcurrency": WithOwnerConcurrency(1),
+		"WithGroupConcurrency": WithGroupConcurrency(1),
 		"WithShutdownTimeout": WithShutdownTimeout(time.Second),
 	} {
 		if _, ok := o.(ReserveOption); ok {
