@@ -139,7 +139,9 @@ type slotSend struct {
 }
 
 // calls returns the script calls of s.
-func (s slotSend) calls() []*store.Call { return append(s.renews[:len(s.renews):len(s.renews)], s.frees...) }
+func (s slotSend) calls() []*store.Call {
+	return append(s.renews[:len(s.renews):len(s.renews)], s.frees...)
+}
 
 // slotCalls returns the calls renewing the group call slots of the calls
 // of due and freeing the slots freed (none without the cap), at most
