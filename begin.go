@@ -40,8 +40,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) (begun []taken
 	for k, items := range bs.Items {
 		begins := make([]store.BeginItem, len(items))
 		for j, it := range items {
-			owner, _ := c.capped(it.d) // "" for a job: no slot
-			begins[j] = store.BeginItem{ID: it.d.id, Token: it.token, Owner: owner, Fresh: it.fresh}
+			begins[j] = store.BeginItem{ID: it.d.id, Token: it.token, Owner: eventOwner(it.d), Fresh: it.fresh}
 		}
 		calls[k] = c.set.st.BeginsCall(c.args(), bs.Keys[k], begins)
 	}
@@ -66,7 +65,10 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) (begun []taken
 			case r.Err != nil:
 				c.fail(ctx, b.Shard, r.Err)
 				continue
-			case r.Attempt == store.BeginFull:
+			case r.Attempt == store.BeginFull || r.Attempt == store.BeginPaused || r.Attempt == store.BeginOwnerPaused:
+				if r.Attempt == store.BeginPaused {
+					c.paused = time.Now()
+				}
 				if err := c.refused(ctx, it.d); err != nil {
 					c.fail(ctx, it.d.shard, err)
 				}
@@ -80,6 +82,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) (begun []taken
 			}
 			it.e.Attempt = r.Attempt
 			begun = append(begun, it)
+			c.paused = time.Time{}
 		}
 	}
 	return begun

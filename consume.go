@@ -319,6 +319,7 @@ type consumer struct {
 	nextRead    int            // the shard a read limited by free handler slots starts from
 	parked      parking        // events whose owners were at their cap (WithOwnerConcurrency)
 	gslots      *groupSlots    // the group's call slots (WithGroupConcurrency; nil without)
+	paused      time.Time      // when a begin found the group paused (zero: not so since; pause.go)
 	ahead       []delivery     // events read past those begun, oldest first: begun when a call slot frees
 	passing     int            // the read batch while reads find only owners at their cap (readNew; 0: WithReadBatch)
 	retries     []retryDues    // per shard: the retries this consumer scheduled (retry.go)

@@ -94,8 +94,8 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		return min(c.beat, time.Second)
 	}
 	free := p.n - p.running
-	if c.groupFull(now) {
-		free = 0 // no call can begin before a slot of the group frees
+	if c.groupFull(now) || c.pausedLately(now) {
+		free = 0 // no call can begin before a slot of the group frees, or the group is resumed
 	}
 	if free > 0 && free < (p.n+1)/2 && p.running > 0 {
 		// Few slots free and calls under way: wait a moment for more to
@@ -111,7 +111,13 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	var todo []delivery
 	tried := 0
 	more := false // parked every event of a read: read on at once
-	if free > 0 {
+	if free > 0 && !c.paused.IsZero() {
+		// The group was paused a while ago: try the events set aside,
+		// and read nothing new until one begins or a resume wakes it.
+		c.parked.at = time.Time{}
+		todo = c.unpark(now, free)
+		tried = len(todo)
+	} else if free > 0 {
 		todo = c.unpark(now, free)
 		todo = append(todo, c.behindParked(ctx, c.takeAhead(free-len(todo)))...)
 		tried = len(todo)
@@ -133,7 +139,7 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	for _, tc := range c.beginAll(ctx, c.grant(ctx, todo)) {
 		c.startCall(ctx, tc)
 	}
-	if p.running < p.n && !c.groupFull(now) && (len(todo) > tried || more || c.anyBusy() || len(c.ahead) > 0) {
+	if p.running < p.n && !c.groupFull(now) && c.paused.IsZero() && (len(todo) > tried || more || c.anyBusy() || len(c.ahead) > 0) {
 		return 0
 	}
 	if p.running == 0 {

@@ -106,6 +106,9 @@ func (c *consumer) idleWait(now time.Time) time.Duration {
 	if g := c.gslots; g != nil && !g.full.IsZero() {
 		next = minTime(next, g.full.Add(groupWait))
 	}
+	if !c.paused.IsZero() {
+		next = minTime(next, c.paused.Add(parkPoll))
+	}
 	return max(time.Until(next), time.Millisecond)
 }
 
