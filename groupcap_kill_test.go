@@ -3,8 +3,8 @@ package expset
 import (
 	"context"
 	"fmt"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
