@@ -23,7 +23,7 @@ import (
 //	slot      "1" when the begin asked for an owner slot (WithOwnerConcurrency),
 //	          else "0": such a call whose attempts field no longer names the
 //	          slot has ended or lapsed
-//	random    64 random bits: tokens are unique
+//	random    32 random bits: with the rest, tokens are unique
 //
 // "kx3v1a8w.1jk.1f0xq9k.0.2hb9q1x8c3j7" is 35 bytes or so. A token of
 // another form (a client before this one: the random part alone) reads as a
@@ -37,7 +37,7 @@ func callToken(consumer string, start time.Time, lease time.Duration, slot bool)
 		s = "1"
 	}
 	return strconv.FormatInt(start.UnixMilli(), 36) + "." + strconv.FormatInt(lease.Milliseconds(), 36) + "." +
-		strconv.FormatUint(uint64(consumerHash(consumer)), 36) + "." + s + "." + strconv.FormatUint(rand.Uint64(), 36)
+		strconv.FormatUint(uint64(consumerHash(consumer)), 36) + "." + s + "." + strconv.FormatUint(uint64(rand.Uint32()), 36)
 }
 
 // tokenInfo is what a call's token says of it (callToken).

@@ -34,6 +34,10 @@ type GroupInfo struct {
 	RunningOwners int64
 	OldestRunning time.Time
 	HeldBack      int64
+	// Paused reports the group paused (Set.Pause), PausedOwners how many
+	// owners are paused in it: their events are held back.
+	Paused       bool
+	PausedOwners int64
 }
 
 // Groups returns the consumer groups of the set's expiry events, by name,
@@ -86,6 +90,17 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	}
 	if err := s.countRunning(ctx, byName); err != nil {
 		return nil, err
+	}
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
+	}
+	pauses, err := s.st.Pauses(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for name, p := range pauses {
+		byName[name].Paused, byName[name].PausedOwners = p.Group, p.Owners
 	}
 	out := make([]GroupInfo, 0, len(byName))
 	for _, g := range byName {

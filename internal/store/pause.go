@@ -1,6 +1,12 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // pause.go serves pause.lua: the pause and resume of a consumer group, or
 // of one owner in it (Set.Pause, Set.Resume).
@@ -36,4 +42,47 @@ func (s *Store) Pause(ctx context.Context, shards []int, group, owner string, pa
 		changed = changed || n == 1
 	}
 	return changed, nil
+}
+
+// PauseState is a consumer group's pause (pause.lua), over the shards.
+type PauseState struct {
+	Group  bool  // the group is paused (on some shard: on every one once Pause returned)
+	Owners int64 // owners paused in the group
+}
+
+// Pauses reads the pause of each of groups on every shard (HMGET of the
+// attempts hash's "G:<group>" and "Q:<group>", one pipeline).
+func (s *Store) Pauses(ctx context.Context, groups []string) (map[string]PauseState, error) {
+	out := make(map[string]PauseState, len(groups))
+	if len(groups) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([][]*redis.SliceCmd, len(s.shards))
+	for i, sk := range s.shards {
+		for _, g := range groups {
+			cmds[i] = append(cmds[i], pipe.HMGet(ctx, sk.Att, "G:"+g, "Q:"+g))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("expset: read the groups' pauses: %w", err)
+	}
+	for i := range s.shards {
+		for j, g := range groups {
+			v := cmds[i][j].Val()
+			st := out[g]
+			if v[0] != nil {
+				st.Group = true
+			}
+			if q, ok := v[1].(string); ok {
+				n, err := strconv.ParseInt(q, 10, 64)
+				if err != nil {
+					return nil, Unexpected("pause.lua", q)
+				}
+				st.Owners += n
+			}
+			out[g] = st
+		}
+	}
+	return out, nil
 }
