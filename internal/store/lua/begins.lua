@@ -61,11 +61,12 @@ if ARGV[6] ~= '0' then
   -- slot_take takes a slot of owner in group, unless owner holds cap slots
   -- already: then it returns nil. Else it returns the slots owner holds
   -- now, this one included.
+  local prefix = #group .. ':' .. group
   slot_take = function(owner)
-    local n = #group .. ':' .. group .. owner
-    local held = call('HINCRBY', RUNO, n, 1)
+    local n = prefix .. owner
+    local held = call('HINCRBY', RUNO, n, '1')
     if held > cap then
-      call('HINCRBY', RUNO, n, -1)
+      call('HINCRBY', RUNO, n, '-1')
       return nil
     end
     return held

@@ -77,7 +77,7 @@ local function forget_rest(stream, groups, ids, done, trim)
         local name = info(g, 'name')
         if name ~= done then
           local last = info(g, 'last-delivered-id')
-          if after(id, last) or call('XPENDING', stream, name, id, id, 1)[1] then
+          if after(id, last) or call('XPENDING', stream, name, id, id, '1')[1] then
             needed = true
             break
           end

@@ -30,6 +30,10 @@
 -- nil: its calls hold no slot).
 local RUNO
 local slot_woke = false
+-- slot_pre is "<len(group)>:<group>" of slot_group, what its slot fields
+-- start with (store.SlotField), made once a script: a number made a string
+-- costs a sprintf.
+local slot_group, slot_pre
 
 -- slot_free frees a slot of owner in group and, once a script unless quiet
 -- (a slot taken and given back in the same script, which no one waited
@@ -41,8 +45,11 @@ local function slot_free(group, owner, quiet)
   if not RUNO then
     return
   end
-  local n = #group .. ':' .. group .. owner
-  if call('HINCRBY', RUNO, n, -1) <= 0 then
+  if group ~= slot_group then
+    slot_group, slot_pre = group, #group .. ':' .. group
+  end
+  local n = slot_pre .. owner
+  if call('HINCRBY', RUNO, n, '-1') <= 0 then
     call('HDEL', RUNO, n)
   end
   if not (quiet or slot_woke) then
@@ -127,7 +134,7 @@ end
 -- pending_of returns the consumer holding id pending in group, and its idle
 -- time in ms; nil when id is not pending in group.
 local function pending_of(stream, group, id)
-  local p = call('XPENDING', stream, group, id, id, 1)[1]
+  local p = call('XPENDING', stream, group, id, id, '1')[1]
   if not p then
     return nil, 0
   end
@@ -142,9 +149,9 @@ end
 local function hold(stream, att, group, consumer, id, idle)
   local r
   if idle then
-    r = call('XCLAIM', stream, group, consumer, 0, id, 'IDLE', idle, 'JUSTID')
+    r = call('XCLAIM', stream, group, consumer, '0', id, 'IDLE', idle, 'JUSTID')
   else
-    r = call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+    r = call('XCLAIM', stream, group, consumer, '0', id, 'JUSTID')
   end
   if r[1] then
     return true

@@ -48,7 +48,7 @@ local function lib()
   -- the ZADD is done: the sweeper must see every entry.
   function L.file_owner(due, owner, d, ttl, now, events)
     if not events then
-      local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', 0, 2)
+      local old = call('ZRANGE', due, '-inf', now - INDEX_GRACE, 'BYSCORE', 'LIMIT', '0', '2')
       if old[1] then
         call('ZREM', due, unpack(old))
       end
@@ -76,7 +76,7 @@ local function lib()
   -- head's name (ZRANGE 0 0: no score to format, no rank to walk) costs
   -- less than a publish to nobody, and most filings are not the head.
   function L.head(due, owner, d)
-    if call('ZRANGE', due, 0, 0)[1] == owner then
+    if call('ZRANGE', due, '0', '0')[1] == owner then
       L.wake(due, d)
     end
   end
@@ -125,10 +125,10 @@ local function lib()
       if c <= max then
         return call('ZREMRANGEBYSCORE', key, '-inf', now), false, 0, 0, 0
       end
-      call('ZREMRANGEBYRANK', key, 0, max - 1)
+      call('ZREMRANGEBYRANK', key, '0', max - 1)
       return max, true, 0, 0, 0
     end
-    local ex = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, max, 'WITHSCORES')
+    local ex = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', '0', max, 'WITHSCORES')
     local got = #ex / 2
     if got == 0 then
       return 0, false, 0, 0, 0
@@ -157,7 +157,7 @@ local function lib()
       ds[i] = ex[2 * i]
     end
     L.emit(pkey, stream, owner, ids, ds, n, events, payloads)
-    call('ZREMRANGEBYRANK', key, 0, n - 1)
+    call('ZREMRANGEBYRANK', key, '0', n - 1)
     if events then
       L.wake(stream, '')
     end

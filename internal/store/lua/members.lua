@@ -11,6 +11,6 @@ local lo = '(' .. string.format('%d', now_ms(ARGV[1]))
 -- number a count near 2^63 would be formatted as "9.2233720368548e+18",
 -- which ZRANGE rejects.
 if tonumber(ARGV[2]) > 0 then
-  return call('ZRANGE', KEYS[1], lo, '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
+  return call('ZRANGE', KEYS[1], lo, '+inf', 'BYSCORE', 'LIMIT', '0', ARGV[2], 'WITHSCORES')
 end
 return call('ZRANGE', KEYS[1], lo, '+inf', 'BYSCORE', 'WITHSCORES')

@@ -69,7 +69,7 @@ if K[4] then
   call('HSET', K[4], id, A[4])
 end
 local owner = string.sub(key, #due)
-if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, 0, 0)[1] == owner then
+if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
   local ch = due .. ':wake'
   local ok = redis.pcall('SPUBLISH', ch, ds)
   if type(ok) == 'table' and ok.err then

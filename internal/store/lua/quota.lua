@@ -166,7 +166,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
     local d = curn or tonumber(cur)
     local receipt
     if evict then
-      receipt = call('LRANGE', keys[ko + 5], 0, -1)
+      receipt = call('LRANGE', keys[ko + 5], '0', '-1')
       if not (receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
         receipt = nil
       end
@@ -193,7 +193,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
         lib().stretch_payload(keys[ko + 4], ttl, events)
       end
       if receipt then
-        call('LSET', keys[ko + 5], 0, string.format('%d', d))
+        call('LSET', keys[ko + 5], '0', string.format('%d', d))
       end
     end
     if receipt then
@@ -236,7 +236,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
         local s = r[2 * k]
         if not s and count > 0 then
           lo = lo or '(' .. string.format('%d', now)
-          s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, 1, 'WITHSCORES')[2]
+          s = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', k - 1, '1', 'WITHSCORES')[2]
         end
         if s then
           retry = tonumber(s) - now
@@ -263,7 +263,7 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
       end
     else
       lo = lo or '(' .. string.format('%d', now)
-      local x = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', 0, b, 'WITHSCORES')
+      local x = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', '0', b, 'WITHSCORES')
       for i = 1, #x / 2 do
         ids[i], eds[i] = x[2 * i - 1], x[2 * i]
       end

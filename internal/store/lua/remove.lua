@@ -37,7 +37,7 @@ if flags ~= '' then
   index = find(flags, 'i', 1, true) ~= nil
 end
 
-local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
+local first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
 if first[1] == nil then
   return {0, #ARGV - 3}
 end

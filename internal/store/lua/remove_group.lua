@@ -31,7 +31,7 @@ if ARGV[2] == '-' and call('EXISTS', stream) == 1 then
   end
   if g then
     found = 1
-    local p = call('XPENDING', stream, group, '-', '+', 1000)
+    local p = call('XPENDING', stream, group, '-', '+', '1000')
     local ids = {}
     for i, e in ipairs(p) do
       ids[i] = e[1]
@@ -49,7 +49,7 @@ if ARGV[2] == '-' and call('EXISTS', stream) == 1 then
     -- The group's pause (pause.lua) goes with it; an owner paused in it
     -- keeps its field, unread while "P:<group>" is absent, until a resume.
     call('HDEL', att, 'P:' .. group, 'G:' .. group, 'Q:' .. group)
-    local first = call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+    local first = call('XRANGE', stream, '-', '+', 'COUNT', '1')[1]
     if first and call('XLEN', stream) > 0 and #call('XINFO', 'GROUPS', stream) > 0 then
       ids[#ids + 1] = first[1]
       table.sort(ids, function(a, b) return after(b, a) end)
@@ -61,7 +61,7 @@ local from = '-'
 if ARGV[2] ~= '-' then
   from = '(' .. ARGV[2]
 end
-local r = call('XRANGE', dead, from, '+', 'COUNT', 1000)
+local r = call('XRANGE', dead, from, '+', 'COUNT', '1000')
 local del = {}
 for _, e in ipairs(r) do
   local f = e[2]

@@ -55,7 +55,7 @@ for i = 1, #kv - 1, 2 do
   local sp2 = sp1 and string.find(v, ' ', sp1 + 1, true)
   if g and (group == '' or g == group) and sp1 and (not sp2 or string.byte(v, sp2 + 1) == 115) then
     local id = string.sub(f, 1, sp - 1)
-    local p = redis.pcall('XPENDING', stream, g, id, id, 1)
+    local p = redis.pcall('XPENDING', stream, g, id, id, '1')
     p = type(p) == 'table' and not p.err and p[1]
     if p and p[2] ~= RETRY_HOLDER then
       local e = call('XRANGE', stream, id, id)[1]

@@ -36,7 +36,7 @@ local function waitlib()
 
   -- W.wake_head publishes the head's ticket, if the line has one.
   function W.wake_head(line)
-    local h = call('ZRANGE', line, 0, 0)[1]
+    local h = call('ZRANGE', line, '0', '0')[1]
     if h then
       W.publish(line, h)
     end
@@ -45,11 +45,11 @@ local function waitlib()
   -- W.purge removes up to 100 dead tickets (lease <= now) and reports
   -- whether the head was among them.
   function W.purge(line, leases, now)
-    local dead = call('ZRANGE', leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)
+    local dead = call('ZRANGE', leases, '-inf', now, 'BYSCORE', 'LIMIT', '0', '100')
     if #dead == 0 then
       return false
     end
-    local head = call('ZRANGE', line, 0, 0)[1]
+    local head = call('ZRANGE', line, '0', '0')[1]
     call('ZREM', line, unpack(dead))
     call('ZREM', leases, unpack(dead))
     for i = 1, #dead do
@@ -78,7 +78,7 @@ local function waitlib()
     local purged = W.purge(line, leases, now)
     local rank = call('ZRANK', line, ticket)
     if not rank then
-      local last = call('ZRANGE', line, -1, -1, 'WITHSCORES')[2]
+      local last = call('ZRANGE', line, '-1', '-1', 'WITHSCORES')[2]
       local seq = 1
       if last then
         seq = tonumber(last) + 1

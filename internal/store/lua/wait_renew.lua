@@ -39,7 +39,7 @@ if #ids > 0 then
     call('ZADD', leases, 'XX', unpack(renew))
   end
 end
-local h = call('ZRANGE', line, 0, 0)[1]
+local h = call('ZRANGE', line, '0', '0')[1]
 if h then
   out[1] = h
   call('PEXPIRE', line, ARGV[2])
