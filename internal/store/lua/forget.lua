@@ -17,31 +17,50 @@ local function info(t, k)
   return nil
 end
 
--- split returns the two numbers of stream ID id ("ms-seq", or "ms" alone
--- for "ms-0"; ms has at most 13 digits and seq is small: exact in a double).
-local function split(id)
-  local d = string.find(id, '-', 1, true)
-  if not d then
-    return tonumber(id), 0
-  end
-  return tonumber(string.sub(id, 1, d - 1)), tonumber(string.sub(id, d + 1))
-end
-
--- after reports whether stream ID a comes after stream ID b.
+-- after reports whether stream ID a comes after stream ID b ("ms-seq", or
+-- "ms" alone for "ms-0"). The parts are decimal numbers without leading
+-- zeros, compared as strings (the longer is the larger; of equal length,
+-- the greater string): tonumber would cost a strtod each.
 local function after(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  if am ~= bm then
-    return am > bm
+  if a == b then
+    return false
   end
-  return as > bs
+  local da = string.find(a, '-', 1, true)
+  if not da then
+    a = a .. '-0'
+    da = #a - 1
+  end
+  local db = string.find(b, '-', 1, true)
+  if not db then
+    b = b .. '-0'
+    db = #b - 1
+  end
+  if da ~= db then
+    return da > db
+  end
+  local sa, sb = #a - da, #b - db
+  if sa == sb or string.sub(a, 1, da) ~= string.sub(b, 1, db) then
+    return a > b
+  end
+  return sa > sb
 end
 
 -- after_last returns the stream ID just after id: the lowest one a group
--- whose last-delivered ID is id has not read.
+-- whose last-delivered ID is id has not read (its sequence plus one, in
+-- decimal digits).
 local function after_last(id)
-  local ms, seq = split(id)
-  return string.format('%.0f-%.0f', ms, seq + 1)
+  local d = string.find(id, '-', 1, true)
+  if not d then
+    return id .. '-1'
+  end
+  local i = #id
+  while i > d and string.byte(id, i) == 57 do -- '9' carries
+    i = i - 1
+  end
+  if i == d then
+    return string.sub(id, 1, d) .. '1' .. string.rep('0', #id - d)
+  end
+  return string.sub(id, 1, i - 1) .. string.char(string.byte(id, i) + 1) .. string.rep('0', #id - i)
 end
 
 -- forget_rest is forget once the stream's groups are read; with trim, it
