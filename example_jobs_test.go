@@ -93,20 +93,21 @@ func addTask(ctx context.Context, reminders *expset.Set, tenant, taskID string, 
 	return err // Add of a task there already moves its due time
 }
 
-// workerPool runs, in every worker process, 8 handler calls at once, at
-// most 2 of any one tenant.
+// workerPool runs, in every worker process, up to 8 handler calls at once,
+// at most 4 of the group over every process and 2 of any one tenant.
 func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, string, []byte) error) error {
 	// Consume also sweeps: no other process is needed.
-	// 8 calls at once here, at most 2 of one tenant in the whole group;
-	// jobs (e.Owner "") have no owner's cap.
+	// Up to 8 calls at once here; over every process at most 4 of the
+	// group and 2 of one tenant; jobs (e.Owner "") have no owner's cap.
 	return reminders.Consume(ctx, "notify", hostname, func(ctx context.Context, e expset.Expiry) error {
 		return send(ctx, e.Owner, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
-	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2))
+	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2), expset.WithGroupConcurrency(4))
 }
 
 // ExampleSet_Consume_workerPool queues six tasks of tenant acme, two of
 // globex and two jobs, all due at once, and runs the worker pool until it
-// has sent them all: never more than two of a tenant at once.
+// has sent them all: never more than two of a tenant, nor four in all, at
+// once.
 func ExampleSet_Consume_workerPool() {
 	ctx, reminders, done := reminderSet()
 	defer done()
@@ -124,17 +125,21 @@ func ExampleSet_Consume_workerPool() {
 	ctx, stop := context.WithCancel(ctx)
 	var mu sync.Mutex
 	running, most, sent := map[string]int{}, 0, map[string]int{}
+	all, mostAll := 0, 0
 	send := func(_ context.Context, tenant, id string, _ []byte) error {
 		mu.Lock()
 		running[tenant]++
 		if tenant != "" {
 			most = max(most, running[tenant])
 		}
+		all++
+		mostAll = max(mostAll, all)
 		mu.Unlock()
 		time.Sleep(20 * time.Millisecond) // the send itself
 		mu.Lock()
 		defer mu.Unlock()
 		running[tenant]--
+		all--
 		if sent[tenant]++; sent["acme"]+sent["globex"]+sent[""] == 10 {
 			stop()
 		}
@@ -143,9 +148,10 @@ func ExampleSet_Consume_workerPool() {
 	if err := workerPool(ctx, reminders, "worker-1", send); err != nil {
 		panic(err)
 	}
-	fmt.Printf("sent: acme %d, globex %d, jobs %d; at most %d of a tenant at once\n", sent["acme"], sent["globex"], sent[""], most)
+	fmt.Printf("sent: acme %d, globex %d, jobs %d; at most %d of a tenant at once; at most 4 in all: %v\n",
+		sent["acme"], sent["globex"], sent[""], most, mostAll <= 4)
 	// Output:
-	// sent: acme 6, globex 2, jobs 2; at most 2 of a tenant at once
+	// sent: acme 6, globex 2, jobs 2; at most 2 of a tenant at once; at most 4 in all: true
 }
 
 // reserveLoop takes one due reminder at a time, in a loop of its own,

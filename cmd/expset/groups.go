@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -26,6 +28,21 @@ type groupRowJSON struct {
 	RunningOwners int64      `json:"running_owners"`
 	OldestRunning *time.Time `json:"oldest_running,omitempty"`
 	HeldBack      int64      `json:"held_back"`
+	// The group paused (Set.Pause), and how many owners are paused in it:
+	// their events are held back.
+	Paused       bool  `json:"paused"`
+	PausedOwners int64 `json:"paused_owners"`
+}
+
+// pauseJSON is what "expset groups pause|resume --json" prints: the state
+// asked for, and whether it changed anything.
+type pauseJSON struct {
+	Group       string `json:"group"`
+	Owner       string `json:"owner,omitempty"` // "": the whole group
+	OwnerBase64 string `json:"owner_base64,omitempty"`
+	Paused      bool   `json:"paused"`
+	Changed     bool   `json:"changed"` // false: paused already, or not paused
+	Shards      int    `json:"shards"`  // shards written: every one for a group, the owner's for an owner
 }
 
 // runningJSON is what "expset groups running --json" prints.
@@ -57,9 +74,11 @@ func (a *app) groupsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "groups [--json] NAME",
-		Short: "list a set's consumer groups with their lag, pending events, dead letters, calls running and events held back; remove one",
+		Short: "list a set's consumer groups with their lag, pending events, dead letters, calls running, events held back and pauses; pause, resume or remove one",
 		Example: "expset groups unpaid-orders\n" +
 			"expset groups running unpaid-orders email\n" +
+			"expset groups pause unpaid-orders email\n" +
+			"expset groups resume unpaid-orders email user-42\n" +
 			"expset groups remove unpaid-orders emial",
 		Args: args("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,8 +119,87 @@ func (a *app) groupsCmd() *cobra.Command {
 		},
 	}
 	remove.Flags().BoolVar(&asJSON, "json", false, "print what the group held as JSON")
-	cmd.AddCommand(remove, a.groupsRunningCmd())
+	cmd.AddCommand(remove, a.groupsRunningCmd(), a.groupsPauseCmd(true), a.groupsPauseCmd(false))
 	return cmd
+}
+
+// groupsPauseCmd is "expset groups pause" (pause true) or "expset groups
+// resume".
+func (a *app) groupsPauseCmd(pause bool) *cobra.Command {
+	var asJSON bool
+	verb, short, long, example := "pause", "pause a consumer group, or one owner in it, in every process until resumed",
+		"pause stops new handler calls of GROUP (or of OWNER's events in it) in every process, until resumed:\n"+
+			"calls under way finish; the events it holds back are charged nothing and counted as held back.\n"+
+			"The pause is kept in Redis. GROUP need not exist yet: pausing a group ahead of its consumers is\n"+
+			"allowed, and they begin nothing until it is resumed. It says what it changed (nothing, when\n"+
+			"paused already).",
+		"expset groups pause unpaid-orders email\nexpset groups pause unpaid-orders email user-42"
+	if !pause {
+		verb, short, long, example = "resume", "resume a paused consumer group, or one paused owner in it",
+			"resume ends a pause of GROUP (or of OWNER in it): the events it held back are handled at once.\n"+
+				"Resuming the group leaves the owners paused in it paused. It says what it changed (nothing,\n"+
+				"when not paused).",
+			"expset groups resume unpaid-orders email\nexpset groups resume unpaid-orders email user-42"
+	}
+	cmd := &cobra.Command{
+		Use:     verb + " [--json] NAME GROUP [OWNER]",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    args("NAME GROUP [OWNER]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			group, owner := args[1], ""
+			if len(args) == 3 {
+				if owner = args[2]; owner == "" {
+					return fmt.Errorf("%w: OWNER is empty: leave it out to %s the whole group", errUsage, verb)
+				}
+			}
+			call := set.Pause
+			if !pause {
+				call = set.Resume
+			}
+			changed, err := call(cmd.Context(), group, owner)
+			if err != nil {
+				return groupErr(err, args[0], group)
+			}
+			shards := set.Shards()
+			if owner != "" {
+				shards = 1
+			}
+			if asJSON {
+				return json.NewEncoder(a.stdout).Encode(pauseJSON{Group: group, Owner: owner, OwnerBase64: exact(owner),
+					Paused: pause, Changed: changed, Shards: shards})
+			}
+			_, err = fmt.Fprintln(a.stdout, pauseText(pause, changed, group, owner, set))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what changed as JSON")
+	return cmd
+}
+
+// pauseText says what a pause (pause true) or resume of group of set, or
+// of owner in it, changed.
+func pauseText(pause, changed bool, group, owner string, set *expset.Set) string {
+	verb := map[bool]string{true: "paused", false: "resumed"}[pause]
+	what := fmt.Sprintf("group %q", group)
+	if owner != "" {
+		what = fmt.Sprintf("owner %s in group %q", printable(owner), group)
+	}
+	switch {
+	case changed && owner != "":
+		return fmt.Sprintf("%s %s on shard %d", verb, what, set.ShardOf(owner))
+	case changed:
+		return fmt.Sprintf("%s %s on %d shards", verb, what, set.Shards())
+	case pause:
+		return what + " was paused already"
+	}
+	return what + " was not paused"
 }
 
 func (a *app) groupsRunningCmd() *cobra.Command {
@@ -162,7 +260,7 @@ func printRunning(w io.Writer, r expset.RunningCalls, now time.Time, asJSON bool
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d of %d calls running (%d owners); %d events held back (read, no call under way: set aside at an owner cap, or not yet begun)\n",
+	_, err := fmt.Fprintf(w, "%d of %d calls running (%d owners); %d events held back (read, no call under way: set aside at an owner cap or by a pause, or not yet begun)\n",
 		len(r.Calls), r.Running, r.Owners, r.HeldBack)
 	return err
 }
@@ -214,14 +312,39 @@ func printGroups(w io.Writer, gs []expset.GroupInfo, asJSON bool) error {
 		rows := make([]groupRowJSON, 0, len(gs))
 		for _, g := range gs {
 			rows = append(rows, groupRowJSON{Group: g.Name, Shards: g.Shards, Lag: g.Lag, Pending: g.Pending, Dead: g.Dead, Retry: g.Retrying,
-				Running: g.Running, RunningOwners: g.RunningOwners, OldestRunning: timeOrNil(g.OldestRunning), HeldBack: g.HeldBack})
+				Running: g.Running, RunningOwners: g.RunningOwners, OldestRunning: timeOrNil(g.OldestRunning), HeldBack: g.HeldBack,
+				Paused: g.Paused, PausedOwners: g.PausedOwners})
 		}
 		return json.NewEncoder(w).Encode(rows)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "GROUP\tSHARDS\tLAG\tPENDING\tRETRYING\tDEAD\tRUNNING\tOWNERS\tHELD BACK\t")
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "GROUP\tSHARDS\tLAG\tPENDING\tRETRYING\tDEAD\tRUNNING\tOWNERS\tHELD BACK\tPAUSED\t")
 	for _, g := range gs {
-		fmt.Fprintf(tw, "%q\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Name, g.Shards, g.Lag, g.Pending, g.Retrying, g.Dead, g.Running, g.RunningOwners, g.HeldBack)
+		fmt.Fprintf(tw, "%q\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", g.Name, g.Shards, g.Lag, g.Pending, g.Retrying, g.Dead, g.Running, g.RunningOwners, g.HeldBack,
+			pausedText(g.Paused, g.PausedOwners))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for line := range strings.Lines(b.String()) {
+		// An empty PAUSED leaves only padding at the line's end.
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pausedText is the PAUSED column: "yes" for a paused group, "N owners"
+// for owners paused in it, both, or "".
+func pausedText(group bool, owners int64) string {
+	var parts []string
+	if group {
+		parts = append(parts, "yes")
+	}
+	if owners > 0 {
+		parts = append(parts, fmt.Sprintf("%d owners", owners))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -7,6 +7,7 @@
 //	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
+//	expset groups [running|remove|pause|resume] [--redis URL] [--json] NAME [GROUP [OWNER]]
 //	expset job [--redis URL] [--json] NAME ID
 //	expset schedules [--redis URL] [--json] NAME
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]
@@ -161,16 +162,17 @@ func usage(root *cobra.Command, w io.Writer) {
 	fmt.Fprintln(w, "Run 'expset COMMAND --help' for a command's flags and an example.")
 }
 
-// args checks a command's positional arguments: exactly the names given
-// ("NAME OWNER"), as a usage error that says what was wanted and shows the
-// command's synopsis.
+// args checks a command's positional arguments: the names given ("NAME
+// OWNER"), those in brackets optional ("NAME GROUP [OWNER]"), as a usage
+// error that says what was wanted and shows the command's synopsis.
 func args(names string) cobra.PositionalArgs {
-	want := len(strings.Fields(names))
+	most := len(strings.Fields(names))
+	want := most - strings.Count(names, "[")
 	return func(c *cobra.Command, got []string) error {
-		if want == 0 && len(got) > 0 {
+		if most == 0 && len(got) > 0 {
 			return fmt.Errorf("%w: unexpected arguments %q: %s", errUsage, got, c.UseLine())
 		}
-		if len(got) != want {
+		if len(got) < want || len(got) > most {
 			return fmt.Errorf("%w: want %s, got %d arguments: %s", errUsage, names, len(got), c.UseLine())
 		}
 		return nil

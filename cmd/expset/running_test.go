@@ -78,7 +78,7 @@ func TestBinaryGroupsRunning(t *testing.T) {
 	}
 	code, out, errs = runBin(t, "groups", "--redis", url, set.Name())
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 ||
-		strings.Join(strings.Fields(lines[0]), " ") != "GROUP SHARDS LAG PENDING RETRYING DEAD RUNNING OWNERS HELD BACK" ||
+		strings.Join(strings.Fields(lines[0]), " ") != "GROUP SHARDS LAG PENDING RETRYING DEAD RUNNING OWNERS HELD BACK PAUSED" ||
 		!strings.HasSuffix(strings.Join(strings.Fields(lines[1]), " "), " 6 3 1") {
 		t.Errorf("groups: exit %d:\n%s%s", code, out, errs)
 	}

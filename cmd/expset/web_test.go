@@ -133,7 +133,13 @@ func (f *webFix) do(req *http.Request) (int, string) {
 // unless hdr overrides it: "Origin", "" drops the Origin header.
 func (f *webFix) post(form url.Values, hdr ...string) (int, string) {
 	f.t.Helper()
-	req, _ := http.NewRequest("POST", f.srv.URL+"/dead", strings.NewReader(form.Encode()))
+	return f.postTo("/dead", form, hdr...)
+}
+
+// postTo is post to path.
+func (f *webFix) postTo(path string, form url.Values, hdr ...string) (int, string) {
+	f.t.Helper()
+	req, _ := http.NewRequest("POST", f.srv.URL+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", f.srv.URL)
 	for i := 0; i+1 < len(hdr); i += 2 {

@@ -91,6 +91,10 @@ type groupRow struct {
 	RunningOwners int64
 	HeldBack      int64
 	Calls         []expset.RunningCall
+	// With detail: the group paused (Set.Pause), and how many owners are
+	// paused in it; what they hold back counts in HeldBack.
+	Paused       bool
+	PausedOwners int64
 }
 
 // consumerRow is one consumer of a group over all shards.
@@ -158,8 +162,29 @@ func (w *webSet) readGroups(ctx context.Context, detail bool) ([]groupRow, count
 		if err := w.readRunning(ctx, out); err != nil {
 			return nil, cnt, err
 		}
+		if err := w.readPauses(ctx, out); err != nil {
+			return nil, cnt, err
+		}
 	}
 	return out, cnt, nil
+}
+
+// readPauses fills in each group's pause (one pipelined round trip, one on
+// each node of a cluster).
+func (w *webSet) readPauses(ctx context.Context, groups []groupRow) error {
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		names[i] = g.Name
+	}
+	ps, err := w.st.Pauses(ctx, names)
+	if err != nil {
+		return fmt.Errorf("read the pauses of %s's groups: %w", w.name, err)
+	}
+	for i := range groups {
+		p := ps[groups[i].Name]
+		groups[i].Paused, groups[i].PausedOwners = p.Group, p.Owners
+	}
+	return nil
 }
 
 // addConsumers adds the consumers of one shard's stream to the group's,

@@ -449,24 +449,7 @@ func (s *webServer) letter(w http.ResponseWriter, r *http.Request) {
 // repeated), or every one the filter selects (with confirm=yes). Only with
 // --allow-changes, from this page (same origin) and with its CSRF token.
 func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<20)
-	if !s.allowChanges {
-		s.logf("%s refused: read-only (POST %s)", r.RemoteAddr, r.URL.Path)
-		http.Error(w, "expset web: read-only: start expset web with --allow-changes to kick or delete dead letters", http.StatusForbidden)
-		return
-	}
-	if err := sameOrigin(r); err != nil {
-		s.logf("%s refused: not from this page: %v", r.RemoteAddr, err)
-		http.Error(w, "expset web: refused: the request does not come from this page ("+err.Error()+")", http.StatusForbidden)
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.fail(w, fmt.Errorf("%w: %v", errUsage, err))
-		return
-	}
-	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
-		s.logf("%s refused: no valid CSRF token", r.RemoteAddr)
-		http.Error(w, "expset web: refused: the form's CSRF token is missing or stale: reload the page", http.StatusForbidden)
+	if !s.changeAllowed(w, r, "kick or delete dead letters") {
 		return
 	}
 	ws, err := s.setOf(r)
@@ -521,4 +504,67 @@ func (s *webServer) deadAct(w http.ResponseWriter, r *http.Request) {
 	back := query("s", ws.name, "group", f.Group, "owner", f.Owner, "job", f.Job, "err", f.Err, "shard", f.ShardText(),
 		"done", fmt.Sprintf("%s %d dead letter(s)", verb, n))
 	http.Redirect(w, r, "/dead"+string(back), http.StatusSeeOther)
+}
+
+// changeAllowed reads the form of a change (a POST) and reports whether it
+// may be made: only with --allow-changes, from this page (same origin) and
+// with its CSRF token. Otherwise it answers the request, logs the refusal,
+// and returns false; what says what --allow-changes allows.
+func (s *webServer) changeAllowed(w http.ResponseWriter, r *http.Request, what string) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<20)
+	if !s.allowChanges {
+		s.logf("%s refused: read-only (POST %s)", r.RemoteAddr, r.URL.Path)
+		http.Error(w, "expset web: read-only: start expset web with --allow-changes to "+what, http.StatusForbidden)
+		return false
+	}
+	if err := sameOrigin(r); err != nil {
+		s.logf("%s refused: not from this page: %v", r.RemoteAddr, err)
+		http.Error(w, "expset web: refused: the request does not come from this page ("+err.Error()+")", http.StatusForbidden)
+		return false
+	}
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, fmt.Errorf("%w: %v", errUsage, err))
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
+		s.logf("%s refused: no valid CSRF token", r.RemoteAddr)
+		http.Error(w, "expset web: refused: the form's CSRF token is missing or stale: reload the page", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+// groupAct pauses or resumes a consumer group (do=pause or do=resume,
+// group=NAME) through the library, with the guards of every change
+// (changeAllowed), and goes back to the set's page.
+func (s *webServer) groupAct(w http.ResponseWriter, r *http.Request) {
+	if !s.changeAllowed(w, r, "pause or resume consumer groups") {
+		return
+	}
+	ws, err := s.setOf(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	group, do := r.PostFormValue("group"), r.PostFormValue("do")
+	var changed bool
+	switch do {
+	case "pause":
+		changed, err = ws.set.Pause(r.Context(), group, "")
+	case "resume":
+		changed, err = ws.set.Resume(r.Context(), group, "")
+	default:
+		s.fail(w, fmt.Errorf("%w: do=%q: want pause or resume", errUsage, do))
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	done := fmt.Sprintf("%sd group %q", do, group)
+	if !changed {
+		done = fmt.Sprintf("group %q was %s", group, map[string]string{"pause": "paused already", "resume": "not paused"}[do])
+	}
+	s.logf("%s %s of set %s", r.RemoteAddr, done, ws.name)
+	http.Redirect(w, r, "/set"+string(query("s", ws.name, "done", done)), http.StatusSeeOther)
 }

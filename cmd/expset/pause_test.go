@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/expset/expset"
+	"github.com/expset/expset/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestGroupsPauseResume: on every backend, groups pause and resume say
+// what they changed (a second pause or resume changes nothing and says
+// so), groups shows PAUSED ("1 owners" for an owner paused, "yes" for the
+// group, both), and its JSON paused and paused_owners; resuming the group
+// leaves its owner paused. A group no consumer has made yet can be paused:
+// declared later, it is listed paused. Bad input is a usage error (exit 2),
+// an unknown set exit 3.
+func TestGroupsPauseResume(t *testing.T) {
+	t.Parallel()
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		set := webTestSet(t, rdb, 4)
+		name, u := set.Name(), urlOf(t, rdb)
+		declare(t, rdb, set, "billing")
+		cli := func(want string, args ...string) {
+			t.Helper()
+			code, out, errs := runCLI(t, append(args, "--redis", u)...)
+			if code != 0 || strings.TrimSpace(out) != want {
+				t.Errorf("%v: exit %d, %q%s; want %q", args, code, out, errs, want)
+			}
+		}
+		// paused reads groups: billing's PAUSED in text, and in JSON.
+		paused := func(want string, wantGroup bool, wantOwners int64) {
+			t.Helper()
+			code, out, errs := runCLI(t, "groups", "--redis", u, name)
+			lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+			// Right-aligned columns: PAUSED is what follows HELD BACK's end.
+			end := strings.Index(lines[0], "HELD BACK") + len("HELD BACK")
+			if code != 0 || len(lines) != 2 || strings.TrimSpace(lines[0][end:]) != "PAUSED" || len(lines[1]) < end ||
+				strings.TrimSpace(lines[1][end:]) != want {
+				t.Errorf("groups: exit %d:\n%s%s\nwant billing's PAUSED %q", code, out, errs, want)
+			}
+			code, out, errs = runCLI(t, "groups", "--json", "--redis", u, name)
+			var rows []groupRowJSON
+			if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].Paused != wantGroup || rows[0].PausedOwners != wantOwners {
+				t.Errorf("groups --json: exit %d, %s%s; want paused %v, paused_owners %d", code, out, errs, wantGroup, wantOwners)
+			}
+		}
+		paused("", false, 0)
+		shard := set.ShardOf("acme")
+		cli(fmt.Sprintf(`paused owner acme in group "billing" on shard %d`, shard), "groups", "pause", name, "billing", "acme")
+		cli(`owner acme in group "billing" was paused already`, "groups", "pause", name, "billing", "acme")
+		paused("1 owners", false, 1)
+		cli(`paused group "billing" on 4 shards`, "groups", "pause", name, "billing")
+		cli(`group "billing" was paused already`, "groups", "pause", name, "billing")
+		paused("yes, 1 owners", true, 1)
+		cli(`resumed group "billing" on 4 shards`, "groups", "resume", name, "billing")
+		cli(`group "billing" was not paused`, "groups", "resume", name, "billing")
+		paused("1 owners", false, 1)
+		cli(fmt.Sprintf(`resumed owner acme in group "billing" on shard %d`, shard), "groups", "resume", name, "billing", "acme")
+		cli(`owner acme in group "billing" was not paused`, "groups", "resume", name, "billing", "acme")
+		paused("", false, 0)
+
+		// --json: the state asked for, and whether it changed.
+		for _, tc := range []struct {
+			args []string
+			want pauseJSON
+		}{
+			{[]string{"pause", name, "billing", "user 7"}, pauseJSON{Group: "billing", Owner: "user 7", Paused: true, Changed: true, Shards: 1}},
+			{[]string{"resume", name, "billing", "user 7"}, pauseJSON{Group: "billing", Owner: "user 7", Changed: true, Shards: 1}},
+			{[]string{"resume", name, "billing", "user 7"}, pauseJSON{Group: "billing", Owner: "user 7", Shards: 1}},
+			{[]string{"pause", name, "billing"}, pauseJSON{Group: "billing", Paused: true, Changed: true, Shards: 4}},
+			{[]string{"resume", name, "billing"}, pauseJSON{Group: "billing", Changed: true, Shards: 4}},
+		} {
+			code, out, errs := runCLI(t, append([]string{"groups", "--redis", u, "--json"}, tc.args...)...)
+			var got pauseJSON
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got != tc.want {
+				t.Errorf("groups %v --json: exit %d, %s%s; want %+v", tc.args, code, out, errs, tc.want)
+			}
+		}
+
+		// A group no consumer has made: paused ahead of its consumers.
+		cli(`paused group "later" on 4 shards`, "groups", "pause", name, "later")
+		declare(t, rdb, set, "later")
+		gs, err := set.Groups(ctx)
+		if err != nil || len(gs) != 2 || gs[1].Name != "later" || !gs[1].Paused {
+			t.Errorf("groups after declaring later: %+v, %v; want later paused", gs, err)
+		}
+
+		for _, tc := range []struct {
+			args []string
+			code int
+			want string
+		}{
+			{[]string{"groups", "pause", name}, 2, "want NAME GROUP [OWNER], got 1 arguments"},
+			{[]string{"groups", "resume", name, "billing", "a", "b"}, 2, "want NAME GROUP [OWNER], got 4 arguments"},
+			{[]string{"groups", "pause", name, "billing", ""}, 2, "leave it out to pause the whole group"},
+			{[]string{"groups", "resume", name, ""}, 2, "usage"},
+			{[]string{"groups", "pause", name, strings.Repeat("g", 257)}, 2, "usage"},
+			{[]string{"groups", "pause", name, "billing", strings.Repeat("o", 1025)}, 2, "usage"},
+			{[]string{"groups", "pause", "no-such-set", "billing"}, 3, "no set"},
+		} {
+			code, _, errs := runCLI(t, append(tc.args, "--redis", u)...)
+			if code != tc.code || !strings.Contains(errs, tc.want) {
+				t.Errorf("%q: exit %d, %q; want %d and %q", tc.args, code, errs, tc.code, tc.want)
+			}
+		}
+		if gs, err := set.Groups(ctx); err != nil || gs[0].Paused || gs[0].PausedOwners != 0 {
+			t.Errorf("after the refusals: %+v, %v; want billing not paused", gs, err)
+		}
+	})
+}
+
+// declare creates consumer group group of set on every shard, as an Open
+// WithConsumerGroups does.
+func declare(t *testing.T, rdb redis.UniversalClient, set *expset.Set, group string) {
+	t.Helper()
+	if _, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithRecordedConfiguration(), expset.WithConsumerGroups(group)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWebPauseGroups: on every backend, a read-only page shows no pause
+// button and refuses a pause; with --allow-changes a pause or resume needs
+// the page's origin and CSRF token, as every change does, and the page's
+// form pauses and resumes the group, says what it did and logs it.
+func TestWebPauseGroups(t *testing.T) {
+	t.Parallel()
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		set := webTestSet(t, rdb, 2)
+		declare(t, rdb, set, "billing")
+		paused := func() bool {
+			t.Helper()
+			gs, err := set.Groups(ctx)
+			if err != nil || len(gs) != 1 {
+				t.Fatalf("groups: %+v, %v", gs, err)
+			}
+			return gs[0].Paused
+		}
+
+		ro := newWebFix(t, rdb, set, webOpts{})
+		if body := mustGet(t, ro, "/set?s="+set.Name()); strings.Contains(body, `action="/groups"`) {
+			t.Errorf("a read-only page offers to pause:\n%s", body)
+		}
+		if code, msg := ro.postTo("/groups", ro.form("pause", "group", "billing")); code != http.StatusForbidden || !strings.Contains(msg, "--allow-changes") {
+			t.Errorf("a pause on a read-only page: %d %q; want 403 naming --allow-changes", code, msg)
+		}
+
+		f := newWebFix(t, rdb, set, webOpts{allowChanges: true})
+		if body := mustGet(t, f, "/set?s="+set.Name()); !strings.Contains(body, `name="do" value="pause"`) || !strings.Contains(body, f.web.csrf) {
+			t.Errorf("the page offers no pause button with its token:\n%s", body)
+		}
+		for _, tc := range []struct {
+			what string
+			form url.Values
+			hdr  []string
+			code int
+		}{
+			{"no CSRF token", url.Values{"s": {set.Name()}, "do": {"pause"}, "group": {"billing"}}, nil, 403},
+			{"a wrong CSRF token", f.form("pause", "group", "billing", "csrf", "x"), nil, 403},
+			{"another origin", f.form("pause", "group", "billing"), []string{"Origin", "http://evil.example"}, 403},
+			{"a cross-site fetch", f.form("pause", "group", "billing"), []string{"Sec-Fetch-Site", "cross-site"}, 403},
+			{"neither Origin nor Referer", f.form("pause", "group", "billing"), []string{"Origin", ""}, 403},
+			{"an unknown action", f.form("stop", "group", "billing"), nil, 400},
+			{"no group", f.form("pause"), nil, 400},
+			{"an unknown set", url.Values{"s": {"other"}, "csrf": {f.web.csrf}, "do": {"pause"}, "group": {"billing"}}, nil, 404},
+		} {
+			if code, _ := f.postTo("/groups", tc.form, tc.hdr...); code != tc.code {
+				t.Errorf("%s: %d; want %d", tc.what, code, tc.code)
+			}
+			if paused() {
+				t.Fatalf("%s paused the group", tc.what)
+			}
+		}
+		if code, _ := f.get("/groups?s=" + set.Name() + "&do=pause&group=billing&csrf=" + f.web.csrf); code != http.StatusMethodNotAllowed || paused() {
+			t.Errorf("a GET: %d; want 405, nothing paused", code)
+		}
+
+		act := func(do, wantDone string, want bool) {
+			t.Helper()
+			req, _ := http.NewRequest("POST", f.srv.URL+"/groups", strings.NewReader(f.form(do, "group", "billing").Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", f.srv.URL)
+			res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			back, _ := url.Parse(res.Header.Get("Location"))
+			if res.StatusCode != http.StatusSeeOther || back.Path != "/set" || back.Query().Get("done") != wantDone || paused() != want {
+				t.Fatalf("%s: %d to %s; want 303 to /set saying %q, paused %v", do, res.StatusCode, back, wantDone, want)
+			}
+		}
+		act("pause", `paused group "billing"`, true)
+		act("pause", `group "billing" was paused already`, true)
+		if body := mustGet(t, f, "/set?s="+set.Name()); !strings.Contains(body, `data-group-paused="true"`) || !strings.Contains(body, `name="do" value="resume"`) {
+			t.Errorf("the page does not show billing paused with a resume button:\n%s", body)
+		}
+		act("resume", `resumed group "billing"`, false)
+		act("resume", `group "billing" was not paused`, false)
+		if log := f.log.String(); !strings.Contains(log, `paused group "billing" of set `+set.Name()) || !strings.Contains(log, `resumed group "billing"`) {
+			t.Errorf("pause and resume not logged:\n%s", log)
+		}
+	})
+}
+
+// TestWebBrowserPause: with owner a paused in group billing (through the
+// library) and a Consume running, a set's page shows billing with 1 owner
+// paused and a's event held back while b's was handled; the page's pause
+// button pauses the whole group (the library reads it paused, the page
+// shows it), its resume button resumes it, and once the library resumes a
+// the live refresh shows billing not paused, nothing held back.
+func TestWebBrowserPause(t *testing.T) {
+	// Not parallel: chromium takes the machine for a while.
+	b := startBrowser(t)
+	ctx := context.Background()
+	_, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
+	addExpired(t, set, rdb, "a", "b")
+	sweepNow(t, set, 2)
+	if _, err := set.Pause(ctx, "billing", "a"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	handled := map[string]bool{}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- set.Consume(cctx, "billing", "w1", func(_ context.Context, e expset.Expiry) error {
+			mu.Lock()
+			handled[e.Owner] = true
+			mu.Unlock()
+			return nil
+		}, expset.WithPollInterval(5*time.Millisecond))
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	was := func(owner string) bool { mu.Lock(); defer mu.Unlock(); return handled[owner] }
+	waitFor(t, "b handled and a held back", func() bool {
+		r, err := set.Running(ctx, "billing", 1)
+		return was("b") && err == nil && r.HeldBack == 1
+	})
+
+	base, _, log := webServe(t, rdb, set, webOpts{allowChanges: true})
+	b.open(base + "/set?s=" + set.Name())
+	row := `#groups tr[data-group="billing"] `
+	if p, h, r := b.text(row+`[data-k="paused"]`), b.text(row+`[data-k="held-back"]`), b.text(row+`[data-k="running"]`); p != "1 owners paused" || h != "1" || r != "0" {
+		t.Errorf("billing shows paused %q, %q held back, %q running; want 1 owners paused, 1, 0", p, h, r)
+	}
+	groupPaused := func() bool {
+		gs, err := set.Groups(ctx)
+		if err != nil || len(gs) != 1 {
+			t.Fatalf("groups: %+v, %v", gs, err)
+		}
+		return gs[0].Paused
+	}
+
+	b.eval(`document.querySelector('#groups tr[data-group="billing"] button[value="pause"]').click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=paused") })
+	if got := b.text(".flash"); got != `paused group "billing"` {
+		t.Errorf("after the pause the page says %q", got)
+	}
+	var class string
+	b.eval(`document.querySelector('#groups tr[data-group="billing"]').className`, &class)
+	if p := b.text(row + `[data-k="paused"]`); p != "paused, 1 owners paused" || class != "paused" || !groupPaused() {
+		t.Errorf("after the pause billing shows %q (class %q), the library reads it paused: %v", p, class, groupPaused())
+	}
+
+	b.eval(`document.querySelector('#groups tr[data-group="billing"] button[value="resume"]').click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=resumed") })
+	if p := b.text(row + `[data-k="paused"]`); p != "1 owners paused" || groupPaused() {
+		t.Errorf("after the resume billing shows %q, the library reads it paused: %v", p, groupPaused())
+	}
+	if !strings.Contains(log.String(), `resumed group "billing" of set `+set.Name()) {
+		t.Errorf("the resume is not logged: %q", log.String())
+	}
+
+	if _, err := set.Resume(ctx, "billing", "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a handled", func() bool { return was("a") })
+	waitFor(t, "the live refresh showing billing not paused, nothing held back", func() bool {
+		return b.text(row+`[data-k="paused"]`) == "–" && b.text(row+`[data-k="held-back"]`) == "0"
+	})
+}
