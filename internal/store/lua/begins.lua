@@ -20,7 +20,10 @@
 --          nobody else can have taken them (a take needs them idle ARGV[3]
 --          ms) and no call of them has begun: they are begun without a look
 --          at the pending list or the attempts field (never a job's: a
---          Set.Cancel acknowledges one read and not begun)
+--          Set.Cancel acknowledges one read and not begun; of a job of an
+--          owner, which the consumer cannot tell from a member's event,
+--          it leaves a mark in the attempts field, which the HSETNX of
+--          every fresh begin finds)
 -- ARGV[8..] pairs (at most 1000): an entry ID, and the token of its call
 --          (unique to the handler call, so that a begin run twice counts once);
 --          with a cap, triples: and the event's owner ("" for a job: no slot)
@@ -78,6 +81,10 @@ for i = 8, #ARGV - 1, step do
   end
   if not holder or (holder ~= consumer and idle < vis) then
     r = 0
+    if not holder then
+      -- Acknowledged: an attempts field left is a Set.Cancel's mark.
+      call('HDEL', att, att_field(id, group))
+    end
   else
     local field = att_field(id, group)
     local used, token, had = 0, nil, nil
@@ -125,16 +132,23 @@ for i = 8, #ARGV - 1, step do
         if slot then
           v = v .. ' s' .. slot
         end
-        if i >= fresh or not took then
+        if i >= fresh then
           call('HSET', att, field, v)
         elseif call('HSETNX', att, field, v) == 0 then
           -- This begin ran before (the client sent it twice): its slot
-          -- is held already.
-          slot_free(group, owner, true)
+          -- is held already. Or Set.Cancel deleted the event of a job of
+          -- an owner after this consumer read it, leaving its mark (a
+          -- token "-", see cancel.lua), which goes now: nothing begins.
+          if took then
+            slot_free(group, owner, true)
+          end
           local u, t = att_get(att, field)
           if t == tok then
             r = {u, 1, 0}
           else
+            if t == '-' then
+              call('HDEL', att, field)
+            end
             r = 0
           end
         end
