@@ -36,8 +36,8 @@ func reminderSet() (context.Context, *expset.Set, func()) {
 
 // jobService puts, moves, reads and cancels one reminder.
 func jobService(ctx context.Context, reminders *expset.Set) error {
-	// Put: due in a day, unless rem-42 waits already; then nothing changes
-	// (a retried request puts nothing twice) and put is false.
+	// Put: due in a day, unless rem-42 waits: then put is false (a retried
+	// request puts nothing twice).
 	due, put, err := reminders.Put(ctx, "rem-42", 24*time.Hour, expset.WithPayload([]byte("call mum")))
 	if err != nil {
 		return err // Redis failed, or bad input: errors.Is(err, expset.ErrInvalidArgument)
@@ -60,7 +60,7 @@ func jobService(ctx context.Context, reminders *expset.Set) error {
 		return err
 	}
 	fmt.Println("state:", j.State) // "waiting", "running", "dead" or "" (unknown)
-	// Cancel reaches a job until a handler call of it begins.
+	// Cancel reaches a job until its handler call begins.
 	cancelled, err := reminders.Cancel(ctx, "rem-42")
 	if err != nil {
 		return err
@@ -87,12 +87,41 @@ func ExampleSet_Put() {
 	// after the cancel: ""
 }
 
+// tenantJob puts a reminder of the tenant acme and reads acme's count.
+func tenantJob(ctx context.Context, reminders *expset.Set) error {
+	// A job of acme, one of its members. Reschedule, Cancel, Job and
+	// JobDeadLetters take WithOwner too.
+	_, _, err := reminders.Put(ctx, "rem-7", time.Hour, expset.WithOwner("acme"))
+	if err != nil {
+		return err
+	}
+	n, err := reminders.Count(ctx, "acme")
+	fmt.Println("acme holds:", n) // 1
+	return err
+}
+
+// ExampleWithOwner runs tenantJob, then cancels the job of acme: the same
+// ID without an owner is another job, unknown.
+func ExampleWithOwner() {
+	ctx, reminders, done := reminderSet()
+	defer done()
+	if err := tenantJob(ctx, reminders); err != nil {
+		panic(err)
+	}
+	other, _ := reminders.Cancel(ctx, "rem-7")
+	cancelled, _ := reminders.Cancel(ctx, "rem-7", expset.WithOwner("acme"))
+	n, _ := reminders.Count(ctx, "acme")
+	fmt.Println("without its owner:", other, "with it:", cancelled, "then:", n)
+	// Output:
+	// acme holds: 1
+	// without its owner: false with it: true then: 0
+}
+
 // workerPool runs, in every worker process, 8 handler calls at once.
 func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, []byte) error) error {
 	// Consume also sweeps: due jobs are delivered with no other process.
-	// A job has no owner (e.Owner is ""), so WithOwnerConcurrency, which
-	// caps the calls of one owner, never holds a job back: it applies to
-	// the members of owners (Add, Acquire) in the same set.
+	// WithOwnerConcurrency caps each owner's calls (jobs put WithOwner,
+	// Add, Acquire), never an ownerless job's (e.Owner "").
 	return reminders.Consume(ctx, "notify", hostname, func(ctx context.Context, e expset.Expiry) error {
 		return send(ctx, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
 	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2))

@@ -41,8 +41,8 @@ type Job struct {
 // Remove, Acquire) act on it as on any. owner is checked as Set.Add checks
 // one: 1 to 1024 bytes, not beginning with "\x00job:"; else the call fails
 // with ErrInvalidArgument and changes nothing.
-func WithOwner(owner string) OwnerOption {
-	return ownerOption(func(c *callConfig) error {
+func WithOwner(owner string) JobOption {
+	return jobOption(func(c *callConfig) error {
 		if p := ownerProblem(owner); p != "" {
 			return fmt.Errorf("%w: WithOwner: %s", ErrInvalidArgument, p)
 		}

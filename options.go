@@ -67,18 +67,14 @@ type DeliveryOption interface {
 // AddOption configures one Set.Add: WithPayload.
 type AddOption interface{ applyAdd(*callConfig) error }
 
-// PutOption configures one Set.Put: WithPayload, WithOwner.
+// PutOption configures one Set.Put: WithPayload, and every JobOption.
 type PutOption interface{ applyPut(*callConfig) error }
 
-// JobOption configures one Set.Reschedule, Set.Cancel, Set.Job or
-// Set.JobDeadLetters: WithOwner.
-type JobOption interface{ applyJob(*callConfig) error }
-
-// OwnerOption configures the calls on one job, Set.Put and the JobOption
-// calls: WithOwner.
-type OwnerOption interface {
+// JobOption configures every call on one job, Set.Put, Set.Reschedule,
+// Set.Cancel, Set.Job and Set.JobDeadLetters: WithOwner.
+type JobOption interface {
 	PutOption
-	JobOption
+	applyJob(*callConfig) error
 }
 
 // AcquireOption configures one Quota.Acquire, Quota.AcquireWait or request
@@ -110,7 +106,7 @@ type (
 	deliveryOption func(*consumeConfig) error
 	acquireOption  func(*callConfig) error
 	writeOption    func(*callConfig) error
-	ownerOption    func(*callConfig) error
+	jobOption      func(*callConfig) error
 	loopOption     struct {
 		sweeper func(*sweeperConfig) error
 		consume func(*consumeConfig) error
@@ -125,8 +121,8 @@ func (f acquireOption) applyAcquire(c *callConfig) error     { return f(c) }
 func (f writeOption) applyAdd(c *callConfig) error           { return f(c) }
 func (f writeOption) applyAcquire(c *callConfig) error       { return f(c) }
 func (f writeOption) applyPut(c *callConfig) error           { return f(c) }
-func (f ownerOption) applyPut(c *callConfig) error           { return f(c) }
-func (f ownerOption) applyJob(c *callConfig) error           { return f(c) }
+func (f jobOption) applyPut(c *callConfig) error             { return f(c) }
+func (f jobOption) applyJob(c *callConfig) error             { return f(c) }
 func (o loopOption) applySweeper(c *sweeperConfig) error     { return o.sweeper(c) }
 func (o loopOption) applyConsume(c *consumeConfig) error     { return o.consume(c) }
 func (o loopOption) applyReserve(c *consumeConfig) error     { return o.consume(c) }

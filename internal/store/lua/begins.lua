@@ -22,8 +22,8 @@
 --          at the pending list or the attempts field (never a job's: a
 --          Set.Cancel acknowledges one read and not begun; of a job of an
 --          owner, which the consumer cannot tell from a member's event,
---          it leaves a mark in the attempts field, which the HSETNX of
---          every fresh begin finds)
+--          it leaves a mark in the attempts field, which the HSET or
+--          HSETNX of every fresh begin finds)
 -- ARGV[8..] pairs (at most 1000): an entry ID, and the token of its call
 --          (unique to the handler call, so that a begin run twice counts once);
 --          with a cap, triples: and the event's owner ("" for a job: no slot)
@@ -134,14 +134,22 @@ for i = 8, #ARGV - 1, step do
         end
         if i >= fresh then
           call('HSET', att, field, v)
+        elseif not took then
+          -- A fresh item has no field (HSET adds it: 1), but when this
+          -- begin ran before (the client sent it twice: the same value),
+          -- or Set.Cancel deleted the event of a job of an owner after
+          -- this consumer read it, leaving its mark (see cancel.lua): the
+          -- entry is then acknowledged, the mark goes, nothing begins.
+          -- (HSETNX would scan the hash twice on every fresh begin.)
+          if call('HSET', att, field, v) == 0 and not pending_of(stream, group, id) then
+            call('HDEL', att, field)
+            r = 0
+          end
         elseif call('HSETNX', att, field, v) == 0 then
           -- This begin ran before (the client sent it twice): its slot
-          -- is held already. Or Set.Cancel deleted the event of a job of
-          -- an owner after this consumer read it, leaving its mark (a
-          -- token "-", see cancel.lua), which goes now: nothing begins.
-          if took then
-            slot_free(group, owner, true)
-          end
+          -- is held already. Or Set.Cancel left its mark (a token "-"),
+          -- which goes now: nothing begins.
+          slot_free(group, owner, true)
           local u, t = att_get(att, field)
           if t == tok then
             r = {u, 1, 0}
