@@ -2,8 +2,6 @@ package expset
 
 import (
 	"context"
-	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,16 +9,24 @@ import (
 	"github.com/expset/expset/internal/store"
 )
 
-// callToken returns a new handler call's token.
-func callToken() string { return strconv.FormatUint(rand.Uint64(), 36) }
-
 // beginAll begins a handler call of each of todo (claimed, or set aside
 // before), in one begins.lua call per shard, all in one pipeline, and
 // returns the calls begun. The events not meant for the group are
 // acknowledged, those that cannot be read as events buried, and those
 // whose owners are at their cap set aside (refused); those another
-// consumer holds are dropped.
-func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
+// consumer holds are dropped. The group call slots of todo (grant) that
+// no call begun holds are freed.
+func (c *consumer) beginAll(ctx context.Context, todo []delivery) (begun []takenCall) {
+	if slots := slotsOf(todo); slots != nil {
+		defer func() {
+			for _, tc := range begun {
+				delete(slots, tc.token)
+			}
+			for tok := range slots {
+				c.pool.leases.freeSlots(tok)
+			}
+		}()
+	}
 	bs := c.beginBatches(ctx, todo)
 	if len(bs.Items) == 0 {
 		return nil
@@ -29,8 +35,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 	for k, items := range bs.Items {
 		begins := make([]store.BeginItem, len(items))
 		for j, it := range items {
-			owner, _ := c.capped(it.d) // "" for a job: no slot
-			begins[j] = store.BeginItem{ID: it.d.id, Token: it.token, Owner: owner, Fresh: it.fresh}
+			begins[j] = store.BeginItem{ID: it.d.id, Token: it.token, Owner: eventOwner(it.d), Fresh: it.fresh}
 		}
 		calls[k] = c.set.st.BeginsCall(c.args(), bs.Keys[k], begins)
 	}
@@ -39,7 +44,6 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 	defer cancel()
 	leased := time.Now()
 	c.set.st.RunPipelined(wctx, calls)
-	var begun []takenCall
 	for k, b := range calls {
 		replies, err := store.ReadBegins(b, len(bs.Items[k]))
 		if err != nil {
@@ -56,7 +60,10 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			case r.Err != nil:
 				c.fail(ctx, b.Shard, r.Err)
 				continue
-			case r.Attempt == store.BeginFull:
+			case r.Attempt == store.BeginFull || r.Attempt == store.BeginPaused || r.Attempt == store.BeginOwnerPaused:
+				if r.Attempt == store.BeginPaused {
+					c.paused = time.Now()
+				}
 				if err := c.refused(ctx, it.d); err != nil {
 					c.fail(ctx, it.d.shard, err)
 				}
@@ -70,6 +77,7 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 			}
 			it.e.Attempt = r.Attempt
 			begun = append(begun, it)
+			c.paused = time.Time{}
 		}
 	}
 	return begun
@@ -77,13 +85,14 @@ func (c *consumer) beginAll(ctx context.Context, todo []delivery) []takenCall {
 
 // beginBatches groups the events of todo that a handler call can be made
 // of by shard, in batches of at most maxBatch, each with a new call
-// token, and settles the others (unbegun). The fresh come first (each
+// token (the group call slot's it holds, if any), and settles the others
+// (unbegun). The fresh come first (each
 // call counts them: begins.lua's ARGV[7]), begun without a look at the
 // pending list: read or claimed by this consumer so lately that no other
 // can have taken them (see fresh).
 func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batches[int, takenCall] {
 	var bs store.Batches[int, takenCall]
-	now := time.Now()
+	now, start := time.Now(), c.set.clockNow()
 	for _, fresh := range []bool{true, false} {
 		for _, d := range todo {
 			if c.fresh(d, now) != fresh {
@@ -93,7 +102,12 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 			if !ok {
 				continue
 			}
-			bs.Add(d.shard, takenCall{d: d, e: e, token: callToken(), fresh: fresh})
+			tc := takenCall{d: d, e: e, token: d.slot, fresh: fresh, slot: d.slot != ""}
+			if !tc.slot {
+				tc.token = callToken(c.name, start, c.cfg.leaseTTL, c.ownerSlot(d))
+			}
+			tc.d.slot = "" // the call holds it: an event set aside or released later holds none
+			bs.Add(d.shard, tc)
 		}
 	}
 	return bs
@@ -155,4 +169,5 @@ type takenCall struct {
 	leased time.Time // when its lease was taken (at the latest)
 	full   bool      // its owner's slots were all held with its own (WithOwnerConcurrency)
 	fresh  bool      // begun without a look at the pending list (beginBatches)
+	slot   bool      // token is a group call slot's (WithGroupConcurrency)
 }

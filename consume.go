@@ -51,6 +51,7 @@ type consumeConfig struct {
 	maxHandling time.Duration
 	concurrency int
 	ownerCap    int           // WithOwnerConcurrency (0: none)
+	groupCap    int           // WithGroupConcurrency (0: none)
 	retryFirst  time.Duration // WithRetryBackoff
 	retryLimit  time.Duration
 	stopWait    time.Duration // WithShutdownTimeout
@@ -175,7 +176,8 @@ func WithShutdownTimeout(d time.Duration) ConsumeOption {
 // (a bad group, consumer or option, or a set without expiry events).
 // Options: WithLeaseTTL, WithMaxAttempts, WithRetryBackoff,
 // WithMaxHandlingTime, WithReadBatch, WithPollInterval, WithConcurrency,
-// WithOwnerConcurrency, WithShutdownTimeout, WithoutSweeper.
+// WithOwnerConcurrency, WithGroupConcurrency, WithShutdownTimeout,
+// WithoutSweeper.
 func (s *Set) Consume(ctx context.Context, group, consumerName string, handle func(context.Context, Expiry) error, opts ...ConsumeOption) error {
 	cfg := defaultConsumeConfig()
 	if err := applyOptions(opts, &cfg, ConsumeOption.applyConsume); err != nil {
@@ -197,6 +199,9 @@ func (s *Set) Consume(ctx context.Context, group, consumerName string, handle fu
 	c.handle = handle
 	c.pool = newPool(c)
 	c.wk = s.listen("subscribe", func(k *store.Keys) string { return k.EvWake })
+	if c.gslots = c.newGroupSlots(); c.gslots != nil {
+		defer c.listenFreed()()
+	}
 	s.retryNotes.join(c)
 	defer s.retryNotes.leave(c)
 	defer c.wk.close()
@@ -313,6 +318,8 @@ type consumer struct {
 	pool        *pool          // Consume's handler calls under way (nil for Reserve)
 	nextRead    int            // the shard a read limited by free handler slots starts from
 	parked      parking        // events whose owners were at their cap (WithOwnerConcurrency)
+	gslots      *groupSlots    // the group's call slots (WithGroupConcurrency; nil without)
+	paused      time.Time      // when a begin found the group paused (zero: not so since; pause.go)
 	ahead       []delivery     // events read past those begun, oldest first: begun when a call slot frees
 	passing     int            // the read batch while reads find only owners at their cap (readNew; 0: WithReadBatch)
 	retries     []retryDues    // per shard: the retries this consumer scheduled (retry.go)
@@ -347,6 +354,7 @@ type delivery struct {
 	values map[string]any
 	at     time.Time // when the read or claim that took it was sent: its lease started after
 	parked bool      // it comes from the events set aside (owners.go)
+	slot   string    // the group call slot it holds, its call's token (WithGroupConcurrency: grant)
 	new    bool      // read new (XREADGROUP ... >): no call of it has begun
 }
 

@@ -87,16 +87,11 @@ func ExampleSet_Put() {
 	// after the cancel: ""
 }
 
-// tenantJob puts a reminder of the tenant acme and reads acme's count.
+// tenantJob puts a reminder of the tenant acme.
 func tenantJob(ctx context.Context, reminders *expset.Set) error {
-	// A job of acme, one of its members. Reschedule, Cancel, Job and
+	// A job of acme: one of its members. Reschedule, Cancel, Job and
 	// JobDeadLetters take WithOwner too.
 	_, _, err := reminders.Put(ctx, "rem-7", time.Hour, expset.WithOwner("acme"))
-	if err != nil {
-		return err
-	}
-	n, err := reminders.Count(ctx, "acme")
-	fmt.Println("acme holds:", n) // 1
 	return err
 }
 
@@ -108,44 +103,66 @@ func ExampleWithOwner() {
 	if err := tenantJob(ctx, reminders); err != nil {
 		panic(err)
 	}
+	n, _ := reminders.Count(ctx, "acme")
+	fmt.Println("acme holds:", n)
 	other, _ := reminders.Cancel(ctx, "rem-7")
 	cancelled, _ := reminders.Cancel(ctx, "rem-7", expset.WithOwner("acme"))
-	n, _ := reminders.Count(ctx, "acme")
+	n, _ = reminders.Count(ctx, "acme")
 	fmt.Println("without its owner:", other, "with it:", cancelled, "then:", n)
 	// Output:
 	// acme holds: 1
 	// without its owner: false with it: true then: 0
 }
 
-// workerPool runs, in every worker process, 8 handler calls at once.
-func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, []byte) error) error {
-	// Consume also sweeps: due jobs are delivered with no other process.
-	// WithOwnerConcurrency caps each owner's calls (jobs put WithOwner,
-	// Add, Acquire), never an ownerless job's (e.Owner "").
+// addTask queues a task of tenant: a member of the tenant, due after delay.
+func addTask(ctx context.Context, reminders *expset.Set, tenant, taskID string, delay time.Duration, task []byte) error {
+	_, err := reminders.Add(ctx, tenant, taskID, delay, expset.WithPayload(task))
+	return err // Add of a task there already moves its due time
+}
+
+// workerPool runs, in every worker process, 8 handler calls at once, at
+// most 2 of any one tenant.
+func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, string, []byte) error) error {
+	// Consume also sweeps: no other process is needed.
+	// 8 calls at once here, at most 2 of one tenant in the whole group;
+	// ownerless jobs (e.Owner "") are never capped.
 	return reminders.Consume(ctx, "notify", hostname, func(ctx context.Context, e expset.Expiry) error {
-		return send(ctx, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
+		return send(ctx, e.Owner, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
 	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2))
 }
 
-// ExampleSet_Consume_workerPool puts ten reminders due at once and runs
-// the worker pool until it has sent them all.
+// ExampleSet_Consume_workerPool queues six tasks of tenant acme, two of
+// globex and two jobs, all due at once, and runs the worker pool until it
+// has sent them all: never more than two of a tenant at once.
 func ExampleSet_Consume_workerPool() {
 	ctx, reminders, done := reminderSet()
 	defer done()
-	for i := range 10 {
-		id := fmt.Sprintf("rem-%02d", i)
-		if _, _, err := reminders.Put(ctx, id, 0, expset.WithPayload([]byte("text of "+id))); err != nil {
+	for i := range 8 {
+		tenant := map[bool]string{true: "acme", false: "globex"}[i < 6]
+		if err := addTask(ctx, reminders, tenant, fmt.Sprintf("task-%d", i), time.Millisecond, []byte("text")); err != nil {
+			panic(err)
+		}
+	}
+	for _, id := range []string{"rem-1", "rem-2"} {
+		if _, _, err := reminders.Put(ctx, id, 0); err != nil {
 			panic(err)
 		}
 	}
 	ctx, stop := context.WithCancel(ctx)
 	var mu sync.Mutex
-	var sent []string
-	send := func(_ context.Context, id string, text []byte) error {
+	running, most, sent := map[string]int{}, 0, map[string]int{}
+	send := func(_ context.Context, tenant, id string, _ []byte) error {
+		mu.Lock()
+		running[tenant]++
+		if tenant != "" {
+			most = max(most, running[tenant])
+		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // the send itself
 		mu.Lock()
 		defer mu.Unlock()
-		sent = append(sent, fmt.Sprintf("%s: %s", id, text))
-		if len(sent) == 10 {
+		running[tenant]--
+		if sent[tenant]++; sent["acme"]+sent["globex"]+sent[""] == 10 {
 			stop()
 		}
 		return nil
@@ -153,10 +170,9 @@ func ExampleSet_Consume_workerPool() {
 	if err := workerPool(ctx, reminders, "worker-1", send); err != nil {
 		panic(err)
 	}
-	sort.Strings(sent)
-	fmt.Println(len(sent), "sent, first", sent[0], "last", sent[9])
+	fmt.Printf("sent: acme %d, globex %d, jobs %d; at most %d of a tenant at once\n", sent["acme"], sent["globex"], sent[""], most)
 	// Output:
-	// 10 sent, first rem-00: text of rem-00 last rem-09: text of rem-09
+	// sent: acme 6, globex 2, jobs 2; at most 2 of a tenant at once
 }
 
 // reserveLoop takes one due reminder at a time, in a loop of its own,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 )
 
 // The consumer groups of a set's expiry events, for operators: list them
@@ -20,22 +21,33 @@ type GroupInfo struct {
 	// Retrying counts the events whose handler call failed, waiting for
 	// their retry delay (WithRetryBackoff, RetryAfter): part of Pending.
 	Retrying int64
-	// Running counts the handler calls under way that hold an owner slot
-	// (WithOwnerConcurrency), and RunningOwners their owners: 5 calls of
-	// owner a and 2 of b give Running 7, RunningOwners 2. Set.Running
-	// lists the owners. Both are 0 in the reply of RemoveGroup.
+	// Running counts the handler calls under way, of every consumer, of
+	// members and of jobs, and RunningOwners their owners (a job's call has
+	// none): 5 calls of owner a, 2 of b and 1 of a job give Running 8,
+	// RunningOwners 2. OldestRunning is when the oldest of them began (zero
+	// when none runs). HeldBack counts the pending events no call has and
+	// no retry waits for (RunningCalls.HeldBack): Pending = Retrying +
+	// Running + HeldBack, but for events acknowledged between the reads.
+	// Set.Running lists the calls. These are zero in the reply of
+	// RemoveGroup.
 	Running       int64
 	RunningOwners int64
+	OldestRunning time.Time
+	HeldBack      int64
+	// Paused reports the group paused (Set.Pause), PausedOwners how many
+	// owners are paused in it: their events are held back.
+	Paused       bool
+	PausedOwners int64
 }
 
 // Groups returns the consumer groups of the set's expiry events, by name,
-// with their lag, pending events, retries waiting, dead letters and calls
-// running under owner slots. Cost: one pipelined round trip for the groups
+// with their lag, pending events, retries waiting, dead letters, calls
+// running and events held back. Cost: one pipelined round trip for the groups
 // (one per node on a cluster), one more where Redis cannot tell a lag, one
 // more where events are pending (to count the retries), one per 1000 dead
 // letters of the largest dead-letter stream (each is read to learn its
-// group), and one per 1000 calls under way on the busiest shard (at least
-// one: see Set.Running).
+// group), and one per 1000 events with a call begun on the busiest shard
+// (at least one: see Set.Running).
 func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
 		return nil, err
@@ -76,17 +88,19 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 		}
 		g.Dead += n
 	}
-	running, _, err := s.st.Running(ctx, "")
+	if err := s.countRunning(ctx, byName); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
+	}
+	pauses, err := s.st.Pauses(ctx, names)
 	if err != nil {
 		return nil, err
 	}
-	for name, owners := range running {
-		if g := byName[name]; g != nil {
-			for _, n := range owners {
-				g.Running += n
-				g.RunningOwners++
-			}
-		}
+	for name, p := range pauses {
+		byName[name].Paused, byName[name].PausedOwners = p.Group, p.Owners
 	}
 	out := make([]GroupInfo, 0, len(byName))
 	for _, g := range byName {
@@ -94,6 +108,40 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out, nil
+}
+
+// countRunning counts the calls running in each group of byName, their
+// owners and the events held back (from Pending and Retrying, counted
+// before), and notes the oldest call's start.
+func (s *Set) countRunning(ctx context.Context, byName map[string]*GroupInfo) error {
+	read, _, err := s.st.Running(ctx, "")
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	owners := map[string]map[string]bool{}
+	for _, b := range read.Begun {
+		g := byName[b.Group]
+		c, ok := runningCall(b, now)
+		if g == nil || !ok {
+			continue
+		}
+		g.Running++
+		if c.Owner != "" && !owners[b.Group][c.Owner] {
+			if owners[b.Group] == nil {
+				owners[b.Group] = map[string]bool{}
+			}
+			owners[b.Group][c.Owner] = true
+			g.RunningOwners++
+		}
+		if !c.Started.IsZero() && (g.OldestRunning.IsZero() || c.Started.Before(g.OldestRunning)) {
+			g.OldestRunning = c.Started
+		}
+	}
+	for _, g := range byName {
+		g.HeldBack = max(g.Pending-g.Retrying-g.Running, 0)
+	}
+	return nil
 }
 
 // RemoveGroup removes consumer group group from every shard's stream with

@@ -258,7 +258,7 @@ func hostileCallRows(rows *hostileRows) {
 	}{
 		{"n 0", "g", 0, ErrInvalidArgument},
 		{"n -1", "g", -1, ErrInvalidArgument},
-		{"n 10001", "g", maxRunningOwners + 1, ErrInvalidArgument},
+		{"n 10001", "g", maxRunningCalls + 1, ErrInvalidArgument},
 		{`group ""`, "", 10, ErrInvalidArgument},
 		{"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1), 10, ErrInvalidArgument},
 		{"a group the set does not have", "missing", 10, ErrNotFound},
@@ -276,13 +276,13 @@ func hostileCallRows(rows *hostileRows) {
 		_, err := e.s.Running(e.ctx, "g", 10)
 		return "", err
 	})
-	row("Set.Running", "a group that never used WithOwnerConcurrency", nil, "0 owners", func(e *hostileEnv) (string, error) {
+	row("Set.Running", "a group with no call running", nil, "0 calls", func(e *hostileEnv) (string, error) {
 		s, err := groupSet(e)
 		if err != nil {
 			return "", err
 		}
 		got, err := s.Running(e.ctx, "g", 10)
-		return fmt.Sprintf("%d owners", len(got)), err
+		return fmt.Sprintf("%d calls", len(got.Calls)), err
 	})
 	nilClients := []struct {
 		desc string

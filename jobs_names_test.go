@@ -82,7 +82,7 @@ func TestJobOwnerNeverShown(t *testing.T) {
 
 		noJobOwner(t, "Stats", must[[]ShardStats](t)(s.Stats(ctx)))
 		noJobOwner(t, "Groups", must[[]GroupInfo](t)(s.Groups(ctx)))
-		noJobOwner(t, "Running", must[[]OwnerCalls](t)(s.Running(ctx, "g1", 100)))
+		noJobOwner(t, "Running", must[RunningCalls](t)(s.Running(ctx, "g1", 100)))
 		noJobOwner(t, "Job", must[Job](t)(s.Job(ctx, "bad-1")))
 		noJobOwner(t, "Schedules", must[[]Schedule](t)(s.Schedules(ctx)))
 		for i := range s.shards {

@@ -24,6 +24,7 @@ type leaseKeeper struct {
 	calls   map[*leaseCall]struct{}
 	failing bool           // the last acknowledgements sent failed
 	sent    [][]pendingAck // the acknowledgements of the send under way, per shard
+	freed   []string       // the group call slots to free (WithGroupConcurrency), sent at once
 	bo      backoff        // how soon acknowledgements that failed are sent again
 	closed  bool           // close was called: calls left running settle nothing
 	kick    chan struct{}  // a call joined or an acknowledgement came (buffer 1)
@@ -37,6 +38,7 @@ type leaseCall struct {
 	shard  int
 	id     string
 	token  string    // the call's token: the lease is the call's while the event's attempts field carries it
+	slot   bool      // token is a group call slot's, renewed with the lease (WithGroupConcurrency)
 	leased time.Time // when the last renewal that succeeded was sent (or the lease taken)
 	next   time.Time // when the next renewal is due
 	gone   bool      // a renewal found the lease no longer the call's
@@ -63,6 +65,22 @@ func (k *leaseKeeper) close() {
 	k.mu.Unlock()
 	close(k.stop)
 	<-k.done
+	k.send(false) // the group call slots of the calls that ended last
+}
+
+// freeSlots has the group call slots of tokens freed (WithGroupConcurrency)
+// at the keeper's next send, which it wakes. Once the keeper is closed it
+// frees nothing: a call left running then keeps its slot until its lease
+// lapses. A free that fails is reported; the slot lapses with its lease.
+func (k *leaseKeeper) freeSlots(tokens ...string) {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.freed = append(k.freed, tokens...)
+	k.mu.Unlock()
+	k.wake()
 }
 
 func (k *leaseKeeper) wake() {
@@ -84,6 +102,9 @@ func (k *leaseKeeper) run() {
 		}
 		if due := k.c.ackDue; !due.IsZero() {
 			wait = min(wait, time.Until(due))
+		}
+		if len(k.freed) > 0 {
+			wait = 0
 		}
 		k.mu.Unlock()
 		timer.Reset(max(wait, 0))
@@ -180,6 +201,8 @@ func (k *leaseKeeper) send(all bool) {
 		due.Add(lc.shard, lc)
 	}
 	calls := c.renewCalls(due)
+	slots := c.slotCalls(due, k.freed)
+	k.freed = nil
 	var acks []ackBatch
 	if all || c.acksDue(now) {
 		acks = c.ackCalls()
@@ -188,16 +211,17 @@ func (k *leaseKeeper) send(all bool) {
 		c.ackDue = time.Time{}
 	}
 	k.mu.Unlock()
-	if len(calls)+len(acks) == 0 {
+	if len(calls)+len(slots.renews)+len(slots.frees)+len(acks) == 0 {
 		return
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), max(c.beat, time.Second))
-	c.set.st.RunPipelined(sctx, append(calls, callsOf(acks)...))
+	c.set.st.RunPipelined(sctx, append(append(calls, slots.calls()...), callsOf(acks)...))
 	cancel()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sent = nil
 	k.renewed(calls, due.Items, now)
+	k.slotsSent(slots, now)
 	if len(acks) == 0 {
 		return
 	}
@@ -262,21 +286,21 @@ func (k *leaseKeeper) renewed(calls []*store.Call, due [][]*leaseCall, now time.
 	}
 }
 
-// call makes one handler call of e, with token, whose lease was taken at
-// leased, its renewals sent by the keeper. The handler's context ends with
+// call makes one handler call of e, with token (a group call slot's when
+// slot), whose lease was taken at leased, its renewals sent by the keeper. The handler's context ends with
 // ctx, when a renewal finds the lease no longer the call's (cause
 // ErrLeaseLost), or after WithMaxHandlingTime (context.DeadlineExceeded).
 // Renewals go on after that until the handler returns: no other consumer
 // takes an event whose call still runs. call returns when the last renewal
 // that succeeded was sent, whether the lease was found lost (the call's
 // outcome then changes nothing), and the handler's error.
-func (k *leaseKeeper) call(ctx context.Context, shard int, id, token string, e Expiry, leased time.Time) (time.Time, bool, error) {
+func (k *leaseKeeper) call(ctx context.Context, shard int, id, token string, slot bool, e Expiry, leased time.Time) (time.Time, bool, error) {
 	c := k.c
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
 	hctx, cancel := context.WithTimeout(hctx, c.cfg.maxHandling)
 	defer cancel()
-	lc := &leaseCall{shard: shard, id: id, token: token, leased: leased, next: leased.Add(c.beat), lost: lost}
+	lc := &leaseCall{shard: shard, id: id, token: token, slot: slot, leased: leased, next: leased.Add(c.beat), lost: lost}
 	k.mu.Lock()
 	k.calls[lc] = struct{}{}
 	k.mu.Unlock()

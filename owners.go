@@ -63,13 +63,18 @@ func WithOwnerConcurrency(n int) ConsumeOption {
 	})
 }
 
-// capped reports whether d's calls take owner slots.
-func (c *consumer) capped(d delivery) (owner string, ok bool) {
-	if c.cfg.ownerCap == 0 {
-		return "", false
-	}
+// ownerSlot reports whether a call of d takes an owner slot
+// (WithOwnerConcurrency).
+func (c *consumer) ownerSlot(d delivery) bool { return c.cfg.ownerCap > 0 && eventOwner(d) != "" }
+
+// eventOwner returns the owner of d's event: "" for a job of no owner,
+// whose calls take no owner slot and which no owner pause holds.
+func eventOwner(d delivery) string {
 	o, _ := d.values["o"].(string)
-	return o, !isJobOwner(o)
+	if isJobOwner(o) {
+		return ""
+	}
+	return o
 }
 
 // parking holds the events a Consume WithOwnerConcurrency set aside because
@@ -198,8 +203,8 @@ func (c *consumer) behindParked(ctx context.Context, ds []delivery) []delivery {
 	}
 	var out, over []delivery
 	for _, d := range ds {
-		owner, capped := c.capped(d)
-		if _, waiting := c.parked.byOwner[owner]; !capped || !waiting {
+		owner := eventOwner(d)
+		if _, waiting := c.parked.byOwner[owner]; owner == "" || !waiting {
 			out = append(out, d)
 		} else if !c.park(d, owner, false) {
 			over = append(over, d)
@@ -222,12 +227,12 @@ func (c *consumer) takeAhead(n int) []delivery {
 	return out
 }
 
-// refused settles a begin that found d's owner at its cap: d is set aside
-// (it stays first of its owner's, as it was the oldest) or, when too many
-// are, released.
+// refused settles a begin that found d's owner at its cap, or d's group
+// or owner paused: d is set aside (it stays first of its owner's, as it
+// was the oldest) or, when too many are or for Reserve (which sets none
+// aside), released.
 func (c *consumer) refused(ctx context.Context, d delivery) error {
-	owner, _ := c.capped(d)
-	if c.park(d, owner, d.parked) {
+	if c.pool != nil && c.park(d, eventOwner(d), d.parked) {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
@@ -235,11 +240,16 @@ func (c *consumer) refused(ctx context.Context, d delivery) error {
 	return c.releaseShard(wctx, d.shard, []string{d.id}, "", "")
 }
 
-// slotFreed makes the events set aside due now: one of this consumer's
+// slotFreed makes the events set aside due now, and lets a consumer that
+// found its group at its cap ask for slots again: one of this consumer's
 // calls ended, or a wake-up said a slot was freed.
 func (c *consumer) slotFreed() {
-	if c.cfg.ownerCap > 0 && len(c.parked.ring) > 0 {
+	if len(c.parked.ring) > 0 {
 		c.parked.at = time.Time{}
+	}
+	c.paused = time.Time{}
+	if c.gslots != nil {
+		c.gslots.full = time.Time{}
 	}
 }
 

@@ -94,6 +94,9 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		return min(c.beat, time.Second)
 	}
 	free := p.n - p.running
+	if c.groupFull(now) || c.pausedLately(now) {
+		free = 0 // no call can begin before a slot of the group frees, or the group is resumed
+	}
 	if free > 0 && free < (p.n+1)/2 && p.running > 0 {
 		// Few slots free and calls under way: wait a moment for more to
 		// free, so that a read and its begins carry many events.
@@ -108,7 +111,13 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 	var todo []delivery
 	tried := 0
 	more := false // parked every event of a read: read on at once
-	if free > 0 {
+	if free > 0 && !c.paused.IsZero() {
+		// The group was paused a while ago: try the events set aside,
+		// and read nothing new until one begins or a resume wakes it.
+		c.parked.at = time.Time{}
+		todo = c.unpark(now, free)
+		tried = len(todo)
+	} else if free > 0 {
 		todo = c.unpark(now, free)
 		todo = append(todo, c.behindParked(ctx, c.takeAhead(free-len(todo)))...)
 		tried = len(todo)
@@ -127,10 +136,10 @@ func (c *consumer) poolRound(ctx context.Context) time.Duration {
 		c.release(ctx, todo, nil)
 		return 0
 	}
-	for _, tc := range c.beginAll(ctx, todo) {
+	for _, tc := range c.beginAll(ctx, c.grant(ctx, todo)) {
 		c.startCall(ctx, tc)
 	}
-	if p.running < p.n && (len(todo) > tried || more || c.anyBusy() || len(c.ahead) > 0) {
+	if p.running < p.n && !c.groupFull(now) && c.paused.IsZero() && (len(todo) > tried || more || c.anyBusy() || len(c.ahead) > 0) {
 		return 0
 	}
 	if p.running == 0 {
@@ -183,7 +192,10 @@ func (c *consumer) poolCall(ctx context.Context, tc takenCall) {
 	defer c.pool.calls.Done()
 	d, e, token := tc.d, tc.e, tc.token
 	out := callDone{shard: d.shard}
-	leased, gone, herr := c.pool.leases.call(ctx, d.shard, d.id, token, e, tc.leased)
+	leased, gone, herr := c.pool.leases.call(ctx, d.shard, d.id, token, tc.slot, e, tc.leased)
+	if tc.slot {
+		c.pool.leases.freeSlots(token) // the handler has returned
+	}
 	switch {
 	case gone || c.pool.abandoned.Load():
 		// Another call of the event has begun, or Consume has returned:

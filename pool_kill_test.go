@@ -18,11 +18,17 @@ import (
 // poolKillConcurrency is the WithConcurrency of the pool helper.
 const poolKillConcurrency = 8
 
-// helperOwnerCap is the pool helper's WithOwnerConcurrency (unset: none).
-const helperOwnerCap = "EXPSET_HELPER_OWNERCAP"
+// The pool helper's WithOwnerConcurrency and WithGroupConcurrency (unset:
+// none), and its consumer name (unset: "pooled").
+const (
+	helperOwnerCap = "EXPSET_HELPER_OWNERCAP"
+	helperGroupCap = "EXPSET_HELPER_GROUPCAP"
+	helperConsumer = "EXPSET_HELPER_CONSUMER"
+)
 
 // helperPool is the pool role of TestHelperProcess: Consume as consumer
-// "pooled" of group "g" WithConcurrency(8), with a handler that prints
+// "pooled" (or helperConsumer) of group "g" WithConcurrency(8) (and the
+// caps the environment gives), with a handler that prints
 // "call <shard> <ID> <attempt>" as it starts, takes 10-40ms and prints "ok
 // <shard> <ID> <attempt>" as it returns nil, until the process is killed.
 func helperPool(s *Set, say func(string, ...any)) error {
@@ -31,18 +37,24 @@ func helperPool(s *Set, say func(string, ...any)) error {
 		return err
 	}
 	opts := []ConsumeOption{WithLeaseTTL(vis), WithPollInterval(10 * time.Millisecond), WithConcurrency(poolKillConcurrency)}
-	if v := os.Getenv(helperOwnerCap); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return err
+	for env, opt := range map[string]func(int) ConsumeOption{helperOwnerCap: WithOwnerConcurrency, helperGroupCap: WithGroupConcurrency} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, opt(n))
 		}
-		opts = append(opts, WithOwnerConcurrency(n))
+	}
+	name := "pooled"
+	if v := os.Getenv(helperConsumer); v != "" {
+		name = v
 	}
 	// SIGTERM stops it as a service stops: Consume returns once its calls
 	// have; SIGKILL kills it mid-call.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	return s.Consume(ctx, "g", "pooled", func(_ context.Context, e Expiry) error {
+	return s.Consume(ctx, "g", name, func(_ context.Context, e Expiry) error {
 		// call and ok carry the owner and when the call began and ended
 		// (Unix ns), for the samplers of calls at once.
 		say("call %d %s %d %s %d", e.Shard, e.ID, e.Attempt, e.Owner, time.Now().UnixNano())

@@ -103,6 +103,12 @@ func (c *consumer) idleWait(now time.Time) time.Duration {
 	if len(c.parked.ring) > 0 {
 		next = minTime(next, c.parked.at)
 	}
+	if g := c.gslots; g != nil && !g.full.IsZero() {
+		next = minTime(next, g.full.Add(groupWait))
+	}
+	if !c.paused.IsZero() {
+		next = minTime(next, c.paused.Add(parkPoll))
+	}
 	return max(time.Until(next), time.Millisecond)
 }
 

@@ -33,7 +33,8 @@ func TestReserveOptionsCompile(t *testing.T) {
 	for name, o := range map[string]ConsumeOption{
 		"WithReadBatch": WithReadBatch(1), "WithMaxHandlingTime": WithMaxHandlingTime(time.Second),
 		"WithConcurrency": WithConcurrency(1), "WithOwnerConcurrency": WithOwnerConcurrency(1),
-		"WithShutdownTimeout": WithShutdownTimeout(time.Second),
+		"WithGroupConcurrency": WithGroupConcurrency(1),
+		"WithShutdownTimeout":  WithShutdownTimeout(time.Second),
 	} {
 		if _, ok := o.(ReserveOption); ok {
 			t.Errorf("%s is a ReserveOption: Reserve's caller makes the calls it shapes", name)

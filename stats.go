@@ -24,7 +24,7 @@ type ShardStats struct {
 	MembersDue int64     // expired members not yet swept, counted over the first 1000 due index entries
 	JobsDue    int64     // jobs (Set.Put) and schedule ticks due and not yet swept, counted over the same entries
 	Partial    bool      // more than 1000 owners and job buckets are due: MembersDue and JobsDue count only the first 1000's
-	OldestDue  time.Time // the earliest deadline among those members and jobs; zero when none
+	OldestDue  time.Time // the earliest deadline among those members and jobs (Now.Sub(OldestDue): how long it is overdue); zero when none
 	// Stalled reports work due on the shard (an owner, a job or a tick)
 	// and no sweeper alive on the set to sweep it: Leased is false. Nothing
 	// of the shard is delivered until a Sweeper.Run, or a Consume or

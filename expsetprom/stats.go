@@ -43,8 +43,10 @@ import (
 //	expset_group_pending{set,group}              events the group read and has not acknowledged
 //	expset_group_retries_scheduled{set,group}    the group's pending events waiting for their retry delay
 //	expset_group_dead_letters{set,group}         the group's dead letters, buried ones included
-//	expset_group_running{set,group}              handler calls under way holding an owner slot (WithOwnerConcurrency)
+//	expset_group_running{set,group}              handler calls under way, of members and jobs
 //	expset_group_running_owners{set,group}       the owners of those calls
+//	expset_group_oldest_running_seconds{set,group}  how long the oldest of them has run (0 when none)
+//	expset_group_held_back{set,group}            pending events no call has and no retry waits for (set aside at an owner cap, or not yet begun)
 //
 // Stats is read before Groups, not atomically with it: an event buried
 // between the two reads counts in its group's dead letters and not yet in
@@ -137,10 +139,19 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 				func(g expset.GroupInfo) int64 { return g.Retrying }),
 			group("dead_letters", "The group's events that failed every attempt or were buried, waiting in the dead-letter streams.",
 				func(g expset.GroupInfo) int64 { return g.Dead }),
-			group("running", "Handler calls of the group under way that hold an owner slot (WithOwnerConcurrency).",
+			group("running", "Handler calls of the group under way, of members and of jobs.",
 				func(g expset.GroupInfo) int64 { return g.Running }),
-			group("running_owners", "Owners with handler calls of the group under way holding an owner slot.",
+			group("running_owners", "Owners with handler calls of the group under way (a job has none).",
 				func(g expset.GroupInfo) int64 { return g.RunningOwners }),
+			{desc: desc("group", "oldest_running_seconds", "How long the group's oldest handler call under way has run, by its consumer's clock (0 when none runs).", "group"),
+				value: func(g expset.GroupInfo) float64 {
+					if g.OldestRunning.IsZero() {
+						return 0
+					}
+					return max(time.Since(g.OldestRunning).Seconds(), 0)
+				}},
+			group("held_back", "The group's pending events no handler call has and no retry waits for: set aside because their owner is at its cap (WithOwnerConcurrency), or read and not yet begun. Not slow handlers.",
+				func(g expset.GroupInfo) int64 { return g.HeldBack }),
 		},
 	}
 }

@@ -242,19 +242,36 @@ func waitGauges(t *testing.T, reg *prometheus.Registry, set, what string, want m
 }
 
 // TestStatsCollectorRunning: a Consume WithOwnerConcurrency(2) whose handler
-// calls block until released holds 2 calls of owner a and 2 of b (a's third
-// event waits at the cap); the group's gauges count the 4 calls and 2
-// owners, beside the shard gauges, and fall to zero once the calls end.
+// calls block until released holds 2 calls of owner a, 2 of b and a job's
+// (a's third event waits at the cap: held back); the group's gauges count
+// the 5 calls, 2 owners and 1 held back, the oldest call's age grows, no
+// label names the owner jobs are kept under, and all fall to zero once the
+// calls end.
 func TestStatsCollectorRunning(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
 		name := "prom-" + uuid.NewString()[:8]
 		set := openExpired(t, rdb, name, map[string][]string{"a": {"1", "2", "3"}, "b": {"1", "2"}},
 			expset.WithConsumerGroups("g"))
+		past, err := expset.Open(ctx, rdb, name, expset.WithShards(4), expset.WithExpiryEvents(), expset.WithConsumerGroups("g"),
+			expset.WithClock(func() time.Time { return time.Now().Add(-time.Minute) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := past.Put(ctx, "job-1", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := expset.NewSweeper(set); err != nil {
+			t.Fatal(err)
+		} else if _, err := w.SweepOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(expsetprom.NewStatsCollector(set))
 
 		var running atomic.Int64
 		release := make(chan struct{})
+		started := time.Now()
 		stop := consume(t, set, "g", func(ctx context.Context, e expset.Expiry) error {
 			running.Add(1)
 			defer running.Add(-1)
@@ -265,37 +282,58 @@ func TestStatsCollectorRunning(t *testing.T) {
 				return ctx.Err()
 			}
 		}, expset.WithOwnerConcurrency(2), expset.WithConcurrency(8), expset.WithPollInterval(5*time.Millisecond))
-		deadline := time.Now().Add(10 * time.Second)
-		for running.Load() != 4 {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 10s, %d calls running, want 4", running.Load())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		got := waitGauges(t, reg, name, "4 calls of 2 owners", map[string]float64{
-			"expset_group_running{g}":        4,
+		got := waitGauges(t, reg, name, "5 calls of 2 owners, 1 held back", map[string]float64{
+			"expset_group_running{g}":        5,
 			"expset_group_running_owners{g}": 2,
+			"expset_group_held_back{g}":      1,
 		})
-		if running.Load() != 4 {
-			t.Fatalf("%d calls running, want a's 2 and b's 2", running.Load())
+		if running.Load() != 5 {
+			t.Fatalf("%d calls running, want a's 2, b's 2 and the job's", running.Load())
 		}
-		if n := len(got); n != 14*4+6 {
-			t.Errorf("%d samples, want 14 gauges x 4 shards + 6 gauges x 1 group: %v", n, got)
+		if n := len(got); n != 14*4+8 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 8 gauges x 1 group: %v", n, got)
 		}
 		// No call ended: each event is unread or pending.
-		if lag, pending := got["expset_group_lag{g}"], got["expset_group_pending{g}"]; lag+pending != 5 || pending < 4 {
-			t.Errorf("lag %v, pending %v: want 5 events, at least the 4 running pending", lag, pending)
+		if lag, pending := got["expset_group_lag{g}"], got["expset_group_pending{g}"]; lag+pending != 6 || pending < 5 {
+			t.Errorf("lag %v, pending %v: want 6 events, at least the 5 running pending", lag, pending)
 		}
 		if got["expset_group_retries_scheduled{g}"] != 0 || got["expset_group_dead_letters{g}"] != 0 {
 			t.Errorf("retries %v, dead letters %v; want none", got["expset_group_retries_scheduled{g}"], got["expset_group_dead_letters{g}"])
 		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			age := gather(t, reg, name)["expset_group_oldest_running_seconds{g}"]
+			if age > 0.05 {
+				if limit := time.Since(started).Seconds() + 1; age > limit {
+					t.Errorf("oldest call's age %vs, want at most %vs", age, limit)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10s, the oldest call's age is %vs, want over 0.05s", age)
+			}
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if strings.Contains(l.GetValue(), "\x00job") || strings.Contains(l.GetValue(), "job:") {
+						t.Errorf("%s: label %s=%q names the owner jobs are kept under", mf.GetName(), l.GetName(), l.GetValue())
+					}
+				}
+			}
+		}
 
 		close(release)
 		waitGauges(t, reg, name, "every call ended", map[string]float64{
-			"expset_group_running{g}":        0,
-			"expset_group_running_owners{g}": 0,
-			"expset_group_pending{g}":        0,
-			"expset_group_lag{g}":            0,
+			"expset_group_running{g}":                0,
+			"expset_group_running_owners{g}":         0,
+			"expset_group_held_back{g}":              0,
+			"expset_group_oldest_running_seconds{g}": 0,
+			"expset_group_pending{g}":                0,
+			"expset_group_lag{g}":                    0,
 		})
 		stop()
 	})
@@ -338,8 +376,8 @@ func TestStatsCollectorRetriesAndDeadLetters(t *testing.T) {
 		// Stats is read before Groups: scrape again for the shards' view
 		// of the state reached.
 		got := gather(t, reg, name)
-		if n := len(got); n != 14*4+6*2 {
-			t.Errorf("%d samples, want 14 gauges x 4 shards + 6 gauges x 2 groups: %v", n, got)
+		if n := len(got); n != 14*4+8*2 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 8 gauges x 2 groups: %v", n, got)
 		}
 		retries, dead := sumShards(got, "expset_shard_retries_scheduled", 4), sumShards(got, "expset_shard_dead_letters", 4)
 		if retries != 1 || dead != 1 {
@@ -401,12 +439,12 @@ func TestStatsCollectorGroupsFail(t *testing.T) {
 		t.Errorf("group labels %q, want %q", labels, want)
 	}
 
-	// The owner slots' key of another type fails Groups, not Stats.
+	// The attempts hash's key of another type fails Groups, not Stats.
 	st, err := set.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Set(ctx, st[0].EventsKey[:strings.LastIndexByte(st[0].EventsKey, ':')+1]+"runo", "x", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, st[0].EventsKey[:strings.LastIndexByte(st[0].EventsKey, ':')+1]+"att", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err = reg.Gather()

@@ -258,7 +258,7 @@ func TestBinaryStats(t *testing.T) {
 		t.Errorf("before the sweep, total line %q:\n%s", f, out)
 	}
 	// Members due and no sweeper: the shards holding them are stalled.
-	if !strings.Contains(out, "none!") || !strings.Contains(out, "work due and no sweeper running") {
+	if !strings.Contains(out, "none!") || !strings.Contains(out, "! no sweeper running: 5 due (members and jobs) on ") {
 		t.Errorf("stats with members due and no sweeper does not say so:\n%s", out)
 	}
 	rep := totals(t, url, set)
@@ -356,7 +356,7 @@ func TestBinaryStatsServe(t *testing.T) {
 	for _, name := range []string{"shard_owners", "shard_owners_due", "shard_members_due", "shard_members_due_partial", "shard_lag_seconds",
 		"shard_events", "shard_events_trimmed", "shard_pending", "shard_retries_scheduled", "shard_dead_letters", "shard_lease_held",
 		"shard_server_evicted_keys", "group_lag", "group_pending", "group_retries_scheduled", "group_dead_letters", "group_running",
-		"group_running_owners"} {
+		"group_running_owners", "group_oldest_running_seconds", "group_held_back"} {
 		for _, want := range []string{"# HELP expset_" + name + " ", "# TYPE expset_" + name + " gauge\n"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)

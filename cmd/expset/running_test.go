@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// holdRunning runs a Consume of group WithOwnerConcurrency(cap) whose
-// handler calls block until the returned release is called, and waits
-// until want calls are under way. release lets them end and waits for the
-// Consume to return.
+// holdRunning runs a Consume of group WithOwnerConcurrency(cap) on set
+// whose handler calls block until the returned release is called, and
+// waits until want calls are under way. release lets them end and waits for
+// the Consume to return.
 func holdRunning(t *testing.T, set *expset.Set, group string, cap, want int) (release func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,37 +53,59 @@ func holdRunning(t *testing.T, set *expset.Set, group string, cap, want int) (re
 	return release
 }
 
-// TestBinaryGroupsRunning: with a's 2 calls, b's 2 and c's 1 under way
-// (WithOwnerConcurrency(2)), groups shows 5 running of 3 owners, and groups
-// running lists the owners, most first, cut at --top, with the totals; an
-// unknown group is "not found" (exit 3), a bad --top a usage error (exit
-// 2). Once the calls end, nothing runs.
+// TestBinaryGroupsRunning: with a's 2 calls, b's 2, c's 1 and a job's
+// under way (WithOwnerConcurrency(2); a's third event held back), groups
+// shows 6 running of 3 owners and 1 held back, and groups running lists
+// the calls, the oldest first, cut at --top, with the totals; the job's
+// row shows "(job)" and its ID. An unknown group is "not found" (exit 3),
+// a bad --top a usage error (exit 2). Once the calls end, nothing runs.
 func TestBinaryGroupsRunning(t *testing.T) {
 	t.Parallel()
 	url, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
 	addRunnable(t, rdb, set)
-	release := holdRunning(t, set, "billing", 2, 5)
+	before := time.Now()
+	release := holdRunning(t, set, "billing", 2, 6)
+	waitFor(t, "a's third event held back", func() bool {
+		r, err := set.Running(context.Background(), "billing", 1)
+		return err == nil && r.HeldBack == 1
+	})
 
 	code, out, errs := runBin(t, "groups", "--redis", url, "--json", set.Name())
 	var rows []groupRowJSON
-	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].Running != 5 || rows[0].RunningOwners != 3 {
-		t.Fatalf("groups --json: exit %d, %s%s; want billing with 5 calls of 3 owners running", code, out, errs)
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].Running != 6 || rows[0].RunningOwners != 3 ||
+		rows[0].HeldBack != 1 || rows[0].OldestRunning == nil || rows[0].OldestRunning.Before(before.Truncate(time.Millisecond)) {
+		t.Fatalf("groups --json: exit %d, %s%s; want billing with 6 calls of 3 owners running, 1 held back", code, out, errs)
 	}
 	code, out, errs = runBin(t, "groups", "--redis", url, set.Name())
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 ||
-		strings.Join(strings.Fields(lines[0]), " ") != "GROUP SHARDS LAG PENDING RETRYING DEAD RUNNING OWNERS" ||
-		!strings.HasSuffix(strings.Join(strings.Fields(lines[1]), " "), " 5 3") {
+		strings.Join(strings.Fields(lines[0]), " ") != "GROUP SHARDS LAG PENDING RETRYING DEAD RUNNING OWNERS HELD BACK" ||
+		!strings.HasSuffix(strings.Join(strings.Fields(lines[1]), " "), " 6 3 1") {
 		t.Errorf("groups: exit %d:\n%s%s", code, out, errs)
 	}
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, "--top", "2", set.Name(), "billing")
-	want := "OWNER  RUNNING\na      2\nb      2\n2 of 3 owners with calls running (5 calls)\n"
-	if code != 0 || out != want {
-		t.Errorf("groups running --top 2: exit %d:\n%s%s\nwant:\n%s", code, out, errs, want)
+	lines := strings.Split(out, "\n")
+	if code != 0 || len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "OWNER MEMBER ATTEMPT CONSUMER AGE LEASE LEFT" ||
+		!strings.HasPrefix(lines[3], "2 of 6 calls running (3 owners); 1 events held back") {
+		t.Errorf("groups running --top 2: exit %d:\n%s%s", code, out, errs)
+	}
+	code, out, errs = runBin(t, "groups", "running", "--redis", url, set.Name(), "billing")
+	if code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "(job) job-1 1 holder") {
+		t.Errorf("groups running: exit %d:\n%s%s\nwant the job's call with its ID", code, out, errs)
 	}
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, "--json", set.Name(), "billing")
-	var owners []ownerRowJSON
-	if code != 0 || json.Unmarshal([]byte(out), &owners) != nil || len(owners) != 3 || owners[2] != (ownerRowJSON{Owner: "c", Running: 1}) {
-		t.Errorf("groups running --json: exit %d, %s%s", code, out, errs)
+	var r runningJSON
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Running != 6 || r.Owners != 3 || r.HeldBack != 1 || len(r.Calls) != 6 {
+		t.Fatalf("groups running --json: exit %d, %s%s", code, out, errs)
+	}
+	members := map[string]bool{}
+	for _, c := range r.Calls {
+		members[c.Owner+"/"+c.Member] = true
+		if c.Attempt != 1 || c.Consumer != "holder" || c.Started == nil || c.LeaseEnd == nil || c.Started.Before(before.Truncate(time.Millisecond)) || c.ID == "" {
+			t.Errorf("groups running --json: call %+v", c)
+		}
+	}
+	if !members["/job-1"] || !members["c/order-1"] || len(members) != 6 {
+		t.Errorf("groups running --json: calls of %v, want the job's and c's among 6", members)
 	}
 	if code, _, errs := runBin(t, "groups", "running", "--redis", url, set.Name(), "nope"); code != 3 {
 		t.Errorf("an unknown group: exit %d, %s; want 3", code, errs)
@@ -94,31 +116,64 @@ func TestBinaryGroupsRunning(t *testing.T) {
 
 	release()
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, set.Name(), "billing")
-	if code != 0 || out != "OWNER  RUNNING\n0 of 0 owners with calls running (0 calls)\n" {
+	// a's third event, set aside and released as the Consume stopped, is
+	// still pending: held back.
+	if code != 0 || !strings.HasPrefix(out, "OWNER  MEMBER  ATTEMPT  CONSUMER  AGE  LEASE LEFT\n0 of 0 calls running (0 owners); 1 events held back") {
 		t.Errorf("groups running after the calls ended: exit %d:\n%s%s", code, out, errs)
 	}
 }
 
-// TestWebBrowserRunning: with a's 2 calls, b's 2 and c's 1 under way, a
-// set's page shows billing with 5 running of 3 owners and lists the owners,
-// most first; once the calls end, the live refresh shows none.
+// TestWebBrowserRunning: with a's 2 calls, b's 2, c's 1 and a job's under
+// way, begun by a Consume whose set's clock runs 10s behind (so they have
+// run 10s at once), a set's page shows billing with 6 running of 3 owners
+// and 1 held back, and lists the calls, the oldest first, each with its
+// age of 10s and more, the job's as "(job)"; once the calls end, the live
+// refresh shows none.
 func TestWebBrowserRunning(t *testing.T) {
 	// Not parallel: chromium takes the machine for a while (two starting
 	// at once on a loaded one missed startBrowser's 30s).
 	b := startBrowser(t)
 	_, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
 	addRunnable(t, rdb, set)
-	release := holdRunning(t, set, "billing", 2, 5)
+	behind, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithRecordedConfiguration(),
+		expset.WithClock(func() time.Time { return time.Now().Add(-10 * time.Second) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := holdRunning(t, behind, "billing", 2, 6)
+	waitFor(t, "a's third event held back", func() bool {
+		r, err := set.Running(context.Background(), "billing", 1)
+		return err == nil && r.HeldBack == 1
+	})
 	base, _, _ := webServe(t, rdb, set, webOpts{})
 	b.open(base + "/set?s=" + set.Name())
 	row := `#groups tr[data-group="billing"] `
-	if r, o := b.text(row+`[data-k="running"]`), b.text(row+`[data-k="running-owners"]`); r != "5" || o != "3" {
-		t.Errorf("billing shows %q running of %q owners; want 5 of 3", r, o)
+	if r, o, h := b.text(row+`[data-k="running"]`), b.text(row+`[data-k="running-owners"]`), b.text(row+`[data-k="held-back"]`); r != "6" || o != "3" || h != "1" {
+		t.Errorf("billing shows %q running of %q owners, %q held back; want 6 of 3, 1", r, o, h)
 	}
-	var owners []string
-	b.eval(`[...document.querySelectorAll('#running table[data-group="billing"] tbody tr')].map(tr => tr.dataset.owner + " " + tr.querySelector('[data-k="calls"]').textContent)`, &owners)
-	if want := []string{"a 2", "b 2", "c 1"}; strings.Join(owners, ",") != strings.Join(want, ",") {
-		t.Errorf("owners running shown %q; want %q", owners, want)
+	var calls []struct {
+		Owner, Member, Age, Lease string
+		Ms                        int64
+	}
+	b.eval(`[...document.querySelectorAll('#running table[data-group="billing"] tbody tr')].map(tr => ({
+		Owner: tr.querySelector('td').textContent, Member: tr.dataset.member,
+		Age: tr.querySelector('[data-k="age"]').textContent, Ms: +tr.querySelector('[data-k="age"]').dataset.ms,
+		Lease: tr.querySelector('[data-k="lease"]').textContent}))`, &calls)
+	if len(calls) != 6 {
+		t.Fatalf("calls shown: %+v, want 6", calls)
+	}
+	job := false
+	for i, c := range calls {
+		if c.Ms < 10_000 || c.Ms > 70_000 || !strings.HasSuffix(c.Age, "s") || c.Lease == "lapsed" || c.Lease == "?" {
+			t.Errorf("call %d %+v: want an age of 10s or a little more, and a lease running", i, c)
+		}
+		if i > 0 && c.Ms > calls[i-1].Ms {
+			t.Errorf("call %d (%dms) is older than call %d (%dms): want the oldest first", i, c.Ms, i-1, calls[i-1].Ms)
+		}
+		job = job || (c.Owner == "(job)" && c.Member == "job-1")
+	}
+	if !job {
+		t.Errorf("calls shown: %+v, want the job's as (job)", calls)
 	}
 	release()
 	waitFor(t, "the live refresh showing no call running", func() bool {
@@ -129,7 +184,7 @@ func TestWebBrowserRunning(t *testing.T) {
 }
 
 // addRunnable gives set expired members, swept into events: 3 of owner a,
-// 2 of b and 1 of c.
+// 2 of b and 1 of c, and a job due, job-1.
 func addRunnable(t *testing.T, rdb redis.UniversalClient, set *expset.Set) {
 	t.Helper()
 	old, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithRecordedConfiguration(),
@@ -142,5 +197,8 @@ func addRunnable(t *testing.T, rdb redis.UniversalClient, set *expset.Set) {
 			t.Fatal(err)
 		}
 	}
-	sweepNow(t, set, 6)
+	if _, _, err := old.Put(context.Background(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sweepNow(t, set, 7)
 }

@@ -67,6 +67,13 @@ type totalRow struct {
 	statCounts
 	Leased  int `json:"leased_shards"`
 	Stalled int `json:"stalled_shards"`
+	// StalledDue counts the members and jobs due on the stalled shards
+	// (StalledPartial: some of those shards counted only their first
+	// statsOwnerScan due owners); StalledLagMS is how long the oldest of
+	// them has been overdue, 0 when none is.
+	StalledDue     int64 `json:"stalled_due"`
+	StalledPartial bool  `json:"stalled_due_partial,omitempty"`
+	StalledLagMS   int64 `json:"stalled_lag_ms"`
 }
 
 // watchFlag is --watch: a flag that needs no value (every 5s) and takes an
@@ -202,6 +209,9 @@ func newStatsReport(name string, events bool, st []expset.ShardStats) statsRepor
 		}
 		if row.Stalled {
 			t.Stalled++
+			t.StalledDue += row.MembersDue + row.JobsDue
+			t.StalledPartial = t.StalledPartial || row.Partial
+			t.StalledLagMS = max(t.StalledLagMS, row.LagMS)
 		}
 		if row.OldestDue != nil && (t.OldestDue == nil || row.OldestDue.Before(*t.OldestDue)) {
 			t.OldestDue, t.LagMS = row.OldestDue, row.LagMS
@@ -245,8 +255,7 @@ func printStats(w io.Writer, rep statsReport) error {
 		fmt.Fprintf(w, "\n+ counted over the first %d due owners of the shard only: more are due\n", statsOwnerScan)
 	}
 	if rep.Total.Stalled > 0 {
-		fmt.Fprintf(w, "\n! %s work due and no sweeper running: nothing is delivered until a Sweeper.Run, or a Consume or Reserve without WithoutSweeper, runs\n",
-			plural(rep.Total.Stalled, "shard has", "shards have"))
+		fmt.Fprintf(w, "\n! %s\n", stalledWarning(rep.Total, len(rep.Shards)))
 	}
 	if rep.Total.Evicted > 0 {
 		fmt.Fprintf(w, "\n! the server of a shard evicted %d keys (maxmemory-policy): members may be lost; set maxmemory-policy noeviction\n", rep.Total.Evicted)
@@ -302,12 +311,4 @@ func serveMetrics(ctx context.Context, set *expset.Set, addr string, stdout, std
 		return fmt.Errorf("--serve %s: %w", addr, err)
 	}
 	return nil
-}
-
-// plural says "1 shard has" or "3 shards have": n, then one or many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
 }

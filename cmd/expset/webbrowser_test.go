@@ -159,7 +159,7 @@ func TestWebBrowser(t *testing.T) {
 		t.Errorf("total dead letters shown %q; want 20", got)
 	}
 	// Members due and no sweeper running: the page says so.
-	if got := b.text(`#sweeping`); !strings.Contains(got, "work due and no sweeper running") {
+	if got := b.text(`#sweeping`); !strings.Contains(got, "no sweeper running: 5 due (members and jobs) on ") {
 		t.Errorf("with members due and no sweeper the page shows %q; want the warning", got)
 	}
 	if got := b.text(`#groups tr[data-group="billing"] [data-k="lag"]`); got != "10" {

@@ -29,7 +29,7 @@ const (
 	webActionBatch    = 500              // dead letters kicked or deleted by one library call
 	webOwnersShown    = 20               // owners listed on a set's page
 	webSchedulesShown = 50               // schedules listed on a set's page
-	webRunningShown   = 10               // owners with calls running listed per group
+	webRunningShown   = 10               // calls running listed per group, the oldest
 	webSampleEvery    = 2 * time.Second
 	webSamplesKept    = 150 // five minutes of samples
 	webMaxFilterText  = 1024
@@ -84,13 +84,13 @@ type groupRow struct {
 	LagMore   bool  // a shard had more than webLagCount undelivered: Lag counts that many of it
 	Shards    int   // shards whose stream has the group
 	Consumers []consumerRow
-	// With detail: the handler calls running under owner slots
-	// (WithOwnerConcurrency), their owners (RunningMore: at least that
-	// many), and the first webRunningShown owners, most calls first.
+	// With detail: the handler calls running, their owners, the pending
+	// events no call has (Set.Running), and the webRunningShown oldest
+	// calls, the oldest first.
 	Running       int64
 	RunningOwners int64
-	RunningMore   bool
-	TopRunning    []expset.OwnerCalls
+	HeldBack      int64
+	Calls         []expset.RunningCall
 }
 
 // consumerRow is one consumer of a group over all shards.
@@ -182,24 +182,19 @@ func (g *groupRow) addConsumers(cs []redis.XInfoConsumer) {
 	}
 }
 
-// readRunning fills in each group's handler calls running under owner
-// slots (Set.Running: one pipelined round trip per group).
+// readRunning fills in each group's handler calls running (Set.Running:
+// one pipelined round trip per group).
 func (w *webSet) readRunning(ctx context.Context, groups []groupRow) error {
 	for i := range groups {
 		g := &groups[i]
-		owners, err := w.set.Running(ctx, g.Name, maxRunningOwners)
+		r, err := w.set.Running(ctx, g.Name, webRunningShown)
 		if errors.Is(err, expset.ErrNotFound) {
 			continue // removed in between
 		}
 		if err != nil {
 			return fmt.Errorf("read the calls running of %s: %w", g.Name, err)
 		}
-		for _, o := range owners {
-			g.Running += o.Calls
-		}
-		g.RunningOwners = int64(len(owners))
-		g.RunningMore = len(owners) == maxRunningOwners
-		g.TopRunning = owners[:min(len(owners), webRunningShown)]
+		g.Running, g.RunningOwners, g.HeldBack, g.Calls = r.Running, r.Owners, r.HeldBack, r.Calls
 	}
 	return nil
 }

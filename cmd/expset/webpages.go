@@ -39,6 +39,7 @@ var webAssets = func() fs.FS {
 var webTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"ago":     ago,
+	"age":     age,
 	"dur":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"num":     num,
 	"chart":   chart,
@@ -89,6 +90,15 @@ func ago(now time.Time, v any) string {
 		d = d.Round(time.Millisecond)
 	}
 	return d.String() + " ago"
+}
+
+// age says how long before now t was, to the 0.1s ("12.3s"); "?" for a
+// zero t.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	return max(now.Sub(t), 0).Round(100 * time.Millisecond).String()
 }
 
 // query builds "?k=v&..." from pairs, leaving out empty values.
@@ -237,7 +247,8 @@ type setSummary struct {
 	Shards  []expset.ShardStats
 	Total   statCounts
 	Leased  int
-	Stalled int // shards with work due and no sweeper alive
+	Stalled int    // shards with work due and no sweeper alive
+	Warning string // what stalledWarning says of them ("" when none is)
 	Now     time.Time
 	Err     string
 }
@@ -249,6 +260,9 @@ func (s *webServer) summary(ctx context.Context, w *webSet) setSummary {
 	}
 	rep := newStatsReport(w.name, w.cfg.Events, st)
 	out := setSummary{Set: w, Shards: st, Total: rep.Total.statCounts, Leased: rep.Total.Leased, Stalled: rep.Total.Stalled, Now: rep.Now}
+	if out.Stalled > 0 {
+		out.Warning = stalledWarning(rep.Total, len(st))
+	}
 	return out
 }
 
@@ -266,7 +280,7 @@ func (s *webServer) index(w http.ResponseWriter, r *http.Request) {
 type overviewData struct {
 	setSummary
 	Groups  []groupRow
-	Running int64 // handler calls running under owner slots, over the groups
+	Running int64 // handler calls running, over the groups
 	Rates   []ratePoint
 	Known   bool // the server counts the streams' entries (not miniredis)
 	RErr    string

@@ -11,11 +11,16 @@ const (
 	// BeginFull: its owner holds every slot (WithOwnerConcurrency);
 	// nothing changed.
 	BeginFull = -2
+	// BeginPaused: the group is paused (Pause); nothing changed.
+	BeginPaused = -3
+	// BeginOwnerPaused: the event's owner is paused in the group (Pause);
+	// nothing changed.
+	BeginOwnerPaused = -4
 )
 
 // BeginItem is one event to begin: its entry ID, the token of the call to
-// make of it, its owner ("" for a job: no slot; sent only with an owner
-// cap) and whether it is fresh: a new event this consumer read so lately
+// make of it, its owner ("" for a job of no owner: no slot, no owner
+// pause) and whether it is fresh: a new event this consumer read so lately
 // that no other can have taken it and no call of it has begun, so it is
 // begun without a look at the pending list or the attempts field.
 type BeginItem struct {
@@ -27,7 +32,7 @@ type BeginItem struct {
 type Begun struct {
 	// Attempt is the call's attempt number when begun (> 0); else 0 (another
 	// consumer holds the event, or it was acknowledged or trimmed),
-	// BeginUsed or BeginFull.
+	// BeginUsed, BeginFull, BeginPaused or BeginOwnerPaused.
 	Attempt int
 	Taken   bool  // the lease was taken now (else the read's or claim's runs on)
 	Full    bool  // the call took its owner's last free slot
@@ -42,11 +47,7 @@ const beginFresh = 6
 // a fresh item after one that is not is sent as not fresh, which is
 // always safe (the script then looks at the pending list).
 func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
-	per := 2
-	if c.OwnerCap > 0 {
-		per = 3
-	}
-	args := make([]any, 7, 7+per*len(items))
+	args := make([]any, 7, 7+3*len(items))
 	lease := c.leaseMs()
 	args[0], args[1], args[2], args[3], args[4], args[5] = c.Group, c.Name, lease, c.MaxAttempts, lease/6, c.OwnerCap
 	fresh := 0
@@ -54,10 +55,7 @@ func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
 		if it.Fresh && fresh == i {
 			fresh++
 		}
-		args = append(args, it.ID, it.Token)
-		if per == 3 {
-			args = append(args, it.Owner)
-		}
+		args = append(args, it.ID, it.Token, it.Owner)
 	}
 	args[beginFresh] = fresh
 	return &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
@@ -87,7 +85,7 @@ func ReadBegins(c *Call, n int) ([]Begun, error) {
 }
 
 // readBegun reads one item of begins.lua's reply: {attempt, taken now
-// (0/1), the owner's slots all held (0/1)}, or 0, -1 or -2.
+// (0/1), the owner's slots all held (0/1)}, or 0 to -4.
 func readBegun(v any) (Begun, bool) {
 	if xs, isList := v.([]any); isList {
 		if len(xs) != 3 {

@@ -14,7 +14,7 @@ import (
 
 // Drop unlinks every key of the set called name, of shards shards: each
 // shard's keys (SCAN with ShardPattern, on every master), then its
-// sweeper registry and meta key. It returns how many it deleted.
+// groups' call slots (GroupSlotsPattern), sweeper registry and meta key. It returns how many it deleted.
 func Drop(ctx context.Context, rdb redis.UniversalClient, name string, shards int) (int, error) {
 	deleted := 0
 	for shard := 0; shard < shards; shard++ {
@@ -34,7 +34,11 @@ func Drop(ctx context.Context, rdb redis.UniversalClient, name string, shards in
 			deleted += int(n)
 		}
 	}
-	for _, k := range []string{SweepersKey(name), MetaKey(name)} {
+	slots, err := ScanKeys(ctx, rdb, GroupSlotsPattern(name))
+	if err != nil {
+		return deleted, err
+	}
+	for _, k := range append(slots, SweepersKey(name), MetaKey(name)) {
 		n, err := rdb.Unlink(ctx, k).Result()
 		if err != nil {
 			return deleted, fmt.Errorf("expset: drop %s: %w", k, err)

@@ -9,6 +9,9 @@ import (
 //
 //	expset:{orders}:meta        hash    the configuration recorded by the first Open
 //	expset:{orders}:sweepers    zset    Sweeper.Run's leases: token -> lease end (Unix ms)
+//	expset:{orders}:gslots:<group> zset the call slots of a group capped as a whole
+//	                                    (WithGroupConcurrency): token -> lease end (Unix ms)
+//	expset:{orders}:gslots:<group>:wake channel a slot of the group at its cap was freed
 //	expset:{orders:S}:o:<owner> zset    member -> deadline (Unix ms)
 //	expset:{orders:S}:p:<owner> hash    member -> payload (WithPayloadStorage only)
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
@@ -145,3 +148,16 @@ func fnv32(s string) uint32 {
 	}
 	return h
 }
+
+// GroupSlotsKey is the key of the call slots of consumer group group of the
+// set called name, capped as a whole (WithGroupConcurrency): a zset of call
+// tokens scored by the end of their slot's lease (lua/group_take.lua). It
+// has the set's own hash tag, like the sweeper registry: the slots of a
+// group span every shard.
+func GroupSlotsKey(name, group string) string {
+	return KeyPrefix + "{" + name + "}:gslots:" + group
+}
+
+// GroupSlotsPattern is the SCAN pattern that finds the group slot keys of
+// the set called name.
+func GroupSlotsPattern(name string) string { return KeyPrefix + "{" + name + "}:gslots:*" }

@@ -70,6 +70,12 @@ var (
 	scriptRelease = script("groups.lua", "release.lua")
 	scriptRetry   = script("now.lua", "groups.lua", "retry.lua")
 	scriptPrune   = script("groups.lua", "forget.lua", "prune.lua")
+	scriptPause   = script("pause.lua")
+
+	// A group capped as a whole (WithGroupConcurrency): its call slots.
+	scriptGroupTake  = script("group_take.lua")
+	scriptGroupRenew = script("group_renew.lua")
+	scriptGroupFree  = script("group_free.lua")
 )
 
 // MaxBatch is the most items one script call takes: members removed (Remove

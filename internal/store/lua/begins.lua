@@ -24,10 +24,16 @@
 --          owner, which the consumer cannot tell from a member's event,
 --          it leaves a mark in the attempts field, which the HSET or
 --          HSETNX of every fresh begin finds)
--- ARGV[8..] pairs (at most 1000): an entry ID, and the token of its call
---          (unique to the handler call, so that a begin run twice counts once);
---          with a cap, triples: and the event's owner ("" for a job: no slot)
+-- ARGV[8..] triples (at most 1000): an entry ID, the token of its call
+--          (unique to the handler call, so that a begin run twice counts
+--          once) and the event's owner ("" for a job of no owner: no slot,
+--          no owner pause)
 --
+-- Nothing is begun while the group is paused (the attempts hash's field
+-- "P:<group>" is "g": pause.lua), nor an event of an owner paused in the
+-- group (then that field counts the owners paused, and
+-- "O:<len(group)>:<group><owner>" exists); a begin sent again answers as
+-- its first run did.
 -- An entry is begun when it is pending in the group, held by this consumer
 -- or idle at least the lease TTL (then nobody else may take it now), with
 -- attempts left and, with a cap, a free slot of its owner (or the slot its
@@ -44,13 +50,17 @@
 -- with a cap 1 when the owner now holds its every slot (its next events
 -- wait for this call's end) or 0}, or 0 (another consumer holds the event,
 -- it was acknowledged or trimmed), or -1 (every attempt is used: a claim
--- buries it), or -2 (the owner holds its every slot: nothing changed).
+-- buries it), or -2 (the owner holds its every slot: nothing changed), or
+-- -3 (the group is paused: nothing changed), or -4 (the owner is paused in
+-- the group: nothing changed).
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 RUNO = KEYS[3]
+local out = {}
+local paused = call('HGET', att, 'P:' .. group)
 local cap, max, vis, keep, slot_take = 0, nil, nil, nil, nil
-local step = 2
+local step = 3
 if ARGV[6] ~= '0' then
-  cap, step = tonumber(ARGV[6]), 3
+  cap = tonumber(ARGV[6])
   -- slot_take takes a slot of owner in group, unless owner holds cap slots
   -- already: then it returns nil. Else it returns the slots owner holds
   -- now, this one included.
@@ -71,7 +81,6 @@ if fresh <= #ARGV then
   max, vis, keep = tonumber(ARGV[4]), tonumber(ARGV[3]), tonumber(ARGV[5])
 end
 
-local out = {}
 for i = 8, #ARGV - 1, step do
   local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local r
@@ -84,6 +93,17 @@ for i = 8, #ARGV - 1, step do
     if not holder then
       -- Acknowledged: an attempts field left is a Set.Cancel's mark.
       call('HDEL', att, att_field(id, group))
+    end
+  elseif paused and (paused == 'g' or (owner ~= '' and call('HEXISTS', att, 'O:' .. #group .. ':' .. group .. owner) == 1)) then
+    -- Paused: nothing begins, but a begin sent again (it ran before the
+    -- pause) answers as it did.
+    local used, token = att_get(att, att_field(id, group))
+    if token == tok and holder == consumer then
+      r = {used, 1, 0}
+    elseif paused == 'g' then
+      r = -3
+    else
+      r = -4
     end
   else
     local field = att_field(id, group)

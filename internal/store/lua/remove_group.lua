@@ -46,6 +46,9 @@ if ARGV[2] == '-' and call('EXISTS', stream) == 1 then
     end
     lag = tonumber(info(g, 'lag') or -1) or -1
     call('XGROUP', 'DESTROY', stream, group)
+    -- The group's pause (pause.lua) goes with it; an owner paused in it
+    -- keeps its field, unread while "P:<group>" is absent, until a resume.
+    call('HDEL', att, 'P:' .. group, 'G:' .. group, 'Q:' .. group)
     local first = call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
     if first and call('XLEN', stream) > 0 and #call('XINFO', 'GROUPS', stream) > 0 then
       ids[#ids + 1] = first[1]
