@@ -61,19 +61,25 @@ func (s *Set) DeadLetters(ctx context.Context, shard, count int) ([]DeadLetter, 
 // JobDeadLetters returns the dead letters of the job id (Set.Put), oldest
 // first: one per consumer group that gave up on it, for every put of the ID
 // dead-lettered and not yet kicked or deleted; none for a job never
-// dead-lettered. Each has the Event a handler got: Owner "", Member id. Kick
-// and DeleteDeadLetters take them as they are. It fails with
-// ErrInvalidArgument for an ID Put would refuse, or a set without expiry
-// events. Cost: it reads the dead-letter stream of the job's shard in
-// Redis, one round trip per 1,000 dead letters there; only the job's
+// dead-lettered. Each has the Event a handler got: Owner "" (or the job's
+// owner), Member id. Kick and DeleteDeadLetters take them as they are.
+// Options: WithOwner (the job of an owner; a member of that owner
+// dead-lettered is listed too, as it is the same member). It fails with
+// ErrInvalidArgument for an ID or owner Put would refuse, or a set without
+// expiry events. Cost: it reads the dead-letter stream of the job's shard
+// in Redis, one round trip per 1,000 dead letters there; only the job's
 // travel.
-func (s *Set) JobDeadLetters(ctx context.Context, id string) ([]DeadLetter, error) {
+func (s *Set) JobDeadLetters(ctx context.Context, id string, opts ...JobOption) ([]DeadLetter, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return nil, err
 	}
-	shard, msgs, err := s.st.JobDeadLetters(ctx, id)
+	owner, err := jobOwner(opts)
 	if err != nil {
-		return nil, fmt.Errorf("expset: read the dead letters of %s: %w", jobName(id), err)
+		return nil, err
+	}
+	shard, msgs, err := s.st.JobDeadLetters(ctx, owner, id)
+	if err != nil {
+		return nil, fmt.Errorf("expset: read the dead letters of %s: %w", jobName(owner, id), err)
 	}
 	return appendDeadLetters(nil, shard, msgs)
 }

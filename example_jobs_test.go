@@ -36,8 +36,8 @@ func reminderSet() (context.Context, *expset.Set, func()) {
 
 // jobService puts, moves, reads and cancels one reminder.
 func jobService(ctx context.Context, reminders *expset.Set) error {
-	// Put: due in a day, unless rem-42 waits already; then nothing changes
-	// (a retried request puts nothing twice) and put is false.
+	// Put: due in a day, unless rem-42 waits: then put is false (a retried
+	// request puts nothing twice).
 	due, put, err := reminders.Put(ctx, "rem-42", 24*time.Hour, expset.WithPayload([]byte("call mum")))
 	if err != nil {
 		return err // Redis failed, or bad input: errors.Is(err, expset.ErrInvalidArgument)
@@ -60,7 +60,7 @@ func jobService(ctx context.Context, reminders *expset.Set) error {
 		return err
 	}
 	fmt.Println("state:", j.State) // "waiting", "running", "dead" or "" (unknown)
-	// Cancel reaches a job until a handler call of it begins.
+	// Cancel reaches a job until its handler call begins.
 	cancelled, err := reminders.Cancel(ctx, "rem-42")
 	if err != nil {
 		return err
@@ -87,6 +87,33 @@ func ExampleSet_Put() {
 	// after the cancel: ""
 }
 
+// tenantJob puts a reminder of the tenant acme.
+func tenantJob(ctx context.Context, reminders *expset.Set) error {
+	// A job of acme: one of its members. Reschedule, Cancel, Job and
+	// JobDeadLetters take WithOwner too.
+	_, _, err := reminders.Put(ctx, "rem-7", time.Hour, expset.WithOwner("acme"))
+	return err
+}
+
+// ExampleWithOwner runs tenantJob, then cancels the job of acme: the same
+// ID without an owner is another job, unknown.
+func ExampleWithOwner() {
+	ctx, reminders, done := reminderSet()
+	defer done()
+	if err := tenantJob(ctx, reminders); err != nil {
+		panic(err)
+	}
+	n, _ := reminders.Count(ctx, "acme")
+	fmt.Println("acme holds:", n)
+	other, _ := reminders.Cancel(ctx, "rem-7")
+	cancelled, _ := reminders.Cancel(ctx, "rem-7", expset.WithOwner("acme"))
+	n, _ = reminders.Count(ctx, "acme")
+	fmt.Println("without its owner:", other, "with it:", cancelled, "then:", n)
+	// Output:
+	// acme holds: 1
+	// without its owner: false with it: true then: 0
+}
+
 // addTask queues a task of tenant: a member of the tenant, due after delay.
 func addTask(ctx context.Context, reminders *expset.Set, tenant, taskID string, delay time.Duration, task []byte) error {
 	_, err := reminders.Add(ctx, tenant, taskID, delay, expset.WithPayload(task))
@@ -98,7 +125,8 @@ func addTask(ctx context.Context, reminders *expset.Set, tenant, taskID string, 
 func workerPool(ctx context.Context, reminders *expset.Set, hostname string, send func(context.Context, string, string, []byte) error) error {
 	// Consume also sweeps: no other process is needed.
 	// Up to 8 calls at once here; over every process at most 4 of the
-	// group and 2 of one tenant; jobs (e.Owner "") have no owner's cap.
+	// group and 2 of one tenant; ownerless jobs (e.Owner "") have no cap
+	// of an owner.
 	return reminders.Consume(ctx, "notify", hostname, func(ctx context.Context, e expset.Expiry) error {
 		return send(ctx, e.Owner, e.Member, e.Payload) // nil: done; an error: retried, then dead-lettered
 	}, expset.WithConcurrency(8), expset.WithOwnerConcurrency(2), expset.WithGroupConcurrency(4))

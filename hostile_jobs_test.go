@@ -35,7 +35,7 @@ func hostileJobCases() []hostileCase {
 			return out, err
 		}})
 	}
-	put := func(e *hostileEnv, s *Set, id string, delay time.Duration, opts ...AddOption) (string, error) {
+	put := func(e *hostileEnv, s *Set, id string, delay time.Duration, opts ...PutOption) (string, error) {
 		d, put, err := s.Put(e.ctx, id, delay, opts...)
 		return fmt.Sprintf("%s, %v", e.rt(d), put), err
 	}

@@ -22,17 +22,45 @@ type Job struct {
 	// when it is or was due), "running" (a handler call has begun in some
 	// consumer group and the job is not finished there: Attempt says
 	// which), "dead" (dead-lettered in a group), or "" when no job of that
-	// ID is known: never put, cancelled, or finished by every group.
+	// ID (and owner) is known: never put, cancelled, or finished by every
+	// group.
 	State   string
 	Due     time.Time // when the job is or was due (zero when State is "")
 	Attempt int       // running: the highest handler call begun over the groups, 1 for the first
 }
 
+// WithOwner makes a job call act on the job of owner: Set.Put puts it as
+// the member id of owner, in owner's shard and sorted set, with its payload
+// beside the owner's; Set.Reschedule, Set.Cancel, Set.Job and
+// Set.JobDeadLetters find it there. Default: the job has no owner. A job
+// is (owner, ID): the same ID under two owners, or under one and none, is
+// two jobs. Its event has Owner owner and Member id, so
+// WithOwnerConcurrency caps it, Set.Running counts it, and owner's reads
+// (Count, Members, Contains, Deadline, Payload) and a Quota's limit see it
+// as a member while it waits; the calls on owner's members (Add, Extend,
+// Remove, Acquire) act on it as on any. owner is checked as Set.Add checks
+// one: 1 to 1024 bytes, not beginning with "\x00job:"; else the call fails
+// with ErrInvalidArgument and changes nothing.
+func WithOwner(owner string) JobOption {
+	return jobOption(func(c *callConfig) error {
+		if p := ownerProblem(owner); p != "" {
+			return fmt.Errorf("%w: WithOwner: %s", ErrInvalidArgument, p)
+		}
+		c.owner, c.hasOwner = owner, true
+		return nil
+	})
+}
+
 // isJobOwner reports whether an event's owner is a bucket of jobs.
 func isJobOwner(owner string) bool { return store.IsJobOwner(owner) }
 
-// jobName names job id in errors.
-func jobName(id string) string { return "job " + strconv.Quote(id) }
+// jobName names job id of owner ("": none) in errors.
+func jobName(owner, id string) string {
+	if owner == "" {
+		return "job " + strconv.Quote(id)
+	}
+	return "job " + strconv.Quote(id) + " of owner " + strconv.Quote(owner)
+}
 
 // scheduleName names schedule id in errors.
 func scheduleName(id string) string { return "schedule " + strconv.Quote(id) }
@@ -50,6 +78,14 @@ func hideJobOwner(err error, op, what string) error {
 		cause = errors.Unwrap(cause)
 	}
 	return fmt.Errorf("expset: %s %s: %w", op, what, cause)
+}
+
+// jobOwner applies the options of one call on a job and returns its owner
+// ("": none).
+func jobOwner(opts []JobOption) (string, error) {
+	var c callConfig
+	err := applyOptions(opts, &c, JobOption.applyJob)
+	return c.owner, err
 }
 
 // checkJob checks a call on job id and, when hasDelay, its delay, which
@@ -78,30 +114,33 @@ func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, er
 // that Consume delivers to every consumer group with an empty Owner, the ID
 // as Member and the due time as Deadline. delay is 0 (due at once) to 100
 // years, truncated to whole milliseconds. Options: WithPayload (the set
-// needs WithPayloadStorage). The set needs WithExpiryEvents.
+// needs WithPayloadStorage), WithOwner (the job of an owner: its shard is
+// the owner's, its event carries the owner, and "waiting" means a member
+// id of the owner). The set needs WithExpiryEvents.
 //
 // Put is one round trip: one script that costs O(log n) in the jobs of its
-// bucket (see docs/jobs.md). It waits for WithDurability's
-// acknowledgements as Add does. A Put its client sends again after losing
-// the reply (go-redis retries a call after a read timeout, and the server
-// may have run both) reports what its first run did, by a receipt the call
-// leaves on the server for twice its client's retries (see
-// store.Store.JobReceiptMillis); so do Reschedule and Cancel.
-func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...AddOption) (time.Time, bool, error) {
+// bucket, or in the members of its owner (see docs/jobs.md). It waits for
+// WithDurability's acknowledgements as Add does. A Put its client sends
+// again after losing the reply (go-redis retries a call after a read
+// timeout, and the server may have run both) reports what its first run
+// did, by a receipt the call leaves on the server for twice its client's
+// retries (see store.Store.JobReceiptMillis); so do Reschedule and Cancel.
+// Put is safe for simultaneous use, as every call of a Set is.
+func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...PutOption) (time.Time, bool, error) {
 	ms, err := s.checkJob(id, delay, true)
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	c, err := callOptions(s, opts, AddOption.applyAdd)
+	c, err := callOptions(s, opts, PutOption.applyPut)
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	due, put, durable, err := s.st.Put(ctx, id, ms, c.payload, c.hasPayload)
+	due, put, durable, err := s.st.Put(ctx, c.owner, id, ms, c.payload, c.hasPayload)
 	if err != nil {
-		return time.Time{}, false, hideJobOwner(err, "put", jobName(id))
+		return time.Time{}, false, hideJobOwner(err, "put", jobName(c.owner, id))
 	}
 	if dur := s.st.Durable(); put && dur.On() && !durable {
-		return due, true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, jobName(id), dur.Shortfall())
+		return due, true, fmt.Errorf("%w: put %s: %s", ErrNotDurable, jobName(c.owner, id), dur.Shortfall())
 	}
 	return due, put, nil
 }
@@ -110,22 +149,27 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...A
 // later) and returns its new due time; a job moved to now is delivered at
 // once. A job not waiting (never put, cancelled, or already taken by the
 // sweeper) gets an error matching ErrNotFound. delay is 0 to 100 years, as
-// for Put. Reschedule is one round trip: one script, O(log n) in the jobs of
-// its bucket.
-func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (time.Time, error) {
+// for Put. Options: WithOwner (the job of an owner). Reschedule is one
+// round trip: one script, O(log n) in the jobs of its bucket (the members
+// of its owner).
+func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration, opts ...JobOption) (time.Time, error) {
 	ms, err := s.checkJob(id, delay, true)
 	if err != nil {
 		return time.Time{}, err
 	}
-	due, found, durable, err := s.st.Reschedule(ctx, id, ms)
+	owner, err := jobOwner(opts)
 	if err != nil {
-		return time.Time{}, hideJobOwner(err, "reschedule", jobName(id))
+		return time.Time{}, err
+	}
+	due, found, durable, err := s.st.Reschedule(ctx, owner, id, ms)
+	if err != nil {
+		return time.Time{}, hideJobOwner(err, "reschedule", jobName(owner, id))
 	}
 	if !found {
-		return time.Time{}, fmt.Errorf("%w: job %q is not waiting", ErrNotFound, id)
+		return time.Time{}, fmt.Errorf("%w: %s is not waiting", ErrNotFound, jobName(owner, id))
 	}
 	if dur := s.st.Durable(); dur.On() && !durable {
-		return due, fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, jobName(id), dur.Shortfall())
+		return due, fmt.Errorf("%w: reschedule %s: %s", ErrNotDurable, jobName(owner, id), dur.Shortfall())
 	}
 	return due, nil
 }
@@ -137,31 +181,41 @@ func (s *Set) Reschedule(ctx context.Context, id string, delay time.Duration) (t
 // back as it stopped counts as not begun). A cancelled job is never
 // delivered, and Job then reports it unknown. Cancel returns false for a
 // job unknown, done, dead, or with a call begun in some group. Only the
-// newest put of the ID is cancelled.
+// newest put of the ID is cancelled. Options: WithOwner (the job of an
+// owner).
 //
 // A waiting job costs one round trip: one script, O(log n) in the jobs of
-// its bucket. Any other costs one more, and looks through its shard's
-// event stream, newest first, in one round trip per 1,000 entries it
-// passes (the stream holds the events some group has not finished), as
-// Job does.
-func (s *Set) Cancel(ctx context.Context, id string) (bool, error) {
+// its bucket (the members of its owner). Any other costs one more, and
+// looks through its shard's event stream, newest first, in one round trip
+// per 1,000 entries it passes (the stream holds the events some group has
+// not finished), as Job does.
+func (s *Set) Cancel(ctx context.Context, id string, opts ...JobOption) (bool, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return false, err
 	}
-	ok, err := s.st.Cancel(ctx, id)
-	return ok, hideJobOwner(err, "cancel", jobName(id))
+	owner, err := jobOwner(opts)
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.st.Cancel(ctx, owner, id)
+	return ok, hideJobOwner(err, "cancel", jobName(owner, id))
 }
 
 // Job returns the state of the job id: waiting with its due time, running
-// with its attempt, dead, or unknown (State ""). A waiting job costs one
-// round trip (one ZSCORE in a script); any other looks through its shard's
-// event stream, then its dead letters, newest first, in one round trip per
-// 1,000 entries it passes (the stream holds the events some group has not
-// finished; dead letters stay until kicked or removed).
-func (s *Set) Job(ctx context.Context, id string) (Job, error) {
+// with its attempt, dead, or unknown (State ""). Options: WithOwner (the
+// job of an owner). A waiting job costs one round trip (one ZSCORE in a
+// script); any other looks through its shard's event stream, then its dead
+// letters, newest first, in one round trip per 1,000 entries it passes
+// (the stream holds the events some group has not finished; dead letters
+// stay until kicked or removed).
+func (s *Set) Job(ctx context.Context, id string, opts ...JobOption) (Job, error) {
 	if _, err := s.checkJob(id, 0, false); err != nil {
 		return Job{}, err
 	}
-	st, err := s.st.Job(ctx, id)
-	return Job(st), hideJobOwner(err, "read", jobName(id))
+	owner, err := jobOwner(opts)
+	if err != nil {
+		return Job{}, err
+	}
+	st, err := s.st.Job(ctx, owner, id)
+	return Job(st), hideJobOwner(err, "read", jobName(owner, id))
 }

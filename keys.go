@@ -35,13 +35,21 @@ func validateName(name string) error {
 }
 
 func validateOwner(owner string) error {
-	if owner == "" || len(owner) > maxOwnerLen {
-		return fmt.Errorf("%w: owner of %d bytes (want 1 to %d)", ErrInvalidArgument, len(owner), maxOwnerLen)
-	}
-	if strings.HasPrefix(owner, jobOwnerPrefix) {
-		return fmt.Errorf("%w: owner %q begins with %q, kept for the jobs of Set.Put and the schedules of Set.PutSchedule: use another owner", ErrInvalidArgument, owner, jobOwnerPrefix)
+	if p := ownerProblem(owner); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, p)
 	}
 	return nil
+}
+
+// ownerProblem says what is wrong with owner, "" when nothing is.
+func ownerProblem(owner string) string {
+	if owner == "" || len(owner) > maxOwnerLen {
+		return fmt.Sprintf("owner of %d bytes (want 1 to %d)", len(owner), maxOwnerLen)
+	}
+	if strings.HasPrefix(owner, jobOwnerPrefix) {
+		return fmt.Sprintf("owner %q begins with %q, kept for the jobs without owners of Set.Put and the schedules of Set.PutSchedule: use another owner", owner, jobOwnerPrefix)
+	}
+	return ""
 }
 
 func validateMember(member string) error {

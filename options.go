@@ -67,6 +67,16 @@ type DeliveryOption interface {
 // AddOption configures one Set.Add: WithPayload.
 type AddOption interface{ applyAdd(*callConfig) error }
 
+// PutOption configures one Set.Put: WithPayload, and every JobOption.
+type PutOption interface{ applyPut(*callConfig) error }
+
+// JobOption configures every call on one job, Set.Put, Set.Reschedule,
+// Set.Cancel, Set.Job and Set.JobDeadLetters: WithOwner.
+type JobOption interface {
+	PutOption
+	applyJob(*callConfig) error
+}
+
 // AcquireOption configures one Quota.Acquire, Quota.AcquireWait or request
 // of Quota.AcquireMany: WithPayload, WithLimit.
 type AcquireOption interface{ applyAcquire(*callConfig) error }
@@ -80,10 +90,11 @@ type LoopOption interface {
 }
 
 // WriteOption configures the writes that carry a payload, Set.Add,
-// Quota.Acquire and Set.PutSchedule: WithPayload.
+// Quota.Acquire, Set.Put and Set.PutSchedule: WithPayload.
 type WriteOption interface {
 	AddOption
 	AcquireOption
+	PutOption
 	ScheduleOption
 }
 
@@ -95,6 +106,7 @@ type (
 	deliveryOption func(*consumeConfig) error
 	acquireOption  func(*callConfig) error
 	writeOption    func(*callConfig) error
+	jobOption      func(*callConfig) error
 	loopOption     struct {
 		sweeper func(*sweeperConfig) error
 		consume func(*consumeConfig) error
@@ -108,6 +120,9 @@ func (f consumeOption) applyConsume(c *consumeConfig) error  { return f(c) }
 func (f acquireOption) applyAcquire(c *callConfig) error     { return f(c) }
 func (f writeOption) applyAdd(c *callConfig) error           { return f(c) }
 func (f writeOption) applyAcquire(c *callConfig) error       { return f(c) }
+func (f writeOption) applyPut(c *callConfig) error           { return f(c) }
+func (f jobOption) applyPut(c *callConfig) error             { return f(c) }
+func (f jobOption) applyJob(c *callConfig) error             { return f(c) }
 func (o loopOption) applySweeper(c *sweeperConfig) error     { return o.sweeper(c) }
 func (o loopOption) applyConsume(c *consumeConfig) error     { return o.consume(c) }
 func (o loopOption) applyReserve(c *consumeConfig) error     { return o.consume(c) }
@@ -285,11 +300,13 @@ func WithPayloadStorage() OpenOption {
 	return openOption(func(c *setConfig) error { c.payloads = true; return nil })
 }
 
-// callConfig is what the options of one Add or Acquire set.
+// callConfig is what the options of one Add, Acquire or job call set.
 type callConfig struct {
 	payload    []byte
 	hasPayload bool
 	limit      int
+	owner      string // WithOwner
+	hasOwner   bool
 }
 
 // WithPayload stores p with the member, in one Set.Add or Quota.Acquire (at

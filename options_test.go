@@ -58,6 +58,14 @@ func TestOptionsFirstErrorWins(t *testing.T) {
 				_, err := s.Add(ctx, "u", "m", time.Minute, pick[AddOption](n, f, false, WithPayload([]byte("x")), nil)...)
 				return err
 			}},
+			{"Set.Put", "WithOwner", "WithPayload", func(n, f, sc bool) error {
+				_, _, err := s.Put(ctx, "j", time.Minute, pick[PutOption](n, f, sc, WithOwner(""), WithPayload([]byte("x")))...)
+				return err
+			}},
+			{"Set.Cancel", "WithOwner", "", func(n, f, sc bool) error {
+				_, err := s.Cancel(ctx, "j", pick[JobOption](n, f, false, WithOwner("\x00job:1"), nil)...)
+				return err
+			}},
 			{"Quota.Acquire", "WithLimit", "WithPayload", func(n, f, sc bool) error {
 				q, err := NewQuota(s, 1)
 				if err != nil {
@@ -167,6 +175,12 @@ func TestOptionsMisappliedDoNotCompile(t *testing.T) {
 			"_ = s.Consume(ctx, \"g\", \"c\", nil, expset.WithLeaseTTL(time.Second), expset.WithReadBatch(5))"},
 		{"var _ expset.WriteOption = expset.WithLeaseTTL(time.Second)",
 			"var _ expset.AddOption = expset.WithPayload(nil)"},
+		{"_, _ = s.Add(ctx, \"o\", \"m\", time.Minute, expset.WithOwner(\"o\"))",
+			"_, _, _ = s.Put(ctx, \"id\", time.Minute, expset.WithOwner(\"o\"), expset.WithPayload(nil))"},
+		{"_, _ = s.Cancel(ctx, \"id\", expset.WithPayload(nil))",
+			"_, _ = s.Job(ctx, \"id\", expset.WithOwner(\"o\"))"},
+		{"_, _ = s.Reschedule(ctx, \"id\", time.Minute, expset.WithLimit(1))",
+			"_, _ = s.JobDeadLetters(ctx, \"id\", expset.WithOwner(\"o\"))"},
 		{"_, _ = s.Add(ctx, \"o\", \"m\", time.Minute, expset.WithCatchUp(0))",
 			"_, _ = s.PutSchedule(ctx, \"id\", \"@every 1m\", expset.WithCatchUp(0), expset.WithPayload(nil))"},
 	} {

@@ -43,7 +43,8 @@ const parkPoll = time.Second
 // or a dead consumer's slot lapsed. The cap makes room only where it
 // binds: with n at or above a consumer's WithConcurrency, one owner can
 // fill its call slots, and new events are then started in stream order.
-// Jobs of Set.Put have no owner and no cap. With the option, handler calls
+// Jobs of Set.Put have no owner and no cap, but for those put WithOwner,
+// which take their owner's slots. With the option, handler calls
 // run on goroutines of their own, as with WithConcurrency, even at its
 // default 1.
 //

@@ -213,7 +213,7 @@ func putJobs(b *testing.B, rdb *redis.Client, size, jobs int) (*expset.Set, int6
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
 	}
-	var opts []expset.AddOption
+	var opts []expset.PutOption
 	if size > 0 {
 		opts = append(opts, expset.WithPayload(payload))
 	}

@@ -5,11 +5,11 @@ import "context"
 // cancel.go serves cancel.lua: Set.Cancel's look for a job's event, after
 // cancel_waiting.lua found it not in its bucket.
 
-// cancelCall builds cancel.lua's call on job id from where ("+", or a
-// cursor it returned), with the receipt of cancel_waiting.lua's call,
-// lasting ms.
-func (s *Store) cancelCall(id, where, receipt string, ms int64) *Call {
-	shard, owner, _ := s.jobKeys(id)
+// cancelCall builds cancel.lua's call on job id of owner ("": none) from
+// where ("+", or a cursor it returned), with the receipt of
+// cancel_waiting.lua's call, lasting ms.
+func (s *Store) cancelCall(owner, id, where, receipt string, ms int64) *Call {
+	shard, owner, _ := s.jobKeys(owner, id)
 	sk := &s.shards[shard]
 	return &Call{Op: "cancel", Shard: shard, Script: scriptCancel, Keys: []string{sk.Events, sk.Att, receipt},
 		Args: []any{id, owner, where, JobScanCount, ms}}
@@ -36,10 +36,10 @@ func readCancel(v any) (cancelled bool, cursor string, more bool, err error) {
 }
 
 // cancelEvent runs cancel.lua until it answers.
-func (s *Store) cancelEvent(ctx context.Context, id, receipt string, ms int64) (bool, error) {
+func (s *Store) cancelEvent(ctx context.Context, owner, id, receipt string, ms int64) (bool, error) {
 	where := "+"
 	for {
-		v, err := s.run(ctx, s.cancelCall(id, where, receipt, ms))
+		v, err := s.run(ctx, s.cancelCall(owner, id, where, receipt, ms))
 		if err != nil {
 			return false, err
 		}

@@ -90,12 +90,13 @@ func (s *Store) ScanDead(ctx context.Context, a DeadScan) (DeadScanned, error) {
 	return readDeadScan(v)
 }
 
-// JobDeadLetters reads the dead letters of the job with ID id, oldest
-// first: the entries of its shard's dead-letter stream under its bucket
-// with id as member, kept by deadscan.lua (only they travel), JobScanCount
-// entries a call. Its error names the stream.
-func (s *Store) JobDeadLetters(ctx context.Context, id string) (shard int, msgs []redis.XMessage, err error) {
-	shard, owner := s.JobBucket(id)
+// JobDeadLetters reads the dead letters of the job with ID id of owner
+// ("": none), oldest first: the entries of its shard's dead-letter stream
+// under its owner (its bucket without one) with id as member, kept by
+// deadscan.lua (only they travel), JobScanCount entries a call. Its error
+// names the stream.
+func (s *Store) JobDeadLetters(ctx context.Context, owner, id string) (shard int, msgs []redis.XMessage, err error) {
+	shard, owner, _ = s.jobKeys(owner, id)
 	for start := "-"; ; {
 		r, err := s.ScanDead(ctx, DeadScan{Shard: shard, Start: start, End: "+", Read: JobScanCount, Want: JobScanCount, Owner: owner, Member: id})
 		if err != nil {

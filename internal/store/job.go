@@ -15,10 +15,10 @@ type JobState struct {
 	Attempt int
 }
 
-// jobCall builds job.lua's call on job id from where ("", or a cursor it
-// returned).
-func (s *Store) jobCall(id, where string) *Call {
-	shard, owner, keys := s.jobKeys(id)
+// jobCall builds job.lua's call on job id of owner ("": none) from where
+// ("", or a cursor it returned).
+func (s *Store) jobCall(owner, id, where string) *Call {
+	shard, owner, keys := s.jobKeys(owner, id)
 	sk := &s.shards[shard]
 	return &Call{Op: "job", Shard: shard, Script: scriptJob, Keys: []string{keys[0], sk.Events, sk.Dead, sk.Att},
 		Args: []any{id, owner, where, JobScanCount}}
@@ -65,11 +65,11 @@ func readJob(v any) (st JobState, cursor string, more bool, err error) {
 	return JobState{}, "", false, Unexpected("job.lua", v)
 }
 
-// Job runs job.lua on job id until it answers.
-func (s *Store) Job(ctx context.Context, id string) (JobState, error) {
+// Job runs job.lua on job id of owner ("": none) until it answers.
+func (s *Store) Job(ctx context.Context, owner, id string) (JobState, error) {
 	where := ""
 	for {
-		v, err := s.run(ctx, s.jobCall(id, where))
+		v, err := s.run(ctx, s.jobCall(owner, id, where))
 		if err != nil {
 			return JobState{}, err
 		}

@@ -14,6 +14,10 @@ import (
 // jobs.go holds the layout the job scripts (put.lua, cancel_waiting.lua,
 // cancel.lua, job.lua, and jobs.lua, which the last two share) work on.
 //
+// Jobs of an owner (Set.Put WithOwner) are members of that owner, in its
+// shard, as Set.Add's are; the scripts take its keys where they would take
+// a bucket's.
+//
 // Jobs without owners (Set.Put) are members of owners the set makes for
 // them: a job's ID picks its shard (ShardOf, as an owner's would) and, in
 // that shard, one of jobBuckets/shards buckets, whose owner is
@@ -50,21 +54,27 @@ func (s *Store) jobOwners() []any {
 	return append(out, ScheduleOwner)
 }
 
-// jobKeys returns the shard, the bucket's owner and the owner keys
-// (ownerKeys) of the job with ID id.
-func (s *Store) jobKeys(id string) (int, string, []string) {
+// jobKeys returns the shard, the owner and the owner keys (ownerKeys) of
+// the job with ID id of owner: owner's own, or, for "" (a job without an
+// owner), its bucket's. A job of an owner is the member id of owner, as
+// Set.Add's members are.
+func (s *Store) jobKeys(owner, id string) (int, string, []string) {
+	if owner != "" {
+		shard := s.ShardOf(owner)
+		return shard, owner, s.keysIn(shard, owner)
+	}
 	n := uint32(len(s.shards))
 	h := fnv32(id)
 	shard := int(h % n)
 	bucket := (h / n) % max(jobBuckets/n, 1)
-	owner := JobOwnerPrefix + strconv.FormatUint(uint64(bucket), 10)
+	owner = JobOwnerPrefix + strconv.FormatUint(uint64(bucket), 10)
 	return shard, owner, s.keysIn(shard, owner)
 }
 
 // JobBucket returns the shard of the job with ID id and the owner of its
 // bucket there.
 func (s *Store) JobBucket(id string) (shard int, owner string) {
-	shard, owner, _ = s.jobKeys(id)
+	shard, owner, _ = s.jobKeys("", id)
 	return shard, owner
 }
 

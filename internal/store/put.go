@@ -7,11 +7,11 @@ import (
 
 // put.go serves put.lua (Set.Put) and reschedule.lua (Set.Reschedule).
 
-// putCall builds put.lua's call on job id, due after ms, with payload when
-// hasPayload: with WithClock, ARGV[4] (a payload's place, empty without
-// one) and now as ARGV[5].
-func (s *Store) putCall(id string, ms int64, payload []byte, hasPayload bool) *Call {
-	shard, owner, keys := s.jobKeys(id)
+// putCall builds put.lua's call on job id of owner ("": none), due after
+// ms, with payload when hasPayload: with WithClock, ARGV[4] (a payload's
+// place, empty without one) and now as ARGV[5].
+func (s *Store) putCall(owner, id string, ms int64, payload []byte, hasPayload bool) *Call {
+	shard, owner, keys := s.jobKeys(owner, id)
 	sk := &s.shards[shard]
 	keys = []string{keys[0], sk.Due, s.receiptKey(shard)}
 	args := []any{ms, id, s.JobReceiptMillis()}
@@ -29,10 +29,10 @@ func (s *Store) putCall(id string, ms int64, payload []byte, hasPayload bool) *C
 	return &Call{Op: "put", Shard: shard, Script: scriptPut, Keys: keys, Args: args}
 }
 
-// rescheduleCall builds reschedule.lua's call on job id, due after ms:
-// with WithClock, now as ARGV[4].
-func (s *Store) rescheduleCall(id string, ms int64) *Call {
-	shard, _, keys := s.jobKeys(id)
+// rescheduleCall builds reschedule.lua's call on job id of owner ("":
+// none), due after ms: with WithClock, now as ARGV[4].
+func (s *Store) rescheduleCall(owner, id string, ms int64) *Call {
+	shard, _, keys := s.jobKeys(owner, id)
 	keys = []string{keys[0], s.shards[shard].Due, s.receiptKey(shard)}
 	args := []any{ms, id, s.JobReceiptMillis()}
 	if s.clock != nil {
@@ -56,12 +56,13 @@ func putWrote(v any) bool {
 	return n&1 == 1
 }
 
-// Put runs put.lua: job id due after ms, unless a job of that
-// ID is waiting. It returns the job's due time, whether it put it, and
-// whether WithDurability's acknowledgements came. An error of the call
-// names the bucket's key, which the caller does not show.
-func (s *Store) Put(ctx context.Context, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, err error) {
-	c := s.putCall(id, ms, payload, hasPayload)
+// Put runs put.lua: job id of owner ("": none) due after ms, unless a job
+// of that owner and ID is waiting. It returns the job's due time, whether
+// it put it, and whether WithDurability's acknowledgements came. An error
+// of the call names the owner's key (a bucket's for a job without an
+// owner, which the caller does not show).
+func (s *Store) Put(ctx context.Context, owner, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, err error) {
+	c := s.putCall(owner, id, ms, payload, hasPayload)
 	s.runWrite(ctx, c, true, putWrote)
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err
@@ -83,11 +84,11 @@ func readReschedule(v any) (due time.Time, found bool, err error) {
 	return msTime(d), true, nil
 }
 
-// Reschedule runs reschedule.lua: the waiting job id due after ms
-// instead. found is false when the job is not waiting. An error of the
-// call names the bucket's key, as Put's does.
-func (s *Store) Reschedule(ctx context.Context, id string, ms int64) (due time.Time, found, durable bool, err error) {
-	c := s.rescheduleCall(id, ms)
+// Reschedule runs reschedule.lua: the waiting job id of owner ("": none)
+// due after ms instead. found is false when the job is not waiting. An
+// error of the call names the owner's key, as Put's does.
+func (s *Store) Reschedule(ctx context.Context, owner, id string, ms int64) (due time.Time, found, durable bool, err error) {
+	c := s.rescheduleCall(owner, id, ms)
 	s.runWrite(ctx, c, true, func(v any) bool { return v != nil })
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err

@@ -95,19 +95,19 @@ func TestStoreJobsAndSweep(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, _ := newTestStore(t, rdb, 2)
-		if _, put, _, err := s.Put(ctx, "now", 0, nil, false); err != nil || !put {
+		if _, put, _, err := s.Put(ctx, "", "now", 0, nil, false); err != nil || !put {
 			t.Fatalf("Put: %v %v", put, err)
 		}
-		if _, put, _, err := s.Put(ctx, "later", 3_600_000, nil, false); err != nil || !put {
+		if _, put, _, err := s.Put(ctx, "", "later", 3_600_000, nil, false); err != nil || !put {
 			t.Fatalf("Put: %v %v", put, err)
 		}
-		if st, err := s.Job(ctx, "later"); err != nil || st.State != "waiting" {
+		if st, err := s.Job(ctx, "", "later"); err != nil || st.State != "waiting" {
 			t.Fatalf("Job: %+v %v", st, err)
 		}
-		if ok, err := s.Cancel(ctx, "later"); err != nil || !ok {
+		if ok, err := s.Cancel(ctx, "", "later"); err != nil || !ok {
 			t.Fatalf("Cancel: %v %v", ok, err)
 		}
-		if _, found, _, err := s.Reschedule(ctx, "later", 1); err != nil || found {
+		if _, found, _, err := s.Reschedule(ctx, "", "later", 1); err != nil || found {
 			t.Fatalf("Reschedule of a job cancelled: %v %v", found, err)
 		}
 		shard, _ := s.JobBucket("now")

@@ -18,7 +18,7 @@ func TestStoreJobOwnersLeftOut(t *testing.T) {
 		ctx := context.Background()
 		s, _ := newTestStore(t, rdb, 1)
 		for _, id := range []string{"j1", "j2"} {
-			if _, put, _, err := s.Put(ctx, id, 0, nil, false); err != nil || !put {
+			if _, put, _, err := s.Put(ctx, "", id, 0, nil, false); err != nil || !put {
 				t.Fatalf("Put %s: %v %v", id, put, err)
 			}
 		}
@@ -43,7 +43,7 @@ func TestStoreJobOwnersLeftOut(t *testing.T) {
 		for _, e := range [][]any{{"o", bucket, "m", "j1"}, {"o", bucket, "m", "j2"}, {"o", "u", "m", "j1"}, {"o", bucket, "m", "j1"}} {
 			rdb.XAdd(ctx, &redis.XAddArgs{Stream: dead, Values: append(e, "g", "g", "err", "x")})
 		}
-		got, msgs, err := s.JobDeadLetters(ctx, "j1")
+		got, msgs, err := s.JobDeadLetters(ctx, "", "j1")
 		if err != nil || got != shard || len(msgs) != 2 {
 			t.Fatalf("JobDeadLetters(j1): shard %d, %v, %v; want shard %d and j1's two", got, msgs, err, shard)
 		}

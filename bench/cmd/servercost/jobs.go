@@ -49,11 +49,21 @@ func sameBuckets(ids []string) []string {
 	return out
 }
 
+// ownedBy returns the option that puts job i of a workload under owner
+// user-<i> when owned, else none (nil: an option that does nothing).
+func ownedBy(owned bool, i int) expset.JobOption {
+	if !owned {
+		return nil
+	}
+	return expset.WithOwner("user-" + strconv.Itoa(i))
+}
+
 // openJobs opens a set for jobs (WithExpiryEvents, WithPayloadStorage) and
-// puts seed jobs with the 64-byte payload, due after delay (not counted).
-// With once, the set's client never sends a call again (MaxRetries -1):
-// the job calls then write no receipt.
-func openJobs(ctx context.Context, e *env, seed []string, delay time.Duration, once bool) (*expset.Set, error) {
+// puts seed jobs with the 64-byte payload, due after delay (not counted),
+// seed job i under owner user-<i> when owned. With once, the set's client
+// never sends a call again (MaxRetries -1): the job calls then write no
+// receipt.
+func openJobs(ctx context.Context, e *env, seed []string, delay time.Duration, once, owned bool) (*expset.Set, error) {
 	rdb := e.rdb
 	if once {
 		o := *e.rdb.Options()
@@ -75,7 +85,7 @@ func openJobs(ctx context.Context, e *env, seed []string, delay time.Duration, o
 		return nil, err
 	}
 	err = run(ctx, e.goroutines, job{calls: len(seed), do: func(ctx context.Context, i int) error {
-		_, put, err := s.Put(ctx, seed[i], delay, expset.WithPayload(jobPayload))
+		_, put, err := s.Put(ctx, seed[i], delay, expset.WithPayload(jobPayload), ownedBy(owned, i))
 		if err == nil && !put {
 			err = fmt.Errorf("seed %s not put", seed[i])
 		}
@@ -97,21 +107,25 @@ func jobWorkloads(e *env) ([]workload, error) {
 		return nil, err
 	}
 	bareKeys := []string{"bare:{" + setName + "}:jobs", "bare:{" + setName + "}:p"}
-	put := func(name, what string, seeded, once bool) workload {
+	// put measures Set.Put of new jobs, each (when owned) of an owner of
+	// its own, user-<i>.
+	put := func(name, what string, seeded, once, owned bool) workload {
 		return workload{name: "job/" + name, unit: "call", vs: "recipe/job-put", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			var seed []string
-			if seeded {
+			if seeded && owned {
+				seed = jobIDs("seed-", e.n)
+			} else if seeded {
 				seed = sameBuckets(jobIDs("job-", e.n))
 			}
 			// Seeded jobs are due first: each new one is not its bucket's
-			// earliest.
-			s, err := openJobs(ctx, e, seed, ttl/2, once)
+			// (its owner's) earliest.
+			s, err := openJobs(ctx, e, seed, ttl/2, once, owned)
 			if err != nil {
 				return job{}, err
 			}
 			ids := jobIDs("job-", e.n)
 			return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error {
-				_, put, err := s.Put(ctx, ids[i], ttl, expset.WithPayload(jobPayload))
+				_, put, err := s.Put(ctx, ids[i], ttl, expset.WithPayload(jobPayload), ownedBy(owned, i))
 				if err == nil && !put {
 					err = fmt.Errorf("%s not put", ids[i])
 				}
@@ -122,7 +136,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 	onSeeded := func(name, what string, once bool, op func(ctx context.Context, s *expset.Set, id string) error) workload {
 		return workload{name: "job/" + name, unit: "call", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			ids := jobIDs("job-", e.n)
-			s, err := openJobs(ctx, e, ids, ttl, once)
+			s, err := openJobs(ctx, e, ids, ttl, once, false)
 			if err != nil {
 				return job{}, err
 			}
@@ -137,9 +151,11 @@ func jobWorkloads(e *env) ([]workload, error) {
 		return err
 	}
 	return []workload{
-		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false, false),
-		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding a job due earlier", true, false),
-		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", true, true),
+		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false, false, false),
+		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding a job due earlier", true, false, false),
+		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", true, true, false),
+		put("put-owned", "job/put WithOwner: each job its owner's first", false, false, true),
+		put("put-owned-more", "job/put-more WithOwner: its owner holding a job due earlier", true, false, true),
 		onSeeded("reschedule", "Set.Reschedule of a waiting job to twice its delay", false, func(ctx context.Context, s *expset.Set, id string) error {
 			_, err := s.Reschedule(ctx, id, 2*ttl)
 			return err
@@ -167,7 +183,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 			}},
 		{name: "job/sweep", unit: "job", what: "Sweeper.SweepOnce of e.n jobs due (64-byte payloads, most their bucket's only one) into events",
 			prep: func(ctx context.Context, e *env) (job, error) {
-				s, err := openJobs(ctx, e, jobIDs("job-", e.n), time.Millisecond, false)
+				s, err := openJobs(ctx, e, jobIDs("job-", e.n), time.Millisecond, false, false)
 				if err != nil {
 					return job{}, err
 				}
@@ -220,7 +236,7 @@ func jobWorkloads(e *env) ([]workload, error) {
 func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
 	return workload{name: "job/" + name, unit: "job", vs: "recipe/job-life", what: what,
 		prep: func(ctx context.Context, e *env) (job, error) {
-			s, err := openJobs(ctx, e, nil, 0, false)
+			s, err := openJobs(ctx, e, nil, 0, false, false)
 			if err != nil {
 				return job{}, err
 			}

@@ -20,7 +20,10 @@
 --          nobody else can have taken them (a take needs them idle ARGV[3]
 --          ms) and no call of them has begun: they are begun without a look
 --          at the pending list or the attempts field (never a job's: a
---          Set.Cancel acknowledges one read and not begun)
+--          Set.Cancel acknowledges one read and not begun; of a job of an
+--          owner, which the consumer cannot tell from a member's event,
+--          it leaves a mark in the attempts field, which the HSET or
+--          HSETNX of every fresh begin finds)
 -- ARGV[8..] triples (at most 1000): an entry ID, the token of its call
 --          (unique to the handler call, so that a begin run twice counts
 --          once) and the event's owner ("" for a job of no owner: no slot,
@@ -88,6 +91,10 @@ for i = 8, #ARGV - 1, step do
   end
   if not holder or (holder ~= consumer and idle < vis) then
     r = 0
+    if not holder then
+      -- Acknowledged: an attempts field left is a Set.Cancel's mark.
+      call('HDEL', att, att_field(id, group))
+    end
   elseif paused and (paused == 'g' or (owner ~= '' and call('HEXISTS', att, 'O:' .. #group .. ':' .. group .. owner) == 1)) then
     -- Paused: nothing begins, but a begin sent again (it ran before the
     -- pause) answers as it did.
@@ -146,16 +153,31 @@ for i = 8, #ARGV - 1, step do
         if slot then
           v = v .. ' s' .. slot
         end
-        if i >= fresh or not took then
+        if i >= fresh then
           call('HSET', att, field, v)
+        elseif not took then
+          -- A fresh item has no field (HSET adds it: 1), but when this
+          -- begin ran before (the client sent it twice: the same value),
+          -- or Set.Cancel deleted the event of a job of an owner after
+          -- this consumer read it, leaving its mark (see cancel.lua): the
+          -- entry is then acknowledged, the mark goes, nothing begins.
+          -- (HSETNX would scan the hash twice on every fresh begin.)
+          if call('HSET', att, field, v) == 0 and not pending_of(stream, group, id) then
+            call('HDEL', att, field)
+            r = 0
+          end
         elseif call('HSETNX', att, field, v) == 0 then
           -- This begin ran before (the client sent it twice): its slot
-          -- is held already.
+          -- is held already. Or Set.Cancel left its mark (a token "-"),
+          -- which goes now: nothing begins.
           slot_free(group, owner, true)
           local u, t = att_get(att, field)
           if t == tok then
             r = {u, 1, 0}
           else
+            if t == '-' then
+              call('HDEL', att, field)
+            end
             r = 0
           end
         end

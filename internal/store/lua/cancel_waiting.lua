@@ -1,14 +1,15 @@
 -- cancel_waiting.lua: cancel one waiting job put with Set.Put (the first
 -- call of Set.Cancel).
 --
--- KEYS[1]  the job's bucket       expset:{name:S}:o:\0job:<b>
+-- KEYS[1]  the job's owner key    expset:{name:S}:o:<owner> (Set.Put
+--          WithOwner), or its bucket's, expset:{name:S}:o:\0job:<b>
 -- KEYS[2]  the call's receipt     expset:{name:S}:r:#<token>
--- KEYS[3]  the bucket's payloads  expset:{name:S}:p:\0job:<b>, declared
---          only when the set keeps payloads
+-- KEYS[3]  the owner's payloads   expset:{name:S}:p:<owner> (or
+--          p:\0job:<b>), declared only when the set keeps payloads
 -- ARGV[1]  job ID (the member)
 -- ARGV[2]  how long the receipt lasts, in ms; 0: no receipt
 --
--- A job in its bucket, due or not, is removed with its payload: the
+-- A job in its owner's set, due or not, is removed with its payload: the
 -- sweeper finds nothing of it, no event is written. Else nothing is
 -- written, and Set.Cancel goes on with cancel.lua, which looks for the
 -- job's event. The bucket's entry in the due index stays, also when the

@@ -1,17 +1,18 @@
 -- job.lua: the state of one job put with Set.Put (Set.Job).
 --
--- KEYS[1]  the job's bucket       expset:{name:S}:o:\0job:<b>
+-- KEYS[1]  the job's owner key    expset:{name:S}:o:<owner> (Set.Put
+--          WithOwner), or its bucket's, expset:{name:S}:o:\0job:<b>
 -- KEYS[2]  shard event stream     expset:{name:S}:ev
 -- KEYS[3]  shard dead letters     expset:{name:S}:dead
 -- KEYS[4]  shard attempts hash    expset:{name:S}:att
 -- ARGV[1]  job ID (the member)
--- ARGV[2]  the bucket's owner name (the events' o field)
--- ARGV[3]  where to look: "" first (the bucket, then the stream from its
+-- ARGV[2]  the owner's name, or the bucket's (the events' o field)
+-- ARGV[3]  where to look: "" first (KEYS[1], then the stream from its
 --          newest entry), "ev <ID>" or "dead <ID>" to go on in that stream
 --          below entry ID (a cursor this script returned)
 -- ARGV[4]  entries to look through in this call (1 to 1000)
 --
--- A job in its bucket is waiting; else the newest entry of the shard's
+-- A job in its owner's set is waiting; else the newest entry of the shard's
 -- stream that carries it says: a handler call begun in some group and the
 -- event not finished there, running (the highest call begun over those
 -- groups); not read yet by some group, or read without a call begun,

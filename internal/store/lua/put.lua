@@ -1,13 +1,14 @@
 -- put.lua: put one job unless a job of its ID is waiting (Set.Put).
 --
--- KEYS[1]  the job's bucket       expset:{name:S}:o:\0job:<b>; its owner
---          name (the due index's member) is the key's tail from its \0,
---          which starts at the position #KEYS[2] (the keys share their
---          prefix; "o:" is one byte shorter than "due")
+-- KEYS[1]  the job's owner key    expset:{name:S}:o:<owner> (Set.Put
+--          WithOwner), or its bucket's, expset:{name:S}:o:\0job:<b>; its
+--          owner name (the due index's member) is the key's tail from the
+--          position #KEYS[2] (the keys share their prefix; "o:" is one byte
+--          shorter than "due")
 -- KEYS[2]  shard due index        expset:{name:S}:due
 -- KEYS[3]  the call's receipt     expset:{name:S}:r:#<token>
--- KEYS[4]  the bucket's payloads  expset:{name:S}:p:\0job:<b>, declared
---          only when a payload is put
+-- KEYS[4]  the owner's payloads   expset:{name:S}:p:<owner> (or
+--          p:\0job:<b>), declared only when a payload is put
 -- ARGV[1]  delay in ms (0 to 100 years)
 -- ARGV[2]  job ID (the member)
 -- ARGV[3]  how long the receipt lasts, in ms; 0: no receipt (the client
@@ -16,11 +17,11 @@
 -- ARGV[4]  the payload to put, with KEYS[4] (else "" or absent)
 -- ARGV[5]  now in ms (absent: the server's TIME)
 --
--- A job in its bucket, due or not, is waiting (the sweeper has not taken
--- it): it is left as it is. Else the job is added at now + delay with its
--- payload, and the bucket is filed in the due index at that deadline
+-- A job in its owner's set (a member of that ID), due or not, is waiting
+-- (the sweeper has not taken it): it is left as it is. Else the job is added at now + delay with its
+-- payload, and the owner is filed in the due index at that deadline
 -- unless it is filed at or before it (ZADD LT: the entry stays at or
--- before the bucket's earliest job). When that filing made the bucket the
+-- before the owner's earliest member). When that filing made the owner the
 -- index's head (the shard's next deadline moved earlier), the deadline is
 -- published on KEYS[2] .. ':wake' (notify.go), so a job due at once is
 -- swept at once. Expired jobs stay for the sweeper. No score is read on

@@ -26,7 +26,12 @@ RUNO = KEYS[3]
 local n = 0
 for i = 6, #ARGV do
   local id = ARGV[i]
-  if pending_of(stream, group, id) == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
+  local holder = pending_of(stream, group, id)
+  if not holder then
+    -- Acknowledged: an attempts field left is a Set.Cancel's mark (see
+    -- cancel.lua).
+    call('HDEL', att, att_field(id, group))
+  elseif holder == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
       local field = att_field(id, group)
       local used, token, _, owner = att_get(att, field)

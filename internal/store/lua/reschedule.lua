@@ -1,7 +1,8 @@
 -- reschedule.lua: move a waiting job's due time (Set.Reschedule).
 --
--- KEYS[1]  the job's bucket       expset:{name:S}:o:\0job:<b>; its owner
---          name starts at the position #KEYS[2], as in put.lua
+-- KEYS[1]  the job's owner key    expset:{name:S}:o:<owner>, or its
+--          bucket's (o:\0job:<b>); its owner name starts at the position
+--          #KEYS[2], as in put.lua
 -- KEYS[2]  shard due index        expset:{name:S}:due
 -- KEYS[3]  the call's receipt     expset:{name:S}:r:#<token>
 -- ARGV[1]  delay in ms (0 to 100 years)
@@ -9,9 +10,9 @@
 -- ARGV[3]  how long the receipt lasts, in ms; 0: no receipt
 -- ARGV[4]  now in ms (absent: the server's TIME)
 --
--- A job in its bucket, due or not, is waiting: it is moved to now + delay,
--- and the bucket filed in the due index as put.lua files it (a job moved
--- later leaves the entry early, and the sweeper re-files the bucket when it
+-- A job in its owner's set, due or not, is waiting: it is moved to now +
+-- delay, and the owner filed in the due index as put.lua files it (a job
+-- moved later leaves the entry early, and the sweeper re-files the owner when it
 -- comes), with the same wake-up. A job not waiting is not written. The
 -- receipt is put.lua's.
 -- Reply: the new deadline in ms, or false when no job waits.
