@@ -17,7 +17,8 @@ import (
 // TestGroupCapAcrossProcesses: three consumer processes of a group (two
 // helpers and this one), each WithConcurrency(8), WithGroupConcurrency(5)
 // and WithOwnerConcurrency(1), on 16 shards, handle for two minutes the
-// work of 20 tenants as it falls due, with calls of 5-50ms. Midway one
+// jobs of 20 tenants (Put WithOwner) as they fall due, with calls of
+// 5-50ms. Midway one
 // helper is SIGKILLed with calls under way and started again. The
 // handlers' own records of their calls (a killed process's open calls end
 // at the kill) never show more than 5 calls of the group or 1 of a tenant
@@ -55,14 +56,16 @@ func TestGroupCapAcrossProcesses(t *testing.T) {
 		}, WithLeaseTTL(vis), WithPollInterval(10*time.Millisecond), WithConcurrency(poolKillConcurrency),
 			WithOwnerConcurrency(ownerCap), WithGroupConcurrency(groupCap))
 
-		// The tenants' work: one item every 10ms, due 50ms later.
+		// The tenants' jobs: one put every 10ms, due 50ms later.
 		added := 0
 		began := time.Now()
 		var killedAt int64
 		var restarted *helper
 		for i := 0; time.Since(began) < run; i++ {
 			tenant := "t" + strconv.Itoa(i%tenants)
-			must[time.Time](t)(s.Add(ctx, tenant, "w"+strconv.Itoa(i), 50*time.Millisecond))
+			if _, put, err := s.Put(ctx, "job"+strconv.Itoa(i), 50*time.Millisecond, WithOwner(tenant)); err != nil || !put {
+				t.Fatalf("put: %v %v", put, err)
+			}
 			added++
 			if restarted == nil && time.Since(began) > run/2 && len(first.calls("call")) > len(first.calls("ok")) {
 				first.kill()

@@ -49,8 +49,8 @@ const parkPoll = time.Second
 // default 1.
 //
 // Cost: the begin and the end of a capped call each count in one more key
-// per shard (expset:{name:S}:runo): one HINCRBY (servercost: 172k
-// instructions an event against 136k uncapped, bench/README.md). A
+// per shard (expset:{name:S}:runo): one HINCRBY (servercost: 162k
+// instructions an event against 128k uncapped, bench/README.md). A
 // handled event whose call took its owner's last free slot is
 // acknowledged at once, so that the slot frees at once for the owner's
 // next events; the others wait with the acknowledgements batched (at most
