@@ -23,7 +23,8 @@ const groupWait = time.Second
 // WithOwnerConcurrency ("at most 5 calls to the payment provider, at most
 // 1 per merchant") and with each Consume's WithConcurrency. Every consumer
 // of the group should use the same n: one without the option takes no
-// slot, and one with another n enforces its own.
+// slot (nor does Reserve, which does not take it), and one with another n
+// enforces its own.
 //
 // The cap is kept in Redis, in one sorted set of the group's call slots
 // (expset:{name}:gslots:<group>, on one node of a Redis Cluster). Before it

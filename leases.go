@@ -65,7 +65,24 @@ func (k *leaseKeeper) close() {
 	k.mu.Unlock()
 	close(k.stop)
 	<-k.done
-	k.send(false) // the group call slots of the calls that ended last
+	k.freeLast()
+}
+
+// freeLast frees the group call slots of the calls that ended after the
+// keeper's last send (WithGroupConcurrency), as it closes. Best effort:
+// Consume's context has ended, so there is no one to report to, and a
+// slot not freed lapses with its lease.
+func (k *leaseKeeper) freeLast() {
+	k.mu.Lock()
+	freed := k.freed
+	k.freed = nil
+	k.mu.Unlock()
+	if len(freed) == 0 || k.c.gslots == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), finishTimeout)
+	defer cancel()
+	k.c.set.st.RunPipelined(ctx, k.c.slotCalls(store.Batches[int, *leaseCall]{}, freed).calls())
 }
 
 // freeSlots has the group call slots of tokens freed (WithGroupConcurrency)
