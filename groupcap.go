@@ -184,7 +184,7 @@ func (c *consumer) slotCalls(due store.Batches[int, *leaseCall], freed []string)
 // whose slot is gone (it lapsed and went to another call) loses its lease,
 // so that the cap holds; one whose renewal failed for a Redis error is
 // renewed again soon. Errors are reported: a slot that was not freed
-// lapses with its lease.
+// lapses with its lease (the retry reported).
 func (k *leaseKeeper) slotsSent(s slotSend, now time.Time) {
 	c := k.c
 	again := min(c.beat, time.Second)
@@ -205,7 +205,7 @@ func (k *leaseKeeper) slotsSent(s slotSend, now time.Time) {
 	}
 	for _, f := range s.frees {
 		if _, err := store.ReadGroupFree(f); err != nil {
-			c.set.reportError(k.ctx, "consume", -1, err, 0)
+			c.set.reportError(k.ctx, "consume", -1, err, c.cfg.leaseTTL)
 		}
 	}
 }
