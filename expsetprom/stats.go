@@ -46,7 +46,9 @@ import (
 //	expset_group_running{set,group}              handler calls under way, of members and jobs
 //	expset_group_running_owners{set,group}       the owners of those calls
 //	expset_group_oldest_running_seconds{set,group}  how long the oldest of them has run (0 when none)
-//	expset_group_held_back{set,group}            pending events no call has and no retry waits for (set aside at an owner cap, or not yet begun)
+//	expset_group_held_back{set,group}            pending events no call has and no retry waits for (set aside at an owner cap or by a pause, or not yet begun)
+//	expset_group_paused{set,group}               1 while the group is paused (Set.Pause), else 0
+//	expset_group_paused_owners{set,group}        owners paused in the group
 //
 // Stats is read before Groups, not atomically with it: an event buried
 // between the two reads counts in its group's dead letters and not yet in
@@ -150,8 +152,12 @@ func NewStatsCollector(set *expset.Set, opts ...Option) *StatsCollector {
 					}
 					return max(time.Since(g.OldestRunning).Seconds(), 0)
 				}},
-			group("held_back", "The group's pending events no handler call has and no retry waits for: set aside because their owner is at its cap (WithOwnerConcurrency), or read and not yet begun. Not slow handlers.",
+			group("held_back", "The group's pending events no handler call has and no retry waits for: set aside because their owner is at its cap (WithOwnerConcurrency) or by a pause, or read and not yet begun. Not slow handlers.",
 				func(g expset.GroupInfo) int64 { return g.HeldBack }),
+			{desc: desc("group", "paused", "1 while the consumer group is paused (Set.Pause): no handler call of it begins; else 0.", "group"),
+				value: func(g expset.GroupInfo) float64 { return bit(g.Paused) }},
+			group("paused_owners", "Owners paused in the consumer group (Set.Pause): no handler call of theirs begins.",
+				func(g expset.GroupInfo) int64 { return g.PausedOwners }),
 		},
 	}
 }

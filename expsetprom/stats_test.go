@@ -290,8 +290,8 @@ func TestStatsCollectorRunning(t *testing.T) {
 		if running.Load() != 5 {
 			t.Fatalf("%d calls running, want a's 2, b's 2 and the job's", running.Load())
 		}
-		if n := len(got); n != 14*4+8 {
-			t.Errorf("%d samples, want 14 gauges x 4 shards + 8 gauges x 1 group: %v", n, got)
+		if n := len(got); n != 14*4+10 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 10 gauges x 1 group: %v", n, got)
 		}
 		// No call ended: each event is unread or pending.
 		if lag, pending := got["expset_group_lag{g}"], got["expset_group_pending{g}"]; lag+pending != 6 || pending < 5 {
@@ -376,8 +376,8 @@ func TestStatsCollectorRetriesAndDeadLetters(t *testing.T) {
 		// Stats is read before Groups: scrape again for the shards' view
 		// of the state reached.
 		got := gather(t, reg, name)
-		if n := len(got); n != 14*4+8*2 {
-			t.Errorf("%d samples, want 14 gauges x 4 shards + 8 gauges x 2 groups: %v", n, got)
+		if n := len(got); n != 14*4+10*2 {
+			t.Errorf("%d samples, want 14 gauges x 4 shards + 10 gauges x 2 groups: %v", n, got)
 		}
 		retries, dead := sumShards(got, "expset_shard_retries_scheduled", 4), sumShards(got, "expset_shard_dead_letters", 4)
 		if retries != 1 || dead != 1 {
@@ -463,4 +463,32 @@ func TestStatsCollectorGroupsFail(t *testing.T) {
 	if shard != 14 {
 		t.Errorf("%d shard gauges served, want the 14 Stats gave", shard)
 	}
+}
+
+// TestStatsCollectorPaused: a paused group reads 1 in expset_group_paused,
+// and an owner paused in it counts in expset_group_paused_owners; both go
+// back to 0 on Resume.
+func TestStatsCollectorPaused(t *testing.T) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		name := "prom-" + uuid.NewString()[:8]
+		set, err := expset.Open(ctx, rdb, name, expset.WithShards(4), expset.WithExpiryEvents(), expset.WithConsumerGroups("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(expsetprom.NewStatsCollector(set))
+		for _, owner := range []string{"", "tenant"} {
+			if _, err := set.Pause(ctx, "g", owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitGauges(t, reg, name, "paused, one owner paused", map[string]float64{"expset_group_paused{g}": 1, "expset_group_paused_owners{g}": 1})
+		for _, owner := range []string{"", "tenant"} {
+			if _, err := set.Resume(ctx, "g", owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitGauges(t, reg, name, "resumed", map[string]float64{"expset_group_paused{g}": 0, "expset_group_paused_owners{g}": 0})
+	})
 }
