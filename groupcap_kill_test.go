@@ -29,7 +29,9 @@ func TestGroupCapAcrossProcesses(t *testing.T) {
 	redistest.SystemTest(t)
 	t.Parallel()
 	noLeaks(t)
+	// The two servers' runs at once: each takes two minutes.
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
+		t.Parallel()
 		const tenants, groupCap, ownerCap = 20, 5, 1
 		const vis = 2 * time.Second
 		const run = 2 * time.Minute
