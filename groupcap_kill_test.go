@@ -33,7 +33,10 @@ func TestGroupCapAcrossProcesses(t *testing.T) {
 	eachRealBackend(t, func(t *testing.T, b killBackend) {
 		t.Parallel()
 		const tenants, groupCap, ownerCap = 20, 5, 1
-		const vis = 2 * time.Second
+		// Long enough that no renewal comes late on a loaded machine: a
+		// call whose slot lapsed and went to another would run on (the
+		// handlers sleep through their context's end).
+		const vis = 5 * time.Second
 		const run = 2 * time.Minute
 		ctx := context.Background()
 		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(16), WithExpiryEvents(), WithConsumerGroups("g")))

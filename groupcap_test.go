@@ -99,8 +99,8 @@ func TestGroupConcurrencyCap(t *testing.T) {
 }
 
 // TestGroupConcurrencyLapse: the group's slots, all held by a consumer
-// that died (taken and never renewed), lapse after their lease TTL, and
-// a Consume WithGroupConcurrency then handles every event, each once.
+// that died (taken with a lease TTL of 300ms and never renewed), lapse,
+// and a Consume WithGroupConcurrency then handles every event, each once.
 func TestGroupConcurrencyLapse(t *testing.T) {
 	t.Parallel()
 	noLeaks(t)
@@ -119,7 +119,7 @@ func TestGroupConcurrencyLapse(t *testing.T) {
 			defer mu.Unlock()
 			calls[eventKey(e)]++
 			return nil
-		}, WithGroupConcurrency(2), WithConcurrency(4), WithLeaseTTL(lease), WithPollInterval(5*time.Millisecond))
+		}, WithGroupConcurrency(2), WithConcurrency(4), WithLeaseTTL(10*lease), WithPollInterval(5*time.Millisecond))
 		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
 		stop()
 		mu.Lock()
