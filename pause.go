@@ -15,8 +15,10 @@ import (
 // they are handled in their order. A Reserve of a paused group hands them
 // back, uncharged, and waits as with no event. The pause is kept in Redis
 // (each shard's attempts hash), so it outlives every process, and applies
-// to every consumer of the group; RemoveGroup clears a group's. Pausing an
-// owner of a paused group, or the group with owners paused, keeps both.
+// to every consumer of the group, and to a group not made yet. RemoveGroup
+// clears a group's own pause; owners paused in it stay paused until
+// resumed. Pausing an owner of a paused group, or the group with owners
+// paused, keeps both.
 //
 // It reports whether it changed anything (false: paused already). Cost: one
 // script per shard, in one pipeline (an owner: its shard's only). Every

@@ -13,20 +13,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pauseLoad records a handler's calls: each event's attempts, and the
-// calls that began while the test held the group paused.
+// pauseLoad records a handler's calls: each event's attempts, the calls
+// per owner, and the calls of members the test holds paused (violated).
 type pauseLoad struct {
 	mu       sync.Mutex
 	calls    map[string][]int // event key -> attempts
 	owners   map[string]int   // owner -> calls
-	paused   func(owner string) bool
+	held     map[string]bool  // members added while their group or owner is paused, until resumed
 	violated []string
 }
 
 func (l *pauseLoad) handle(_ context.Context, e Expiry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.paused != nil && l.paused(e.Owner) {
+	if l.held[e.Member] {
 		l.violated = append(l.violated, e.Owner+"/"+e.Member)
 	}
 	l.calls[eventKey(e)] = append(l.calls[eventKey(e)], e.Attempt)
@@ -34,10 +34,25 @@ func (l *pauseLoad) handle(_ context.Context, e Expiry) error {
 	return nil
 }
 
+// hold marks members as held paused (held true) or no longer (false).
+func (l *pauseLoad) hold(held bool, members []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range members {
+		l.held[m] = held
+	}
+}
+
 func (l *pauseLoad) ownerCalls(o string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.owners[o]
+}
+
+func (l *pauseLoad) events() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.calls)
 }
 
 // TestPauseGroupAndOwner: while a group is paused, no handler call begins
@@ -57,18 +72,28 @@ func TestPauseGroupAndOwner(t *testing.T) {
 				begins.Add(1)
 			}
 		}}))
-		l := &pauseLoad{calls: map[string][]int{}, owners: map[string]int{}}
+		l := &pauseLoad{calls: map[string][]int{}, owners: map[string]int{}, held: map[string]bool{}}
 		stop := consumeInBackground(t, s, "g", "c", l.handle, WithConcurrency(4), WithPollInterval(5*time.Millisecond))
 		defer stop()
-		add := func(owner string, n int) {
+		// add adds n members of owner, due at once, held paused when held.
+		add := func(owner string, n int, held bool) []string {
 			t.Helper()
+			var ms []string
 			for i := range n {
-				must[time.Time](t)(s.Add(ctx, owner, owner+strconv.Itoa(i)+"-"+strconv.FormatInt(clk.Now().UnixNano(), 36), time.Second))
+				ms = append(ms, owner+strconv.Itoa(i)+"-"+strconv.FormatInt(clk.Now().UnixNano(), 36))
+			}
+			l.hold(held, ms)
+			for _, m := range ms {
+				must[time.Time](t)(s.Add(ctx, owner, m, time.Second))
 			}
 			clk.Advance(time.Second)
+			return ms
 		}
-		add("a", 3)
-		waitFor(t, "the first events handled", func() bool { return drained(s) })
+		handled := func(n int) func() bool {
+			return func() bool { return l.events() == n && drained(s) }
+		}
+		add("a", 3, false)
+		waitFor(t, "the first events handled", handled(3))
 
 		if ok, err := s.Pause(ctx, "g", ""); err != nil || !ok {
 			t.Fatalf("Pause: %v %v, want true", ok, err)
@@ -76,52 +101,38 @@ func TestPauseGroupAndOwner(t *testing.T) {
 		if ok, err := s.Pause(ctx, "g", ""); err != nil || ok {
 			t.Fatalf("Pause again: %v %v, want false", ok, err)
 		}
-		var groupPaused atomic.Bool
-		groupPaused.Store(true)
-		l.mu.Lock()
-		l.paused = func(string) bool { return groupPaused.Load() }
-		l.mu.Unlock()
-		add("a", 5)
-		add("b", 5)
+		held := append(add("a", 5, true), add("b", 5, true)...)
 		from := begins.Load()
 		waitFor(t, "three refused begins", func() bool { return begins.Load() >= from+3 })
-		groupPaused.Store(false)
+		l.hold(false, held)
 		if ok, err := s.Resume(ctx, "g", ""); err != nil || !ok {
 			t.Fatalf("Resume: %v %v, want true", ok, err)
 		}
-		waitFor(t, "every event held back handled", func() bool { return drained(s) })
+		waitFor(t, "every event held back handled", handled(13))
 
 		// One owner paused: the others go on.
 		if ok, err := s.Pause(ctx, "g", "a"); err != nil || !ok {
 			t.Fatalf("Pause owner a: %v %v, want true", ok, err)
 		}
-		var aPaused atomic.Bool
-		aPaused.Store(true)
-		l.mu.Lock()
-		l.paused = func(o string) bool { return o == "a" && aPaused.Load() }
-		l.mu.Unlock()
 		before := l.ownerCalls("b")
-		add("a", 4)
-		add("b", 4)
+		held = add("a", 4, true)
+		add("b", 4, false)
 		waitFor(t, "owner b's events handled", func() bool { return l.ownerCalls("b") == before+4 })
 		from = begins.Load()
 		waitFor(t, "three more begins", func() bool { return begins.Load() >= from+3 })
-		aPaused.Store(false)
+		l.hold(false, held)
 		if ok, err := s.Resume(ctx, "g", "a"); err != nil || !ok {
 			t.Fatalf("Resume owner a: %v %v, want true", ok, err)
 		}
 		if ok, err := s.Resume(ctx, "g", "a"); err != nil || ok {
 			t.Fatalf("Resume owner a again: %v %v, want false", ok, err)
 		}
-		waitFor(t, "owner a's events handled", func() bool { return drained(s) })
+		waitFor(t, "owner a's events handled", handled(21))
 
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if len(l.violated) > 0 {
 			t.Errorf("calls begun while paused: %v", l.violated)
-		}
-		if len(l.calls) != 21 {
-			t.Errorf("%d events handled, want 21", len(l.calls))
 		}
 		for k, as := range l.calls {
 			if len(as) != 1 || as[0] != 1 {
@@ -187,4 +198,53 @@ func TestPauseRefusesBadInput(t *testing.T) {
 	if _, err := plain.Pause(ctx, "g", ""); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a set without events: %v, want ErrInvalidArgument", err)
 	}
+}
+
+// TestPauseShownAndRemoved: Groups shows a group paused and the owners
+// paused in it; RemoveGroup takes the group's own pause with it, so a
+// group made again under the name is not paused, but its owner still
+// paused is, until resumed.
+func TestPauseShownAndRemoved(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithConsumerGroups("g"))
+		info := func() GroupInfo {
+			t.Helper()
+			gs, err := s.Groups(ctx)
+			if err != nil || len(gs) != 1 {
+				t.Fatalf("Groups: %+v %v", gs, err)
+			}
+			return gs[0]
+		}
+		for _, owner := range []string{"", "a", "b"} {
+			if _, err := s.Pause(ctx, "g", owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if g := info(); !g.Paused || g.PausedOwners != 2 {
+			t.Fatalf("after pausing the group and two owners: %+v", g)
+		}
+		if _, err := s.Resume(ctx, "g", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if g := info(); !g.Paused || g.PausedOwners != 1 {
+			t.Fatalf("after resuming one owner: %+v", g)
+		}
+		if _, err := s.RemoveGroup(ctx, "g"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(ctx, b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithConsumerGroups("g")); err != nil {
+			t.Fatal(err)
+		}
+		if g := info(); g.Paused || g.PausedOwners != 1 {
+			t.Fatalf("the group made again: %+v, want not paused, owner b paused", g)
+		}
+		if ok, err := s.Resume(ctx, "g", "b"); err != nil || !ok {
+			t.Fatalf("Resume owner b: %v %v", ok, err)
+		}
+		if g := info(); g.Paused || g.PausedOwners != 0 {
+			t.Fatalf("owner b resumed: %+v", g)
+		}
+	})
 }

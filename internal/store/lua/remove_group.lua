@@ -46,9 +46,17 @@ if ARGV[2] == '-' and call('EXISTS', stream) == 1 then
     end
     lag = tonumber(info(g, 'lag') or -1) or -1
     call('XGROUP', 'DESTROY', stream, group)
-    -- The group's pause (pause.lua) goes with it; an owner paused in it
-    -- keeps its field, unread while "P:<group>" is absent, until a resume.
-    call('HDEL', att, 'P:' .. group, 'G:' .. group, 'Q:' .. group)
+    -- The group's own pause (pause.lua) goes with it; owners paused in it
+    -- stay paused (a group made again under the name finds them) until
+    -- each is resumed.
+    if call('HDEL', att, 'G:' .. group) == 1 then
+      local q = call('HGET', att, 'Q:' .. group)
+      if q then
+        call('HSET', att, 'P:' .. group, q)
+      else
+        call('HDEL', att, 'P:' .. group)
+      end
+    end
     local first = call('XRANGE', stream, '-', '+', 'COUNT', '1')[1]
     if first and call('XLEN', stream) > 0 and #call('XINFO', 'GROUPS', stream) > 0 then
       ids[#ids + 1] = first[1]
