@@ -46,8 +46,8 @@ type GroupInfo struct {
 // (one per node on a cluster), one more where Redis cannot tell a lag, one
 // more where events are pending (to count the retries), one per 1000 dead
 // letters of the largest dead-letter stream (each is read to learn its
-// group), and one per 1000 events with a call begun on the busiest shard
-// (at least one: see Set.Running).
+// group), one per 1000 events with a call begun on the busiest shard
+// (at least one: see Set.Running), and one for the groups' pauses.
 func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
 		return nil, err

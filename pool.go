@@ -31,8 +31,7 @@ const gatherWait = time.Millisecond
 // up to 1ms for more to free before it reads. Round trips are shared: the
 // shards' new events are read in one pipeline (plain XREADGROUPs, which
 // charge nothing) and their calls begun in the next, one script call per
-// shard (WithOwnerConcurrency: read and begun in one script call per
-// shard), claimed events with them; the
+// shard, claimed events with them; the
 // lease renewals of the running calls and the
 // acknowledgements (one script per shard) go in shared pipelines, a
 // renewal due within half a beat of another with it.
