@@ -55,7 +55,7 @@ func TestKillConsumerOwnerSlots(t *testing.T) {
 		begun := map[string]int{}
 		for i, sk := range s.shards {
 			for _, n := range b.rdb.HVals(ctx, sk.Runo).Val() {
-				c, _ := strconv.Atoi(n)
+				c, _ := strconv.Atoi(n) // the first slot ("1"), or how many more
 				held += c
 			}
 			for field, v := range b.rdb.HGetAll(ctx, sk.Att).Val() {

@@ -303,9 +303,12 @@ func TestRunningHeldBackRetried(t *testing.T) {
 	})
 }
 
-// putSlot counts one more owner slot of owner in group, as begins.lua
+// putSlot takes one more owner slot of owner in group, as begins.lua
 // does.
 func putSlot(t *testing.T, b backend, sk shardKeys, group, owner string) {
 	t.Helper()
-	must[int64](t)(b.rdb.HIncrBy(context.Background(), sk.Runo, store.SlotField(group, owner), 1).Result())
+	first, more := store.SlotFields(group, owner)
+	if !must[bool](t)(b.rdb.HSetNX(context.Background(), sk.Runo, first, "1").Result()) {
+		must[int64](t)(b.rdb.HIncrBy(context.Background(), sk.Runo, more, 1).Result())
+	}
 }

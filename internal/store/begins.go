@@ -35,7 +35,7 @@ type Begun struct {
 	// BeginUsed, BeginFull, BeginPaused or BeginOwnerPaused.
 	Attempt int
 	Taken   bool  // the lease was taken now (else the read's or claim's runs on)
-	Full    bool  // the call took its owner's last free slot
+	Full    bool  // the call took its owner's last free slot, for certain (see begins.lua)
 	Err     error // the item's reply was malformed (ErrUnexpectedReply)
 }
 
@@ -47,9 +47,10 @@ const beginFresh = 6
 // a fresh item after one that is not is sent as not fresh, which is
 // always safe (the script then looks at the pending list).
 func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
-	args := make([]any, 7, 7+3*len(items))
+	args := make([]any, 8, 8+3*len(items))
 	lease := c.leaseMs()
 	args[0], args[1], args[2], args[3], args[4], args[5] = c.Group, c.Name, lease, c.MaxAttempts, lease/6, c.OwnerCap
+	args[7] = c.slotPrefix()
 	fresh := 0
 	for i, it := range items {
 		if it.Fresh && fresh == i {

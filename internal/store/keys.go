@@ -18,7 +18,8 @@ import (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>" (lua/groups.lua)
-//	expset:{orders:S}:runo      hash    "<len(group)>:<group><owner>" -> owner slots held (lua/groups.lua)
+//	expset:{orders:S}:runo      hash    owner slots held: "1:<len(group)>:<group><owner>" -> "1" (the first),
+//	                                    "n:<len(group)>:<group><owner>" -> how many more (lua/groups.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -60,11 +61,18 @@ type Keys struct {
 	Shard   int    // S: the shard these keys belong to
 }
 
-// SlotField is the field of a shard's Runo hash that counts the owner
-// slots owner holds in group: "<len(group)>:<group><owner>" (slot_field in
-// lua/groups.lua).
-func SlotField(group, owner string) string {
-	return strconv.Itoa(len(group)) + ":" + group + owner
+// SlotFields are the fields of a shard's Runo hash that keep the owner
+// slots owner holds in group (lua/groups.lua): first is there while a call
+// holds the first slot, more counts the others held.
+func SlotFields(group, owner string) (first, more string) {
+	p := slotPrefix(group)
+	return "1" + p + owner, "n" + p + owner
+}
+
+// slotPrefix is what every first-slot field of group starts with but its
+// first byte: ":<len(group)>:<group>".
+func slotPrefix(group string) string {
+	return ":" + strconv.Itoa(len(group)) + ":" + group
 }
 
 // NewKeys returns the keys of shard of the set called name.

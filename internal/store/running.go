@@ -77,11 +77,12 @@ func readRunning(shard int, v any, out map[string]BegunEvent) (on bool, more str
 				return false, "", 0, Unexpected("running.lua", v)
 			}
 		}
-		// "<calls> <token>" or "<calls> <token> s<owner>" (groups.lua).
+		// "<calls> <token>" or "<calls> <token> <slot>", a slot's mark
+		// "F<owner>" or "N<owner>" (groups.lua).
 		calls, rest, ok1 := strings.Cut(value, " ")
 		tok, slot, _ := strings.Cut(rest, " ")
 		n, err := strconv.ParseInt(calls, 10, 64)
-		if !ok1 || err != nil || tok == "" || (slot != "" && slot[0] != 's') {
+		if !ok1 || err != nil || tok == "" || (slot != "" && slot[0] != 'F' && slot[0] != 'N') {
 			return false, "", 0, Unexpected("running.lua", v)
 		}
 		b.Shard, b.Idle, b.Attempt, b.Token, b.Slotted = shard, time.Duration(idle)*time.Millisecond, n, tok, slot != ""

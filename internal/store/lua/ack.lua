@@ -3,10 +3,12 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard slot counts     expset:{name:S}:runo  (with a cap only;
+-- KEYS[3]  shard owner slots     expset:{name:S}:runo  (with a cap only;
 --          see groups.lua)
 -- ARGV[1]  consumer group
--- ARGV[2..] pairs (at most 1000): an entry ID, and the token of the handler
+-- ARGV[2]  with a cap, "1:<len(group)>:<group>": what the group's
+--          first-slot fields start with (see groups.lua); else ""
+-- ARGV[3..] pairs (at most 1000): an entry ID, and the token of the handler
 --          call that handled it ("" for an entry not meant for the group,
 --          which no call began)
 --
@@ -21,21 +23,24 @@
 -- no longer held it.
 local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
 RUNO = KEYS[3]
-local ids, fields, owners, out = {}, {}, {}, {}
-for i = 2, #ARGV - 1, 2 do
+if ARGV[2] ~= '' then
+  slot_group, slot_pre = group, ARGV[2]
+end
+local ids, fields, slots, out = {}, {}, {}, {}
+for i = 3, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local field = att_field(id, group)
-  local mine, owner = tok == '', nil
+  local mine, slot = tok == '', nil
   if not mine then
     local t
-    t, owner = att_token(att, field)
+    t, slot = att_token(att, field)
     mine = t == tok
   end
   if mine then
     ids[#ids + 1] = id
     fields[#fields + 1] = field
-    if owner then
-      owners[#owners + 1] = owner
+    if slot then
+      slots[#slots + 1] = slot
     end
     out[#out + 1] = 1
   else
@@ -47,8 +52,14 @@ if #ids == 0 then
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
-for _, o in ipairs(owners) do
-  slot_free(group, o)
+if slots[1] then
+  local firsts = {}
+  for _, sl in ipairs(slots) do
+    slot_free(group, sl, false, firsts)
+  end
+  if firsts[1] then
+    call('HDEL', RUNO, unpack(firsts))
+  end
 end
 if n > 0 then
   -- (None pending: acknowledged before, and forgotten then, or the stream

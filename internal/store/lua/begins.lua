@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard slot counts     expset:{name:S}:runo  (with a cap only; see
+-- KEYS[3]  shard owner slots     expset:{name:S}:runo  (with a cap only; see
 --          groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
@@ -24,7 +24,9 @@
 --          owner, which the consumer cannot tell from a member's event,
 --          it leaves a mark in the attempts field, which the HSET or
 --          HSETNX of every fresh begin finds)
--- ARGV[8..] triples (at most 1000): an entry ID, the token of its call
+-- ARGV[8]  with a cap, "1:<len(group)>:<group>": what the group's
+--          first-slot fields start with (see groups.lua); else ""
+-- ARGV[9..] triples (at most 1000): an entry ID, the token of its call
 --          (unique to the handler call, so that a begin run twice counts
 --          once) and the event's owner ("" for a job of no owner: no slot,
 --          no owner pause)
@@ -38,7 +40,7 @@
 -- or idle at least the lease TTL (then nobody else may take it now), with
 -- attempts left and, with a cap, a free slot of its owner (or the slot its
 -- last call holds, which passes to this one): its attempts field becomes
--- -- "<calls begun + 1> <token>" ("... s<owner>" with a slot), and it is
+-- -- "<calls begun + 1> <token>" ("... <slot>" with a slot), and it is
 -- taken (XCLAIM ... JUSTID: idle 0, the delivery count left alone) unless
 -- this consumer took it less than ARGV[5] ms ago, whose lease then runs on. A pair whose token
 -- is already the last call's is that begin sent again: its attempt number
@@ -47,8 +49,9 @@
 -- begins at once, so a count raised here is a call made.
 -- Reply: one item per pair, in order: {the attempt number of the call, 1 when
 -- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on, and
--- with a cap 1 when the owner now holds its every slot (its next events
--- wait for this call's end) or 0}, or 0 (another consumer holds the event,
+-- with a cap 1 when the owner now holds its every slot for certain (its
+-- next events wait for this call's end: a call that takes the owner's
+-- first slot knows it only at a cap of 1) or 0}, or 0 (another consumer holds the event,
 -- it was acknowledged or trimmed), or -1 (every attempt is used: a claim
 -- buries it), or -2 (the owner holds its every slot: nothing changed), or
 -- -3 (the group is paused: nothing changed), or -4 (the owner is paused in
@@ -57,32 +60,48 @@ local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 RUNO = KEYS[3]
 local out = {}
 local paused = call('HGET', att, 'P:' .. group)
-local cap, max, vis, keep, slot_take = 0, nil, nil, nil, nil
+local capped, max, vis, keep, slot_take = ARGV[6] ~= '0', nil, nil, nil, nil
 local step = 3
-if ARGV[6] ~= '0' then
-  cap = tonumber(ARGV[6])
-  -- slot_take takes a slot of owner in group, unless owner holds cap slots
-  -- already: then it returns nil. Else it returns the slots owner holds
-  -- now, this one included.
-  local prefix = #group .. ':' .. group
+if capped then
+  slot_group, slot_pre = group, ARGV[8]
+  -- slot_take takes a slot of owner in group (see groups.lua): its first
+  -- when free, else one of the others unless they are all held (then it
+  -- returns nil). It returns the slot's mark, and 1 when owner now holds
+  -- every slot for certain, else 0. (The cap is read as a number only
+  -- when the first slot is held.)
   slot_take = function(owner)
-    local n = prefix .. owner
-    local held = call('HINCRBY', RUNO, n, '1')
-    if held > cap then
-      call('HINCRBY', RUNO, n, '-1')
+    if call('HSETNX', RUNO, slot_pre .. owner, '1') == 1 then
+      if ARGV[6] == '1' then
+        return 'F' .. owner, 1
+      end
+      return 'F' .. owner, 0
+    end
+    if ARGV[6] == '1' then
       return nil
     end
-    return held
+    local n = 'n' .. string.sub(slot_pre, 2) .. owner
+    local more = tonumber(ARGV[6]) - 1
+    local held = call('HINCRBY', RUNO, n, '1')
+    if held > more then
+      if call('HINCRBY', RUNO, n, '-1') <= 0 then
+        call('HDEL', RUNO, n)
+      end
+      return nil
+    end
+    if held == more then
+      return 'N' .. owner, 1
+    end
+    return 'N' .. owner, 0
   end
 end
-local fresh = 8 + tonumber(ARGV[7]) * step
+local fresh = 9 + tonumber(ARGV[7]) * step
 if fresh <= #ARGV then
   -- (Only an item that is not fresh needs them: a fresh one has used no
   -- attempt yet.)
   max, vis, keep = tonumber(ARGV[4]), tonumber(ARGV[3]), tonumber(ARGV[5])
 end
 
-for i = 8, #ARGV - 1, step do
+for i = 9, #ARGV - 1, step do
   local id, tok, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local r
   local holder, idle = consumer, 0
@@ -118,17 +137,14 @@ for i = 8, #ARGV - 1, step do
       r = {used, 1, 0}
     elseif i >= fresh and used >= max then
       r = -1
-    elseif cap > 0 and owner ~= '' then
-      slot = owner
+    elseif capped and owner ~= '' then
+      slot = had
       if not had then
-        local held = slot_take(owner)
-        if not held then
-          r = -2
+        slot, full = slot_take(owner)
+        if not slot then
+          r, full = -2, 0
         else
           took = true
-          if held >= cap then
-            full = 1
-          end
         end
       end
     elseif had then
@@ -144,14 +160,14 @@ for i = 8, #ARGV - 1, step do
         else
           r = 0 -- (hold freed the last call's slot with its field)
           if took then
-            slot_free(group, owner, true)
+            slot_free(group, slot, true)
           end
         end
       end
       if not r then
         local v = string.format('%d', used + 1) .. ' ' .. tok
         if slot then
-          v = v .. ' s' .. slot
+          v = v .. ' ' .. slot
         end
         if i >= fresh then
           call('HSET', att, field, v)
@@ -167,10 +183,11 @@ for i = 8, #ARGV - 1, step do
             r = 0
           end
         elseif call('HSETNX', att, field, v) == 0 then
-          -- This begin ran before (the client sent it twice): its slot
-          -- is held already. Or Set.Cancel left its mark (a token "-"),
-          -- which goes now: nothing begins.
-          slot_free(group, owner, true)
+          -- This begin ran before (the client sent it twice): the slot its
+          -- first run took is held already, and its field says which. Or
+          -- Set.Cancel left its mark (a token "-"), which goes now:
+          -- nothing begins.
+          slot_free(group, slot, true)
           local u, t = att_get(att, field)
           if t == tok then
             r = {u, 1, 0}

@@ -4,7 +4,7 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
--- KEYS[4]  shard slot counts          expset:{name:S}:runo  (its slot goes with
+-- KEYS[4]  shard owner slots          expset:{name:S}:runo  (its slot goes with
 --          its attempts field; see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that holds the entry

@@ -5,7 +5,7 @@
 -- KEYS[1]  shard event stream        expset:{name:S}:ev
 -- KEYS[2]  shard dead-letter stream  expset:{name:S}:dead
 -- KEYS[3]  shard attempts hash       expset:{name:S}:att
--- KEYS[4]  shard slot counts          expset:{name:S}:runo  (see groups.lua)
+-- KEYS[4]  shard owner slots          expset:{name:S}:runo  (see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer that takes them
 -- ARGV[3]  lease TTL in ms (XAUTOCLAIM's min-idle-time)
@@ -43,13 +43,13 @@ local now
 for _, e in ipairs(r[2]) do
   local field = att_field(e[1], group)
   if e[2] then
-    local used, tok, not_before, owner = att_get(att, field)
+    local used, tok, not_before, slot = att_get(att, field)
     local buried, waits = 0, false
     if used >= max then
       bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])
       buried = 1
-    elseif owner then
-      slot_free(group, owner)
+    elseif slot then
+      slot_free(group, slot)
       call('HSET', att, field, string.format('%d', used) .. ' ' .. tok)
     elseif not_before then
       now = now or now_ms('')

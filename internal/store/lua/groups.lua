@@ -13,44 +13,59 @@
 -- begun> <token of the last call begun>" (the token, so that a begin the
 -- client sent twice counts once; "<calls>" alone once a call was given
 -- back; "<calls> <token> <not before>" while a retry delay longer than the
--- lease TTL runs; "<calls> <token> s<owner>" while the call holds a slot of
--- owner, below). One field per event keeps the hash small: a listpack, whose every
+-- lease TTL runs; "<calls> <token> <slot>" while the call holds a slot of
+-- an owner, below). One field per event keeps the hash small: a listpack, whose every
 -- lookup is a scan, holds twice the events it would with two fields each.
 -- Reading, claiming and releasing an event never touch it.
 --
 -- Owner slots (WithOwnerConcurrency): a handler call of an owner under the
 -- cap holds a slot of its owner, marked in its attempts field (above) and
--- counted in the shard's slot counts, RUNO (expset:{name:S}:runo: field
--- "<len(group)>:<group><owner>" -> the slots the owner holds in the group).
--- begins.lua takes it; whatever ends the call's hold on
--- the event frees it: its acknowledgement, retry, burial or release, the
--- clearing of its attempts field, or a claim (its lease lapsed: the
--- consumer died or stalled past the lease TTL). Every script that may free
--- one sets RUNO first (a script of a consumer without the cap may leave it
--- nil: its calls hold no slot).
+-- kept in the shard's slots hash, RUNO (expset:{name:S}:runo). An owner's
+-- first slot in a group is a field of its own, "1:<len(group)>:<group><owner>"
+-- -> "1", there while a call holds it (mark "F<owner>"): taken with one
+-- HSETNX, freed with the HDEL an acknowledgement batches, it costs an owner
+-- with one call at a time no count to keep. Its other slots are counted in
+-- "n:<len(group)>:<group><owner>" -> the slots held beyond the first (mark
+-- "N<owner>"), absent at none. begins.lua takes a slot; whatever ends the
+-- call's hold on the event frees it: its acknowledgement, retry, burial or
+-- release, the clearing of its attempts field, or a claim (its lease
+-- lapsed: the consumer died or stalled past the lease TTL). Every script
+-- that may free one sets RUNO first (a script of a consumer without the
+-- cap may leave it nil: its calls hold no slot).
 local RUNO
 local slot_woke = false
--- slot_pre is "<len(group)>:<group>" of slot_group, what its slot fields
--- start with (store.SlotField), made once a script: a number made a string
--- costs a sprintf.
+-- slot_pre is "1:<len(group)>:<group>" of slot_group, what its first-slot
+-- fields start with (store.SlotFields): given by the hot scripts' callers
+-- (begins, ack), else made once a script (a number made a string costs a
+-- sprintf).
 local slot_group, slot_pre
 
--- slot_free frees a slot of owner in group and, once a script unless quiet
--- (a slot taken and given back in the same script, which no one waited
--- for), publishes "s" on the shard's event wake-up channel (KEYS[1] ..
--- ':wake', notify.go: SPUBLISH, or PUBLISH where the server lacks it), so
--- that consumers holding events of owners at their cap try them again at
--- once.
-local function slot_free(group, owner, quiet)
+-- slot_free frees slot (a mark, "F<owner>" or "N<owner>") in group and,
+-- once a script unless quiet (a slot taken and given back in the same
+-- script, which no one waited for), publishes "s" on the shard's event
+-- wake-up channel (KEYS[1] .. ':wake', notify.go: SPUBLISH, or PUBLISH
+-- where the server lacks it), so that consumers holding events of owners
+-- at their cap try them again at once. A first slot's field is deleted at
+-- once, or appended to dels when given, for the caller's own HDEL of RUNO.
+local function slot_free(group, slot, quiet, dels)
   if not RUNO then
     return
   end
   if group ~= slot_group then
-    slot_group, slot_pre = group, #group .. ':' .. group
+    slot_group, slot_pre = group, '1:' .. #group .. ':' .. group
   end
-  local n = slot_pre .. owner
-  if call('HINCRBY', RUNO, n, '-1') <= 0 then
-    call('HDEL', RUNO, n)
+  if string.byte(slot) == 70 then -- "F<owner>"
+    local f = slot_pre .. string.sub(slot, 2)
+    if dels then
+      dels[#dels + 1] = f
+    else
+      call('HDEL', RUNO, f)
+    end
+  else
+    local n = 'n' .. string.sub(slot_pre, 2) .. string.sub(slot, 2)
+    if call('HINCRBY', RUNO, n, '-1') <= 0 then
+      call('HDEL', RUNO, n)
+    end
   end
   if not (quiet or slot_woke) then
     slot_woke = true
@@ -73,7 +88,8 @@ local RETRY_HOLDER = 'expset:retry'
 -- att_get returns the handler calls begun of field in att (0 when none),
 -- the token of the last call begun (nil when none), the time in ms before
 -- which the event must not be delivered again (nil when none: see
--- retry.lua) and the owner whose slot the last call holds (nil when none).
+-- retry.lua) and the mark of the owner slot the last call holds (nil when
+-- none).
 local function att_get(att, field)
   local v = call('HGET', att, field)
   if not v then
@@ -89,15 +105,16 @@ local function att_get(att, field)
     return used, string.sub(v, sp + 1), nil, nil
   end
   local tok = string.sub(v, sp + 1, sp2 - 1)
-  if string.byte(v, sp2 + 1) == 115 then -- "s<owner>"
-    return used, tok, nil, string.sub(v, sp2 + 2)
+  local b = string.byte(v, sp2 + 1)
+  if b == 70 or b == 78 then -- a slot's mark: "F<owner>" or "N<owner>"
+    return used, tok, nil, string.sub(v, sp2 + 1)
   end
   return used, tok, tonumber(string.sub(v, sp2 + 1)), nil
 end
 
 -- att_token returns the token of the last call begun of field in att (nil
--- when none) and the owner whose slot it holds (nil when none): att_get
--- without reading the numbers.
+-- when none) and the mark of the owner slot it holds (nil when none):
+-- att_get without reading the numbers.
 local function att_token(att, field)
   local v = call('HGET', att, field)
   if not v then
@@ -111,11 +128,12 @@ local function att_token(att, field)
   if not sp2 then
     return string.sub(v, sp + 1), nil
   end
-  local owner
-  if string.byte(v, sp2 + 1) == 115 then
-    owner = string.sub(v, sp2 + 2)
+  local slot
+  local b = string.byte(v, sp2 + 1)
+  if b == 70 or b == 78 then
+    slot = string.sub(v, sp2 + 1)
   end
-  return string.sub(v, sp + 1, sp2 - 1), owner
+  return string.sub(v, sp + 1, sp2 - 1), slot
 end
 
 -- att_clear deletes the attempts field of id in group, and frees the slot
@@ -123,9 +141,9 @@ end
 local function att_clear(att, id, group)
   local field = att_field(id, group)
   if RUNO then
-    local _, _, _, owner = att_get(att, field)
-    if owner then
-      slot_free(group, owner)
+    local _, _, _, slot = att_get(att, field)
+    if slot then
+      slot_free(group, slot)
     end
   end
   call('HDEL', att, field)

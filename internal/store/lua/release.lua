@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard slot counts     expset:{name:S}:runo  (see groups.lua)
+-- KEYS[3]  shard owner slots     expset:{name:S}:runo  (see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer
 -- ARGV[3]  idle time to give them in ms: the lease TTL, so that any
@@ -34,10 +34,10 @@ for i = 6, #ARGV do
   elseif holder == consumer and hold(stream, att, group, consumer, id, ARGV[3]) then
     if id == ARGV[4] then
       local field = att_field(id, group)
-      local used, token, _, owner = att_get(att, field)
+      local used, token, _, slot = att_get(att, field)
       if token == ARGV[5] then
-        if owner then
-          slot_free(group, owner)
+        if slot then
+          slot_free(group, slot)
         end
         if used <= 1 then
           call('HDEL', att, field)

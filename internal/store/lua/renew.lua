@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard slot counts    expset:{name:S}:runo  (with a cap only;
+-- KEYS[3]  shard owner slots    expset:{name:S}:runo  (with a cap only;
 --          see groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer

@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  shard event stream   expset:{name:S}:ev
 -- KEYS[2]  shard attempts hash  expset:{name:S}:att
--- KEYS[3]  shard slot counts     expset:{name:S}:runo  (its slot goes; see
+-- KEYS[3]  shard owner slots     expset:{name:S}:runo  (its slot goes; see
 --          groups.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer whose handler call failed
@@ -30,12 +30,12 @@
 local stream, att, group, id = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
 local field = att_field(id, group)
 RUNO = KEYS[3]
-local used, token, _, owner = att_get(att, field)
+local used, token, _, slot = att_get(att, field)
 if token ~= ARGV[6] then
   return 0
 end
-if owner then
-  slot_free(group, owner)
+if slot then
+  slot_free(group, slot)
   call('HSET', att, field, string.format('%d', used) .. ' ' .. token)
 end
 local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -11,7 +11,7 @@
 -- A call reads about MAX_BATCH attempts fields (HSCAN), of every group.
 -- Each field of the group (of any group for "") whose value carries a
 -- call's token and no retry time (groups.lua: "<calls> <token>" or
--- "<calls> <token> s<owner>") and whose entry is pending under a consumer
+-- "<calls> <token> <slot>", a slot's mark "F<owner>" or "N<owner>") and whose entry is pending under a consumer
 -- other than RETRY_HOLDER is returned, with its pending state (XPENDING)
 -- and its event's owner and member (XRANGE; "" when the entry was deleted).
 -- Whether a call of it is under way is the client's to tell from the
@@ -53,7 +53,7 @@ for i = 1, #kv - 1, 2 do
   local g = sp and string.sub(f, sp + 1)
   local sp1 = string.find(v, ' ', 1, true)
   local sp2 = sp1 and string.find(v, ' ', sp1 + 1, true)
-  if g and (group == '' or g == group) and sp1 and (not sp2 or string.byte(v, sp2 + 1) == 115) then
+  if g and (group == '' or g == group) and sp1 and (not sp2 or string.byte(v, sp2 + 1) == 70 or string.byte(v, sp2 + 1) == 78) then
     local id = string.sub(f, 1, sp - 1)
     local p = redis.pcall('XPENDING', stream, g, id, id, '1')
     p = type(p) == 'table' and not p.err and p[1]
