@@ -7,7 +7,7 @@ package store
 // AckCall builds ack.lua's call acknowledging leases (at most MaxBatch) of
 // shard for c's group.
 func (s *Store) AckCall(c Consumer, shard int, leases []Lease) *Call {
-	args := leaseArgs(append(make([]any, 0, 2+2*len(leases)), c.Group, c.slotPrefix()), leases)
+	args := leaseArgs(append(make([]any, 0, 1+2*len(leases)), c.Group), leases)
 	return &Call{Op: "ack", Shard: shard, Script: scriptAck, Keys: s.hotKeys(c, shard), Args: args}
 }
 

@@ -58,13 +58,12 @@ func (s *Store) hotKeys(c Consumer, shard int) []string {
 }
 
 // slotPrefix is what the first-slot fields of c's group start with,
-// given to the scripts of a consumer with an owner cap (begins.lua,
-// ack.lua), or "" without one.
+// given to begins.lua for a consumer with an owner cap, or "" without one.
 func (c Consumer) slotPrefix() string {
 	if c.OwnerCap == 0 {
 		return ""
 	}
-	return "1" + slotPrefix(c.Group)
+	return "F" + slotPrefix(c.Group)
 }
 
 // leaseArgs appends the ID and token of each of leases to args.

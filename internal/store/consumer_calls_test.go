@@ -28,11 +28,11 @@ func TestConsumerBuilders(t *testing.T) {
 	hot := lease[:2]                              // begins, ack and renew without a cap
 	items := []BeginItem{{ID: "1-0", Token: "a", Owner: "u", Fresh: true}, {ID: "2-0", Token: "b", Fresh: false}, {ID: "3-0", Token: "c", Fresh: true}}
 	check("begins", s.BeginsCall(plain, 1, items), "begin", hot, "g", "c", 1200, 3, 200, 0, 1, "", "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
-	check("begins with a cap", s.BeginsCall(capped, 1, items), "begin", lease, "g", "c", 1200, 3, 200, 2, 1, "1:1:g", "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
+	check("begins with a cap", s.BeginsCall(capped, 1, items), "begin", lease, "g", "c", 1200, 3, 200, 2, 1, "F:1:g", "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
 	check("begins, none fresh first", s.BeginsCall(plain, 1, items[1:]), "begin", hot, "g", "c", 1200, 3, 200, 0, 0, "", "2-0", "b", "", "3-0", "c", "")
 	leases := []Lease{{"1-0", "a"}, {"2-0", ""}}
-	check("ack", s.AckCall(plain, 1, leases), "ack", hot, "g", "", "1-0", "a", "2-0", "")
-	check("ack with a cap", s.AckCall(capped, 1, leases), "ack", lease, "g", "1:1:g", "1-0", "a", "2-0", "")
+	check("ack", s.AckCall(plain, 1, leases), "ack", hot, "g", "1-0", "a", "2-0", "")
+	check("ack with a cap", s.AckCall(capped, 1, leases), "ack", lease, "g", "1-0", "a", "2-0", "")
 	check("renew", s.RenewCall(capped, 1, leases), "renew", lease, "g", "c", 1200, "1-0", "a", "2-0", "")
 	check("retry", s.retryCall(plain, 1, Lease{"1-0", "a"}, 1500*time.Millisecond), "retry", lease, "g", "c", "1-0", 1500, 1200, "a")
 	check("bury", s.buryCall(capped, BuryArgs{Shard: 1, Lease: Lease{"1-0", "a"}, Need: 3, Reason: "r"}), "bury",

@@ -18,8 +18,8 @@ import (
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
 //	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>" (lua/groups.lua)
-//	expset:{orders:S}:runo      hash    owner slots held: "1:<len(group)>:<group><owner>" -> "1" (the first),
-//	                                    "n:<len(group)>:<group><owner>" -> how many more (lua/groups.lua)
+//	expset:{orders:S}:runo      hash    owner slots held: "F:<len(group)>:<group><owner>" -> "1" (the first),
+//	                                    "N:<len(group)>:<group><owner>" -> how many more (lua/groups.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
 //	expset:{orders:S}:r:<n>:<owner><member>
 //	                            list    an eviction receipt (WithEvictOldest):
@@ -66,7 +66,7 @@ type Keys struct {
 // holds the first slot, more counts the others held.
 func SlotFields(group, owner string) (first, more string) {
 	p := slotPrefix(group)
-	return "1" + p + owner, "n" + p + owner
+	return "F" + p + owner, "N" + p + owner
 }
 
 // slotPrefix is what every first-slot field of group starts with but its

@@ -77,8 +77,8 @@ func readRunning(shard int, v any, out map[string]BegunEvent) (on bool, more str
 				return false, "", 0, Unexpected("running.lua", v)
 			}
 		}
-		// "<calls> <token>" or "<calls> <token> <slot>", a slot's mark
-		// "F<owner>" or "N<owner>" (groups.lua).
+		// "<calls> <token>" or "<calls> <token> <slot>", a slot's field
+		// "F:..." or "N:..." (groups.lua).
 		calls, rest, ok1 := strings.Cut(value, " ")
 		tok, slot, _ := strings.Cut(rest, " ")
 		n, err := strconv.ParseInt(calls, 10, 64)

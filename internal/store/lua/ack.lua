@@ -6,9 +6,7 @@
 -- KEYS[3]  shard owner slots     expset:{name:S}:runo  (with a cap only;
 --          see groups.lua)
 -- ARGV[1]  consumer group
--- ARGV[2]  with a cap, "1:<len(group)>:<group>": what the group's
---          first-slot fields start with (see groups.lua); else ""
--- ARGV[3..] pairs (at most 1000): an entry ID, and the token of the handler
+-- ARGV[2..] pairs (at most 1000): an entry ID, and the token of the handler
 --          call that handled it ("" for an entry not meant for the group,
 --          which no call began)
 --
@@ -23,11 +21,8 @@
 -- no longer held it.
 local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
 RUNO = KEYS[3]
-if ARGV[2] ~= '' then
-  slot_group, slot_pre = group, ARGV[2]
-end
 local ids, fields, slots, out = {}, {}, {}, {}
-for i = 3, #ARGV - 1, 2 do
+for i = 2, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local field = att_field(id, group)
   local mine, slot = tok == '', nil
@@ -55,7 +50,7 @@ call('HDEL', att, unpack(fields))
 if slots[1] then
   local firsts = {}
   for _, sl in ipairs(slots) do
-    slot_free(group, sl, false, firsts)
+    slot_free(sl, false, firsts)
   end
   if firsts[1] then
     call('HDEL', RUNO, unpack(firsts))

@@ -24,7 +24,7 @@
 --          owner, which the consumer cannot tell from a member's event,
 --          it leaves a mark in the attempts field, which the HSET or
 --          HSETNX of every fresh begin finds)
--- ARGV[8]  with a cap, "1:<len(group)>:<group>": what the group's
+-- ARGV[8]  with a cap, "F:<len(group)>:<group>": what the group's
 --          first-slot fields start with (see groups.lua); else ""
 -- ARGV[9..] triples (at most 1000): an entry ID, the token of its call
 --          (unique to the handler call, so that a begin run twice counts
@@ -63,23 +63,24 @@ local paused = call('HGET', att, 'P:' .. group)
 local capped, max, vis, keep, slot_take = ARGV[6] ~= '0', nil, nil, nil, nil
 local step = 3
 if capped then
-  slot_group, slot_pre = group, ARGV[8]
+  local slot_pre = ARGV[8]
   -- slot_take takes a slot of owner in group (see groups.lua): its first
   -- when free, else one of the others unless they are all held (then it
-  -- returns nil). It returns the slot's mark, and 1 when owner now holds
+  -- returns nil). It returns the slot's field, and 1 when owner now holds
   -- every slot for certain, else 0. (The cap is read as a number only
   -- when the first slot is held.)
   slot_take = function(owner)
-    if call('HSETNX', RUNO, slot_pre .. owner, '1') == 1 then
+    local f = slot_pre .. owner
+    if call('HSETNX', RUNO, f, '1') == 1 then
       if ARGV[6] == '1' then
-        return 'F' .. owner, 1
+        return f, 1
       end
-      return 'F' .. owner, 0
+      return f, 0
     end
     if ARGV[6] == '1' then
       return nil
     end
-    local n = 'n' .. string.sub(slot_pre, 2) .. owner
+    local n = 'N' .. string.sub(f, 2)
     local more = tonumber(ARGV[6]) - 1
     local held = call('HINCRBY', RUNO, n, '1')
     if held > more then
@@ -89,9 +90,9 @@ if capped then
       return nil
     end
     if held == more then
-      return 'N' .. owner, 1
+      return n, 1
     end
-    return 'N' .. owner, 0
+    return n, 0
   end
 end
 local fresh = 9 + tonumber(ARGV[7]) * step
@@ -150,7 +151,7 @@ for i = 9, #ARGV - 1, step do
     elseif had then
       -- A consumer without the cap begins it: the last call's slot goes
       -- (a no-op without RUNO; a claim freed it before, see hotKeys).
-      slot_free(group, had)
+      slot_free(had)
     end
     if not r then
       local taken = 0
@@ -160,14 +161,16 @@ for i = 9, #ARGV - 1, step do
         else
           r = 0 -- (hold freed the last call's slot with its field)
           if took then
-            slot_free(group, slot, true)
+            slot_free(slot, true)
           end
         end
       end
       if not r then
-        local v = string.format('%d', used + 1) .. ' ' .. tok
+        local v
         if slot then
-          v = v .. ' ' .. slot
+          v = string.format('%d', used + 1) .. ' ' .. tok .. ' ' .. slot
+        else
+          v = string.format('%d', used + 1) .. ' ' .. tok
         end
         if i >= fresh then
           call('HSET', att, field, v)
@@ -187,7 +190,7 @@ for i = 9, #ARGV - 1, step do
           -- first run took is held already, and its field says which. Or
           -- Set.Cancel left its mark (a token "-"), which goes now:
           -- nothing begins.
-          slot_free(group, slot, true)
+          slot_free(slot, true)
           local u, t = att_get(att, field)
           if t == tok then
             r = {u, 1, 0}

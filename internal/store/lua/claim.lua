@@ -49,7 +49,7 @@ for _, e in ipairs(r[2]) do
       bury(stream, dead, att, group, consumer, e[1], e[2], used, ARGV[7])
       buried = 1
     elseif slot then
-      slot_free(group, slot)
+      slot_free(slot)
       call('HSET', att, field, string.format('%d', used) .. ' ' .. tok)
     elseif not_before then
       now = now or now_ms('')

@@ -14,58 +14,48 @@
 -- client sent twice counts once; "<calls>" alone once a call was given
 -- back; "<calls> <token> <not before>" while a retry delay longer than the
 -- lease TTL runs; "<calls> <token> <slot>" while the call holds a slot of
--- an owner, below). One field per event keeps the hash small: a listpack, whose every
+-- an owner, the slot's field, below). One field per event keeps the hash small: a listpack, whose every
 -- lookup is a scan, holds twice the events it would with two fields each.
 -- Reading, claiming and releasing an event never touch it.
 --
 -- Owner slots (WithOwnerConcurrency): a handler call of an owner under the
--- cap holds a slot of its owner, marked in its attempts field (above) and
--- kept in the shard's slots hash, RUNO (expset:{name:S}:runo). An owner's
--- first slot in a group is a field of its own, "1:<len(group)>:<group><owner>"
--- -> "1", there while a call holds it (mark "F<owner>"): taken with one
--- HSETNX, freed with the HDEL an acknowledgement batches, it costs an owner
--- with one call at a time no count to keep. Its other slots are counted in
--- "n:<len(group)>:<group><owner>" -> the slots held beyond the first (mark
--- "N<owner>"), absent at none. begins.lua takes a slot; whatever ends the
--- call's hold on the event frees it: its acknowledgement, retry, burial or
--- release, the clearing of its attempts field, or a claim (its lease
--- lapsed: the consumer died or stalled past the lease TTL). Every script
--- that may free one sets RUNO first (a script of a consumer without the
--- cap may leave it nil: its calls hold no slot).
+-- cap holds a slot of its owner, kept in the shard's slots hash, RUNO
+-- (expset:{name:S}:runo), and marked in its attempts field (above) by the
+-- slot's field there. An owner's first slot in a group is a field of its
+-- own, "F:<len(group)>:<group><owner>" -> "1", there while a call holds
+-- it: taken with one HSETNX, freed with the HDEL an acknowledgement
+-- batches, it costs an owner with one call at a time no count to keep.
+-- Its other slots are counted in "N:<len(group)>:<group><owner>" -> the
+-- slots held beyond the first, absent at none. begins.lua takes a slot;
+-- whatever ends the call's hold on the event frees it: its
+-- acknowledgement, retry, burial or release, the clearing of its attempts
+-- field, or a claim (its lease lapsed: the consumer died or stalled past
+-- the lease TTL). Every script that may free one sets RUNO first (a
+-- script of a consumer without the cap may leave it nil: its calls hold
+-- no slot).
 local RUNO
 local slot_woke = false
--- slot_pre is "1:<len(group)>:<group>" of slot_group, what its first-slot
--- fields start with (store.SlotFields): given by the hot scripts' callers
--- (begins, ack), else made once a script (a number made a string costs a
--- sprintf).
-local slot_group, slot_pre
 
--- slot_free frees slot (a mark, "F<owner>" or "N<owner>") in group and,
--- once a script unless quiet (a slot taken and given back in the same
--- script, which no one waited for), publishes "s" on the shard's event
--- wake-up channel (KEYS[1] .. ':wake', notify.go: SPUBLISH, or PUBLISH
--- where the server lacks it), so that consumers holding events of owners
--- at their cap try them again at once. A first slot's field is deleted at
--- once, or appended to dels when given, for the caller's own HDEL of RUNO.
-local function slot_free(group, slot, quiet, dels)
+-- slot_free frees slot (its field in RUNO, the mark of a call's attempts
+-- field) and, once a script unless quiet (a slot taken and given back in
+-- the same script, which no one waited for), publishes "s" on the shard's
+-- event wake-up channel (KEYS[1] .. ':wake', notify.go: SPUBLISH, or
+-- PUBLISH where the server lacks it), so that consumers holding events of
+-- owners at their cap try them again at once. A first slot's field is
+-- deleted at once, or appended to dels when given, for the caller's own
+-- HDEL of RUNO.
+local function slot_free(slot, quiet, dels)
   if not RUNO then
     return
   end
-  if group ~= slot_group then
-    slot_group, slot_pre = group, '1:' .. #group .. ':' .. group
-  end
-  if string.byte(slot) == 70 then -- "F<owner>"
-    local f = slot_pre .. string.sub(slot, 2)
+  if string.byte(slot) == 70 then -- "F:..."
     if dels then
-      dels[#dels + 1] = f
+      dels[#dels + 1] = slot
     else
-      call('HDEL', RUNO, f)
+      call('HDEL', RUNO, slot)
     end
-  else
-    local n = 'n' .. string.sub(slot_pre, 2) .. string.sub(slot, 2)
-    if call('HINCRBY', RUNO, n, '-1') <= 0 then
-      call('HDEL', RUNO, n)
-    end
+  elseif call('HINCRBY', RUNO, slot, '-1') <= 0 then
+    call('HDEL', RUNO, slot)
   end
   if not (quiet or slot_woke) then
     slot_woke = true
@@ -106,7 +96,7 @@ local function att_get(att, field)
   end
   local tok = string.sub(v, sp + 1, sp2 - 1)
   local b = string.byte(v, sp2 + 1)
-  if b == 70 or b == 78 then -- a slot's mark: "F<owner>" or "N<owner>"
+  if b == 70 or b == 78 then -- a slot's field: "F:..." or "N:..."
     return used, tok, nil, string.sub(v, sp2 + 1)
   end
   return used, tok, tonumber(string.sub(v, sp2 + 1)), nil
@@ -143,7 +133,7 @@ local function att_clear(att, id, group)
   if RUNO then
     local _, _, _, slot = att_get(att, field)
     if slot then
-      slot_free(group, slot)
+      slot_free(slot)
     end
   end
   call('HDEL', att, field)

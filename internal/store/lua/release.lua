@@ -37,7 +37,7 @@ for i = 6, #ARGV do
       local used, token, _, slot = att_get(att, field)
       if token == ARGV[5] then
         if slot then
-          slot_free(group, slot)
+          slot_free(slot)
         end
         if used <= 1 then
           call('HDEL', att, field)

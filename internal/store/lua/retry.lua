@@ -35,7 +35,7 @@ if token ~= ARGV[6] then
   return 0
 end
 if slot then
-  slot_free(group, slot)
+  slot_free(slot)
   call('HSET', att, field, string.format('%d', used) .. ' ' .. token)
 end
 local delay, vis = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -11,7 +11,7 @@
 -- A call reads about MAX_BATCH attempts fields (HSCAN), of every group.
 -- Each field of the group (of any group for "") whose value carries a
 -- call's token and no retry time (groups.lua: "<calls> <token>" or
--- "<calls> <token> <slot>", a slot's mark "F<owner>" or "N<owner>") and whose entry is pending under a consumer
+-- "<calls> <token> <slot>", a slot's field "F:..." or "N:...") and whose entry is pending under a consumer
 -- other than RETRY_HOLDER is returned, with its pending state (XPENDING)
 -- and its event's owner and member (XRANGE; "" when the entry was deleted).
 -- Whether a call of it is under way is the client's to tell from the
