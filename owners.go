@@ -48,9 +48,11 @@ const parkPoll = time.Second
 // run on goroutines of their own, as with WithConcurrency, even at its
 // default 1.
 //
-// Cost: the begin and the end of a capped call each count in one more key
-// per shard (expset:{name:S}:runo): one HINCRBY (servercost: 162k
-// instructions an event against 128k uncapped, bench/README.md). A
+// Cost: a capped call's begin takes its owner's slot in one more key per
+// shard (expset:{name:S}:runo): one HSETNX for an owner's first slot,
+// which the acknowledgement's batch frees, one HINCRBY each way for its
+// others (servercost: 149k instructions an event against 129k uncapped,
+// bench/README.md). A
 // handled event whose call took its owner's last free slot is
 // acknowledged at once, so that the slot frees at once for the owner's
 // next events; the others wait with the acknowledgements batched (at most

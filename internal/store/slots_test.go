@@ -11,7 +11,7 @@ import (
 	"github.com/expset/expset/internal/redistest"
 )
 
-// TestOwnerSlots follows an owner's slot count (the shard's Runo field)
+// TestOwnerSlots follows an owner's slots (the shard's Runo fields)
 // through every script that takes or frees one: a capped begin sent twice
 // takes one; an acknowledgement, a retry, a burial, the release of a call
 // given back, a claim by a consumer without the cap (the last call's lease
@@ -122,5 +122,96 @@ func TestOwnerSlots(t *testing.T) {
 			t.Fatalf("RemoveGroup: %v", err)
 		}
 		held(0, "the group removed")
+	})
+}
+
+// TestOwnerFirstAndMoreSlots follows an owner's two kinds of slot (its
+// first, a field of its own, and the others, counted): a cap of 3 gives
+// the first, then two counted ones (the last reported full), refuses a
+// fourth; the first freed is taken again first; the counted ones freed
+// leave nothing behind. A cap of 1 reports its only slot full. Every begin
+// is sent twice and holds one slot; the second run of the one that took
+// the last slot answers as its first.
+func TestOwnerFirstAndMoreSlots(t *testing.T) {
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		s, _ := newTestStore(t, rdb, 1)
+		sk := s.Shards()[0]
+		if err := s.CreateGroups(ctx, 0, []string{"g"}); err != nil {
+			t.Fatal(err)
+		}
+		first, more := SlotFields("g", "u")
+		state := func(wantFirst bool, wantMore int, what string) {
+			t.Helper()
+			f := rdb.HExists(ctx, sk.Runo, first).Val()
+			m, err := rdb.HGet(ctx, sk.Runo, more).Int()
+			if err == redis.Nil {
+				m, err = 0, nil
+			}
+			if err != nil || f != wantFirst || m != wantMore {
+				t.Fatalf("%s: first slot held %v, %d more (%v); want %v, %d", what, f, m, err, wantFirst, wantMore)
+			}
+		}
+		// begin reads one new event of owner u for c and begins it with
+		// token tok, the call sent twice.
+		begin := func(c Consumer, tok string) (string, Begun) {
+			t.Helper()
+			id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: sk.Events, Values: []any{"o", "u", "m", tok, "d", "1000"}}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if news := s.ReadNew(ctx, "g", c.Name, []ShardRead{{Shard: 0, Count: 1}}); news[0].Err != nil || len(news[0].Entries) != 1 {
+				t.Fatalf("ReadNew: %+v", news[0])
+			}
+			item := BeginItem{ID: id, Token: tok, Owner: "u", Fresh: true}
+			b := beginAll(t, s, c, item)[0]
+			if again := beginAll(t, s, c, item)[0]; b.Attempt > 0 && again.Attempt != b.Attempt {
+				t.Fatalf("begin sent again: %+v, first %+v", again, b)
+			}
+			return id, b
+		}
+		ack := func(c Consumer, id, tok string) {
+			t.Helper()
+			call := s.AckCall(c, 0, []Lease{{id, tok}})
+			s.RunPipelined(ctx, []*Call{call})
+			if ok, err := ReadAck(call, 1); err != nil || !ok[0] {
+				t.Fatalf("ack: %v %v", ok, err)
+			}
+		}
+
+		c := Consumer{Group: "g", Name: "c", Lease: time.Minute, MaxAttempts: 1, OwnerCap: 3}
+		a, ba := begin(c, "a")
+		b, bb := begin(c, "b")
+		d, bd := begin(c, "d")
+		if ba.Attempt != 1 || ba.Full || bb.Attempt != 1 || bb.Full || bd.Attempt != 1 || !bd.Full {
+			t.Fatalf("three begins: %+v %+v %+v, want attempt 1 each, the third full", ba, bb, bd)
+		}
+		state(true, 2, "three calls")
+		if _, be := begin(c, "e"); be.Attempt != BeginFull {
+			t.Fatalf("a fourth begin: %+v, want BeginFull", be)
+		}
+		state(true, 2, "a fourth refused")
+		ack(c, a, "a")
+		state(false, 2, "the first's call acknowledged")
+		f, bf := begin(c, "f")
+		if bf.Attempt != 1 {
+			t.Fatalf("a begin with the first slot free: %+v", bf)
+		}
+		state(true, 2, "the first taken again")
+		ack(c, b, "b")
+		ack(c, d, "d")
+		ack(c, f, "f")
+		state(false, 0, "all acknowledged")
+		if n := rdb.HLen(ctx, sk.Runo).Val(); n != 0 {
+			t.Fatalf("%d slot fields left", n)
+		}
+
+		one := Consumer{Group: "g", Name: "one", Lease: time.Minute, MaxAttempts: 1, OwnerCap: 1}
+		x, bx := begin(one, "x")
+		if bx.Attempt != 1 || !bx.Full {
+			t.Fatalf("a begin at cap 1: %+v, want attempt 1, full", bx)
+		}
+		ack(one, x, "x")
+		state(false, 0, "cap 1 acknowledged")
 	})
 }
