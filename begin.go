@@ -119,11 +119,10 @@ func (c *consumer) beginBatches(ctx context.Context, todo []delivery) store.Batc
 // script keeps a consumer's own lease as it is, so no other consumer can
 // have taken it (a claim needs it idle a whole lease TTL) and no call of
 // it has begun, with room for the clocks of client and server to differ
-// in rate. A job's event is never fresh: Set.Cancel acknowledges and
-// deletes one read and not begun, and its begin must see that.
+// in rate. Set.Cancel of a job whose event was read and not begun leaves
+// a mark that the fresh begin finds (cancel.lua).
 func (c *consumer) fresh(d delivery, now time.Time) bool {
-	o, _ := d.values["o"].(string)
-	return d.new && now.Sub(d.at) < c.cfg.leaseTTL/12 && !isJobOwner(o)
+	return d.new && now.Sub(d.at) < c.cfg.leaseTTL/12
 }
 
 // unbegun settles d when no handler call can be made of it: an event not

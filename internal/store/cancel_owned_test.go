@@ -14,8 +14,8 @@ import (
 // TestStoreCancelOwnedJobRead: the event of a job of an owner, read by a
 // consumer and cancelled before its begin, is begun by no fresh begin
 // (with a cap or without) and no later one; the mark Cancel leaves goes
-// with that begin, or with the consumer's release. A job without an owner
-// gets no mark: its events are never begun fresh.
+// with that begin, or with the consumer's release. The same holds for a
+// job without an owner.
 func TestStoreCancelOwnedJobRead(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -83,13 +83,14 @@ func TestStoreCancelOwnedJobRead(t *testing.T) {
 			}
 			clean("after the release")
 		}
-		// A bucket's event: cancel.lua leaves no mark.
+		// A bucket's event: the same mark, and the fresh begin finds it.
 		shard, bucket := s.JobBucket("ownerless")
 		bk := s.Shards()[shard]
 		if err := s.CreateGroups(ctx, shard, []string{"g"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: bk.Events, Values: []any{"o", bucket, "m", "ownerless", "d", "1000"}}).Result(); err != nil {
+		beid, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: bk.Events, Values: []any{"o", bucket, "m", "ownerless", "d", "1000"}}).Result()
+		if err != nil {
 			t.Fatal(err)
 		}
 		if news := s.ReadNew(ctx, "g", "c1", []ShardRead{{Shard: shard, Count: 10}}); news[0].Err != nil || len(news[0].Entries) != 1 {
@@ -97,6 +98,12 @@ func TestStoreCancelOwnedJobRead(t *testing.T) {
 		}
 		if ok, err := s.Cancel(ctx, "", "ownerless"); err != nil || !ok {
 			t.Fatalf("Cancel of a job without an owner, read: %v %v, want true", ok, err)
+		}
+		c := Consumer{Group: "g", Name: "c1", Lease: time.Minute, MaxAttempts: 2}
+		call := s.BeginsCall(c, shard, []BeginItem{{ID: beid, Token: "t", Fresh: true}})
+		s.RunPipelined(ctx, []*Call{call})
+		if b, err := ReadBegins(call, 1); err != nil || b[0].Attempt != 0 {
+			t.Fatalf("fresh begin of a cancelled job without an owner: %+v %v, want nothing begun", b, err)
 		}
 		if n, err := rdb.HLen(ctx, bk.Att).Result(); err != nil || n != 0 {
 			t.Errorf("a job without an owner: %d attempts fields (%v), want none", n, err)

@@ -19,11 +19,10 @@
 --          consumer read (XREADGROUP ... >) less than ARGV[5] ms ago, so
 --          nobody else can have taken them (a take needs them idle ARGV[3]
 --          ms) and no call of them has begun: they are begun without a look
---          at the pending list or the attempts field (never a job's: a
---          Set.Cancel acknowledges one read and not begun; of a job of an
---          owner, which the consumer cannot tell from a member's event,
---          it leaves a mark in the attempts field, which the HSET or
---          HSETNX of every fresh begin finds)
+--          at the pending list or the attempts field (a Set.Cancel that
+--          acknowledges a job's event read and not begun leaves a mark in
+--          its attempts field, which the HSET or HSETNX of every fresh
+--          begin finds)
 -- ARGV[8]  with a cap, "F:<len(group)>:<group>": what the group's
 --          first-slot fields start with (see groups.lua); else ""
 -- ARGV[9..] triples (at most 1000): an entry ID, the token of its call

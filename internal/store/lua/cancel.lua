@@ -18,12 +18,12 @@
 -- acknowledged, so that the consumer's begin finds nothing and makes no
 -- call; begins.lua replies 0). A call given back as Consume stopped counts
 -- as not begun. An entry kicked back from the dead letters (field g) had
--- its calls: it stays. For a job of an owner, each group's attempts field
--- of an entry acknowledged so gets a mark, "0 -" (no call, token "-"): the
--- consumer holding it read what looks like a member's event and may begin
--- it without a look at the pending list, but not past the mark (see
--- begins.lua). The begin of that consumer, or its release of the entry as
--- it stops, deletes the mark; one that dies first leaves it (a few bytes).
+-- its calls: it stays. Each group's attempts field of an entry
+-- acknowledged so gets a mark, "0 -" (no call, token "-"): the consumer
+-- holding it may begin it without a look at the pending list, but not past
+-- the mark (see begins.lua). The begin of that consumer, or its release of
+-- the entry as it stops, deletes the mark; one that dies first leaves it
+-- (a few bytes).
 -- The receipt is cancel_waiting.lua's: a call that finds it returns what
 -- it says and writes nothing, and the call that deletes an event writes
 -- "2" there.
@@ -53,17 +53,13 @@ local attempt, fresh, groups = job_groups(stream, att, eid)
 if attempt > 0 or #fresh < groups then
   return {0}
 end
--- A job of an owner (not a bucket's): its event looks like any member's,
--- so a consumer may begin one it read without a look at the pending list
--- (begins.lua's fresh items); its HSETNX of the attempts field finds the
--- mark and begins nothing.
-local mark = string.sub(owner, 1, 5) ~= '\0job:'
+-- A consumer may begin an event it read without a look at the pending
+-- list (begins.lua's fresh items); its write of the attempts field finds
+-- the mark and begins nothing.
 for _, f in ipairs(fresh) do
   if f[2] then
     call('XACK', stream, f[1], eid)
-    if mark then
-      call('HSET', att, att_field(eid, f[1]), '0 -')
-    end
+    call('HSET', att, att_field(eid, f[1]), '0 -')
   end
 end
 call('XDEL', stream, eid)
