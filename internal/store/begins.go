@@ -85,18 +85,12 @@ func ReadBegins(c *Call, n int) ([]Begun, error) {
 	return out, nil
 }
 
-// readBegun reads one item of begins.lua's reply: {attempt, taken now
-// (0/1), the owner's slots all held (0/1)}, or 0 to -4.
+// readBegun reads one item of begins.lua's reply: 4 x attempt + 2 when
+// taken now + 1 when the owner's slots are all held, or 0 to -4.
 func readBegun(v any) (Begun, bool) {
-	if xs, isList := v.([]any); isList {
-		if len(xs) != 3 {
-			return Begun{}, false
-		}
-		n, ok1 := Int64(xs[0])
-		t, ok2 := Int64(xs[1])
-		f, ok3 := Int64(xs[2])
-		return Begun{Attempt: int(n), Taken: t == 1, Full: f == 1}, ok1 && ok2 && ok3 && n > 0
-	}
 	n, ok := Int64(v)
-	return Begun{Attempt: int(n)}, ok && n <= 0
+	if !ok || n <= 0 {
+		return Begun{Attempt: int(n)}, ok && n >= BeginOwnerPaused
+	}
+	return Begun{Attempt: int(n >> 2), Taken: n&2 != 0, Full: n&1 != 0}, n >= 4
 }

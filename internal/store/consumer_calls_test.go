@@ -51,7 +51,7 @@ func TestConsumerBuilders(t *testing.T) {
 // scripts.
 func TestConsumerReadersRead(t *testing.T) {
 	t.Parallel()
-	bs, err := ReadBegins(&Call{Reply: []any{[]any{int64(2), int64(1), int64(1)}, int64(0), int64(BeginFull), []any{int64(1), int64(0), int64(0)}}}, 4)
+	bs, err := ReadBegins(&Call{Reply: []any{int64(2*4 + 2 + 1), int64(0), int64(BeginFull), int64(1 * 4)}}, 4)
 	want := []Begun{{Attempt: 2, Taken: true, Full: true}, {}, {Attempt: BeginFull}, {Attempt: 1}}
 	if err != nil || !slices.Equal(bs, want) {
 		t.Errorf("begins: %+v %v, want %+v", bs, err, want)

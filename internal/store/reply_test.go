@@ -148,7 +148,7 @@ func TestReadersRefuseMalformed(t *testing.T) {
 			[]any{int64(1), "0", int64(0), "g", "1-0", "c", "x", int64(1), "1 t", "o", "m"}},
 		"sweepers.lua": {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
 		"deadscan.lua": {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
-		"begins.lua":   {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}},
+		"begins.lua":   {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}, []any{int64(-5), int64(0)}, []any{int64(3), int64(0)}},
 		"ack.lua":      {nil, "x", int64(1), []any{}, []any{int64(1)}, []any{int64(1), int64(1), int64(1)}},
 		"renew.lua":    {nil, "x", int64(1), []any{}, []any{int64(1)}},
 		"claim.lua":    {nil, "x", []any{}, []any{int64(1)}, []any{"0-0", "x"}, []any{"0-0", []any{"1-0", int64(1), int64(0)}}, []any{"0-0", []any{"1-0", "x", int64(0), []any{}}}, []any{"0-0", []any{"1-0", int64(1), int64(0), []any{"a"}}}},

@@ -46,15 +46,17 @@
 -- is returned as it was, counted once (a fresh item's field is written only
 -- where none is: a second run finds it). The consumer makes every call it
 -- begins at once, so a count raised here is a call made.
--- Reply: one item per pair, in order: {the attempt number of the call, 1 when
--- taken now or 0 when the lease taken ARGV[5] ms ago at most runs on, and
--- with a cap 1 when the owner now holds its every slot for certain (its
--- next events wait for this call's end: a call that takes the owner's
--- first slot knows it only at a cap of 1) or 0}, or 0 (another consumer holds the event,
--- it was acknowledged or trimmed), or -1 (every attempt is used: a claim
--- buries it), or -2 (the owner holds its every slot: nothing changed), or
--- -3 (the group is paused: nothing changed), or -4 (the owner is paused in
--- the group: nothing changed).
+-- Reply: one integer per item, in order: for a call begun, 4 x its attempt
+-- number, plus 2 when the lease was taken now (not when the lease taken
+-- ARGV[5] ms ago at most runs on), plus 1 with a cap when the owner now
+-- holds its every slot for certain (its next events wait for this call's
+-- end: a call that takes the owner's first slot knows it only at a cap of
+-- 1); else 0 (another consumer holds the event, it was acknowledged or
+-- trimmed), -1 (every attempt is used: a claim buries it), -2 (the owner
+-- holds its every slot: nothing changed), -3 (the group is paused:
+-- nothing changed) or -4 (the owner is paused in the group: nothing
+-- changed). (Integers, not a table per item: a table costs its building
+-- and its conversion.)
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 RUNO = KEYS[3]
 local out = {}
@@ -119,7 +121,7 @@ for i = 9, #ARGV - 1, step do
     -- pause) answers as it did.
     local used, token = att_get(att, att_field(id, group))
     if token == tok and holder == consumer then
-      r = {used, 1, 0}
+      r = used * 4 + 2
     elseif paused == 'g' then
       r = -3
     else
@@ -134,7 +136,7 @@ for i = 9, #ARGV - 1, step do
     end
     local full, slot, took = 0, nil, false
     if token == tok and holder == consumer then
-      r = {used, 1, 0}
+      r = used * 4 + 2
     elseif i >= fresh and used >= max then
       r = -1
     elseif capped and owner ~= '' then
@@ -148,7 +150,7 @@ for i = 9, #ARGV - 1, step do
             -- its first run took the owner's last slot: it answers as then.
             local u, t = att_get(att, field)
             if t == tok then
-              r = {u, 1, 0}
+              r = u * 4 + 2
             end
           end
         else
@@ -200,7 +202,7 @@ for i = 9, #ARGV - 1, step do
           slot_free(slot, true)
           local u, t = att_get(att, field)
           if t == tok then
-            r = {u, 1, 0}
+            r = u * 4 + 2
           else
             if t == '-' then
               call('HDEL', att, field)
@@ -209,7 +211,7 @@ for i = 9, #ARGV - 1, step do
           end
         end
         if not r then
-          r = {used + 1, taken, full}
+          r = (used + 1) * 4 + taken * 2 + full
         end
       end
     end
