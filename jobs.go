@@ -113,7 +113,9 @@ func (s *Set) checkJob(id string, delay time.Duration, hasDelay bool) (int64, er
 // set's shards. When due, the sweeper turns the job into an expiry event
 // that Consume delivers to every consumer group with an empty Owner, the ID
 // as Member and the due time as Deadline. delay is 0 (due at once) to 100
-// years, truncated to whole milliseconds. Options: WithPayload (the set
+// years, truncated to whole milliseconds. A job due at once skips the
+// sweeper: Put appends its event to the stream itself and wakes the
+// consumers, so it never waits, and Put of its ID again puts another. Options: WithPayload (the set
 // needs WithPayloadStorage), WithOwner (the job of an owner: its shard is
 // the owner's, its event carries the owner, and "waiting" means a member
 // id of the owner). The set needs WithExpiryEvents.

@@ -210,7 +210,8 @@ func TestOwnedJobStates(t *testing.T) {
 
 // TestOwnedJobsOwnerConcurrency: jobs of an owner take its slots under
 // WithOwnerConcurrency(1): a handler-side count never sees two calls of
-// one owner at once, while calls of two owners may overlap.
+// one owner at once, while calls of two owners may overlap. The jobs are
+// put due at once: Put writes their events, and no sweeper runs.
 func TestOwnedJobsOwnerConcurrency(t *testing.T) {
 	t.Parallel()
 	noLeaks(t)
@@ -248,7 +249,7 @@ func TestOwnedJobsOwnerConcurrency(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}
-		stop := consumeInBackground(t, s, "g", "c", handle, WithConcurrency(4), WithOwnerConcurrency(1), WithPollInterval(5*time.Millisecond))
+		stop := consumeInBackground(t, s, "g", "c", handle, WithConcurrency(4), WithOwnerConcurrency(1), WithPollInterval(5*time.Millisecond), WithoutSweeper())
 		waitFor(t, "every job handled", func() bool { mu.Lock(); defer mu.Unlock(); return handled >= perOwner*len(owners) })
 		stop()
 		mu.Lock()

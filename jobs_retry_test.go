@@ -43,14 +43,14 @@ func (h *jobRunsTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
-// isJobWrite reports whether cmd runs put.lua, reschedule.lua, cancel_waiting.lua or
-// cancel.lua by EVALSHA.
+// isJobWrite reports whether cmd runs put.lua, put_now.lua, reschedule.lua,
+// cancel_waiting.lua or cancel.lua by EVALSHA.
 func isJobWrite(cmd redis.Cmder) bool {
 	a := cmd.Args()
 	if len(a) < 2 || a[0] != "evalsha" {
 		return false
 	}
-	for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
+	for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("put_now.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 		if a[1] == sc.Hash() {
 			return true
 		}
@@ -74,7 +74,7 @@ func TestJobCallsRetriedReportTheirFirstRun(t *testing.T) {
 		r := must[*Set](t)(Open(ctx, rdb, s.Name(), WithRecordedConfiguration(), WithClock(clk.Now)))
 		// Loaded first (on every master of a cluster): every call is an
 		// EVALSHA, none a NOSCRIPT that runs nothing.
-		for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
+		for _, sc := range []*redis.Script{store.Named("put.lua"), store.Named("put_now.lua"), store.Named("reschedule.lua"), store.Named("cancel_waiting.lua"), store.Named("cancel.lua")} {
 			if err := sc.Load(ctx, rdb).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -100,13 +100,14 @@ func TestJobCallsRetriedReportTheirFirstRun(t *testing.T) {
 			t.Fatalf("a second Cancel run twice: %v %v, want false", ok, err)
 		}
 
-		// Due at once, and swept between the two runs: the retry puts no
-		// second job.
+		// Due at once: the first run writes its event (the sweeper,
+		// run between the two, has nothing to do); the retry writes no
+		// second.
 		w := newSweeper(t, s)
 		sweep := func() { must[SweepStats](t)(w.SweepOnce(ctx)) }
 		h.between.Store(&sweep)
 		if due, put, err := r.Put(ctx, "now", 0, WithPayload([]byte("once"))); err != nil || !put || !due.Equal(t0) {
-			t.Fatalf("Put swept between its runs: %v %v %v, want %v true", due, put, err, t0)
+			t.Fatalf("Put due at once run twice: %v %v %v, want %v true", due, put, err, t0)
 		}
 		h.between.Store(nil)
 		evs := readAll(t, s)
@@ -123,18 +124,30 @@ func TestJobCallsRetriedReportTheirFirstRun(t *testing.T) {
 		if evs := readAll(t, s); len(evs) != 0 {
 			t.Fatalf("events after Cancel: %+v", evs)
 		}
+		// Due in a millisecond, and swept between the two runs (the clock
+		// moved past it): the retry puts no second job.
+		soon := t0.Add(time.Millisecond)
+		sweepLater := func() { clk.Advance(time.Millisecond); sweep() }
+		h.between.Store(&sweepLater)
+		if due, put, err := r.Put(ctx, "soon", time.Millisecond, WithPayload([]byte("once"))); err != nil || !put || !due.Equal(soon) {
+			t.Fatalf("Put swept between its runs: %v %v %v, want %v true", due, put, err, soon)
+		}
+		h.between.Store(nil)
+		if evs := readAll(t, s); len(evs) != 1 || evs[0].Member != "soon" || !evs[0].Deadline.Equal(soon) {
+			t.Fatalf("events %+v, want job soon once", evs)
+		}
 		if h.n.Load() == 0 {
 			t.Fatal("no job call was sent twice")
 		}
 		// Reschedule whose job the sweeper takes between the runs.
 		must[time.Time](t)(func() (time.Time, error) { d, _, err := s.Put(ctx, "b", time.Hour); return d, err }())
 		h.between.Store(&sweep)
-		if d, err := r.Reschedule(ctx, "b", 0); err != nil || !d.Equal(t0) {
-			t.Fatalf("Reschedule swept between its runs: %v %v, want %v", d, err, t0)
+		if d, err := r.Reschedule(ctx, "b", 0); err != nil || !d.Equal(soon) {
+			t.Fatalf("Reschedule swept between its runs: %v %v, want %v", d, err, soon)
 		}
 		h.between.Store(nil)
-		if evs := readAll(t, s); len(evs) != 1 || evs[0].Member != "b" {
-			t.Fatalf("events %+v, want job b once", evs)
+		if evs := readAll(t, s); len(evs) != 2 || evs[1].Member != "b" && evs[0].Member != "b" {
+			t.Fatalf("events %+v, want jobs soon and b once each", evs)
 		}
 	})
 }

@@ -252,7 +252,7 @@ type retention struct {
 
 // WithEventRetention bounds each shard's event stream, whether or not any
 // consumer reads it: events older than maxAge (by their stream ID, the
-// server's clock when the sweeper wrote them; 1s to 100 years), then the
+// server's clock when they were written; 1s to 100 years), then the
 // oldest past maxLen events in a shard's stream (1 to 2^30), then the
 // oldest while the stream takes more than maxBytes of memory (1 MiB to
 // 1 TiB; by Redis's estimate, MEMORY USAGE, which samples the oldest
@@ -261,7 +261,8 @@ type retention struct {
 // in the script that writes events,
 // on every sweep of a shard (idle, at every sixth look of its safety poll, WithPollInterval), so a
 // stream exceeds the bound only by what was written since the shard's last
-// sweep. An event removed this way was not yet acknowledged by every
+// sweep, by sweeps and by Set.Put of jobs due at once (which appends
+// without trimming). An event removed this way was not yet acknowledged by every
 // consumer group that needs it: retention is the one way an expiry event is
 // dropped without a handler having returned nil for it or it being
 // dead-lettered. Each shard counts what retention removed (Stats,

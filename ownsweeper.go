@@ -23,8 +23,9 @@ import (
 // to other consumers), started with the first of them and stopped, its
 // lease given up, with the last; it takes its share of the shards beside
 // every other sweeper of the set, in any process. With this option and no
-// sweeper running anywhere, nothing falls due: jobs and lapsed members
-// wait, and Set.Stats reports their shards Stalled. A process that runs
+// sweeper running anywhere, nothing falls due: jobs put with a delay and
+// lapsed members wait, and Set.Stats reports their shards Stalled (a job
+// put due at once is delivered: Set.Put writes its event). A process that runs
 // Sweeper.Run beside consumers without this option holds two leases,
 // which only shares the shards one way more.
 func WithoutSweeper() DeliveryOption {

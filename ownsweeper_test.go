@@ -18,16 +18,19 @@ func liveSweepers(t *testing.T, s *Set) int {
 	return len(reg.Tokens)
 }
 
-// dueJobs opens a set with events and shards shards, and puts n jobs due
-// at once, job-0 to job-<n-1>.
+// dueJobs opens a set with events and shards shards, and puts n jobs,
+// job-0 to job-<n-1>, due in a millisecond, and moves the set's clock past
+// it: due jobs waiting in their buckets for a sweeper (a job put due at
+// once would have its event written by Put).
 func dueJobs(t *testing.T, b backend, shards, n int) *Set {
 	t.Helper()
-	s, _ := newTestSet(t, b, WithShards(shards), WithExpiryEvents())
+	s, clk := newTestSet(t, b, WithShards(shards), WithExpiryEvents())
 	for i := range n {
-		if _, put, err := s.Put(context.Background(), "job-"+strconv.Itoa(i), 0); err != nil || !put {
+		if _, put, err := s.Put(context.Background(), "job-"+strconv.Itoa(i), time.Millisecond); err != nil || !put {
 			t.Fatalf("put job-%d: %v, %v", i, put, err)
 		}
 	}
+	clk.Advance(time.Millisecond)
 	return s
 }
 

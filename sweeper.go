@@ -119,6 +119,8 @@ func NewSweeper(s *Set, opts ...SweeperOption) (*Sweeper, error) {
 // SweepStats counts what sweeping did. Sweeping 3 owners with 2 expired
 // members each, 1 and 3 seconds late, in one batch of one shard, reports
 // Owners=3, Expired=6, Batches=1, Shards=1, MaxLateness=3s, MeanLateness=2s.
+// Jobs put due at once are not swept (Set.Put writes their events) and
+// not counted.
 type SweepStats struct {
 	Owners       int           // owner visits that removed at least one expired member (jobs' and schedules' owners not counted)
 	Expired      int           // expired members removed (with events on, events written)

@@ -11,8 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// jobs.go holds the layout the job scripts (put.lua, cancel_waiting.lua,
-// cancel.lua, job.lua, and jobs.lua, which the last two share) work on.
+// jobs.go holds the layout the job scripts (put.lua, put_now.lua,
+// cancel_waiting.lua, cancel.lua, job.lua, and jobs.lua, which the last two
+// share) work on.
 //
 // Jobs of an owner (Set.Put WithOwner) are members of that owner, in its
 // shard, as Set.Add's are; the scripts take its keys where they would take
@@ -23,7 +24,9 @@ import (
 // that shard, one of jobBuckets/shards buckets, whose owner is
 // JobOwnerPrefix and the bucket's number. The due index, the sweeper, the
 // event stream and Consume then treat a job as any member; only the Expiry
-// a handler gets shows it, with an empty Owner. Buckets keep each sorted set
+// a handler gets shows it, with an empty Owner. A job due at once
+// (put_now.lua) goes to the stream directly, with the event the sweeper
+// would have written for it: its bucket names it there. Buckets keep each sorted set
 // small (Redis stores one of up to 128 members as a compact list: about a
 // quarter of the memory of a larger one) while the due index holds a
 // bounded number of them. The mapping is part of the stored layout: it must

@@ -42,32 +42,43 @@ func (s *Store) rescheduleCall(owner, id string, ms int64) *Call {
 }
 
 // readPut reads put.lua's reply: 2 x deadline + 1 when put.
-func readPut(v any) (due time.Time, put bool, err error) {
+func readPut(v any) (due time.Time, put bool, err error) { return readDue("put.lua", v) }
+
+// readDue reads the reply of put.lua or put_now.lua (script): one integer,
+// 2 x deadline + 1 when put, 2 x the waiting job's deadline when not.
+func readDue(script string, v any) (due time.Time, put bool, err error) {
 	n, ok := v.(int64)
 	if !ok {
-		return time.Time{}, false, Unexpected("put.lua", v)
+		return time.Time{}, false, Unexpected(script, v)
 	}
 	return msTime(n >> 1), n&1 == 1, nil
 }
 
-// putWrote reports whether a put.lua reply put the job.
+// putWrote reports whether a reply of put.lua or put_now.lua put the job.
 func putWrote(v any) bool {
 	n, _ := v.(int64)
 	return n&1 == 1
 }
 
 // Put runs put.lua: job id of owner ("": none) due after ms, unless a job
-// of that owner and ID is waiting. It returns the job's due time, whether
-// it put it, and whether WithDurability's acknowledgements came. An error
-// of the call names the owner's key (a bucket's for a job without an
-// owner, which the caller does not show).
+// of that owner and ID is waiting; with ms 0, put_now.lua, which writes
+// the job's event at once. It returns the job's due time, whether it put
+// it, and whether WithDurability's acknowledgements came. An error of the
+// call names the owner's key (a bucket's for a job without an owner, which
+// the caller does not show).
 func (s *Store) Put(ctx context.Context, owner, id string, ms int64, payload []byte, hasPayload bool) (due time.Time, put, durable bool, err error) {
-	c := s.putCall(owner, id, ms, payload, hasPayload)
+	var c *Call
+	read := readPut
+	if ms == 0 {
+		c, read = s.putNowCall(owner, id, payload, hasPayload), readPutNow
+	} else {
+		c = s.putCall(owner, id, ms, payload, hasPayload)
+	}
 	s.runWrite(ctx, c, true, putWrote)
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err
 	}
-	due, put, err = readPut(c.Reply)
+	due, put, err = read(c.Reply)
 	return due, put, c.Durable, err
 }
 

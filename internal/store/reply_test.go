@@ -38,6 +38,7 @@ var readers = map[string]func(v any) error{
 	},
 	"wait_renew.lua": func(v any) error { _, err := readWaitRenew(v); return err },
 	"put.lua":        func(v any) error { _, _, err := readPut(v); return err },
+	"put_now.lua":    func(v any) error { _, _, err := readPutNow(v); return err },
 	"reschedule.lua": func(v any) error { _, _, err := readReschedule(v); return err },
 	"cancel_waiting.lua": func(v any) error {
 		_, err := readCancelWaiting(v)
@@ -133,6 +134,7 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"acquire_many.lua":     {nil, []any{}, []any{int64(1), int64(1), int64(1)}, []any{"x"}},
 		"wait_renew.lua":       {nil, "x", []any{}},
 		"put.lua":              {nil, "x", []any{}},
+		"put_now.lua":          {nil, "x", []any{}},
 		"reschedule.lua":       {"x", []any{}},
 		"cancel_waiting.lua":   {nil, int64(3), int64(-1), "1"},
 		"cancel.lua":           {nil, []any{}, []any{"x"}, []any{int64(3)}, []any{int64(4)}, []any{int64(4), int64(1)}, []any{int64(1), int64(2)}},
@@ -191,6 +193,8 @@ func TestReadersRead(t *testing.T) {
 	check("payload.lua", err == nil && found && string(p) == "pay", p, found, err)
 	due, put, err := readPut(int64(2*77 + 1))
 	check("put.lua", err == nil && put && due.UnixMilli() == 77, due, put, err)
+	due, put, err = readPutNow(int64(2 * 78))
+	check("put_now.lua", err == nil && !put && due.UnixMilli() == 78, due, put, err)
 	js, cursor, more, err := readJob([]any{int64(4), "ev 1-0"})
 	check("job.lua cursor", err == nil && more && cursor == "ev 1-0" && js == JobState{}, js, cursor, err)
 	js, _, more, err = readJob([]any{int64(2), int64(9), int64(3)})

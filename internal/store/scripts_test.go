@@ -146,7 +146,8 @@ func TestScriptsDefineWhatTheyCall(t *testing.T) {
 // TestJobOwnerStartsAtDueKeyLength checks what put.lua and reschedule.lua
 // rely on to name a bucket's owner without searching its key: the owner
 // starts at the position (1-based, as Lua counts) that is the length of the
-// shard's due index key.
+// shard's due index key; and put_now.lua: one past the length of its
+// event stream's key.
 func TestJobOwnerStartsAtDueKeyLength(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"a", "orders", "x{y}z", strings.Repeat("n", 300)} {
@@ -155,6 +156,9 @@ func TestJobOwnerStartsAtDueKeyLength(t *testing.T) {
 			bucket := k.Owner + JobOwnerPrefix + "4095"
 			if got := bucket[len(k.Due)-1:]; got != JobOwnerPrefix+"4095" {
 				t.Errorf("set %q shard %d: the bucket key's tail from #due is %q", name, shard, got)
+			}
+			if got := bucket[len(k.Events):]; got != JobOwnerPrefix+"4095" {
+				t.Errorf("set %q shard %d: the bucket key's tail from #ev + 1 is %q", name, shard, got)
 			}
 		}
 	}

@@ -95,7 +95,7 @@ func TestStoreJobsAndSweep(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, _ := newTestStore(t, rdb, 2)
-		if _, put, _, err := s.Put(ctx, "", "now", 0, nil, false); err != nil || !put {
+		if _, put, _, err := s.Put(ctx, "", "now", 1, nil, false); err != nil || !put {
 			t.Fatalf("Put: %v %v", put, err)
 		}
 		if _, put, _, err := s.Put(ctx, "", "later", 3_600_000, nil, false); err != nil || !put {

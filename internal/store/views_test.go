@@ -18,7 +18,7 @@ func TestStoreJobOwnersLeftOut(t *testing.T) {
 		ctx := context.Background()
 		s, _ := newTestStore(t, rdb, 1)
 		for _, id := range []string{"j1", "j2"} {
-			if _, put, _, err := s.Put(ctx, "", id, 0, nil, false); err != nil || !put {
+			if _, put, _, err := s.Put(ctx, "", id, 1, nil, false); err != nil || !put {
 				t.Fatalf("Put %s: %v %v", id, put, err)
 			}
 		}

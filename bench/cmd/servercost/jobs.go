@@ -107,9 +107,9 @@ func jobWorkloads(e *env) ([]workload, error) {
 		return nil, err
 	}
 	bareKeys := []string{"bare:{" + setName + "}:jobs", "bare:{" + setName + "}:p"}
-	// put measures Set.Put of new jobs, each (when owned) of an owner of
-	// its own, user-<i>.
-	put := func(name, what string, seeded, once, owned bool) workload {
+	// put measures Set.Put of new jobs due after delay, each (when owned)
+	// of an owner of its own, user-<i>.
+	put := func(name, what string, delay time.Duration, seeded, once, owned bool) workload {
 		return workload{name: "job/" + name, unit: "call", vs: "recipe/job-put", what: what, prep: func(ctx context.Context, e *env) (job, error) {
 			var seed []string
 			if seeded && owned {
@@ -120,12 +120,15 @@ func jobWorkloads(e *env) ([]workload, error) {
 			// Seeded jobs are due first: each new one is not its bucket's
 			// (its owner's) earliest.
 			s, err := openJobs(ctx, e, seed, ttl/2, once, owned)
+			if err == nil && delay == 0 {
+				err = warmPutNow(ctx, s)
+			}
 			if err != nil {
 				return job{}, err
 			}
 			ids := jobIDs("job-", e.n)
 			return job{calls: e.n, units: e.n, do: func(ctx context.Context, i int) error {
-				_, put, err := s.Put(ctx, ids[i], ttl, expset.WithPayload(jobPayload), ownedBy(owned, i))
+				_, put, err := s.Put(ctx, ids[i], delay, expset.WithPayload(jobPayload), ownedBy(owned, i))
 				if err == nil && !put {
 					err = fmt.Errorf("%s not put", ids[i])
 				}
@@ -151,11 +154,12 @@ func jobWorkloads(e *env) ([]workload, error) {
 		return err
 	}
 	return []workload{
-		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", false, false, false),
-		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding a job due earlier", true, false, false),
-		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", true, true, false),
-		put("put-owned", "job/put WithOwner: each job its owner's first", false, false, true),
-		put("put-owned-more", "job/put-more WithOwner: its owner holding a job due earlier", true, false, true),
+		put("put", "Set.Put of a new job, 64-byte payload, in an empty set (most jobs their bucket's first)", ttl, false, false, false),
+		put("put-now", "Set.Put of a new job due at once (delay 0: its event written at once), 64-byte payload", 0, false, false, false),
+		put("put-more", "Set.Put of a new job, 64-byte payload, its bucket holding a job due earlier", ttl, true, false, false),
+		put("put-more-once", "put-more by a client that never sends a call again (MaxRetries -1): no receipt", ttl, true, true, false),
+		put("put-owned", "job/put WithOwner: each job its owner's first", ttl, false, false, true),
+		put("put-owned-more", "job/put-more WithOwner: its owner holding a job due earlier", ttl, true, false, true),
 		onSeeded("reschedule", "Set.Reschedule of a waiting job to twice its delay", false, func(ctx context.Context, s *expset.Set, id string) error {
 			_, err := s.Reschedule(ctx, id, 2*ttl)
 			return err
@@ -200,8 +204,9 @@ func jobWorkloads(e *env) ([]workload, error) {
 					return err
 				}}, nil
 			}},
-		jobLife("life", "a job's life: Set.Put (64-byte payload, due at once) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged"),
-		jobLife("life-c16", "job/life with Consume WithConcurrency(16): 16 handler calls at once", expset.WithConcurrency(16)),
+		jobLife("life", "a job's life: Set.Put (64-byte payload, due in 1 ms) + Sweeper.SweepOnce + Set.Consume (defaults, no-op handler), acknowledged", time.Millisecond),
+		jobLife("life-c16", "job/life with Consume WithConcurrency(16): 16 handler calls at once", time.Millisecond, expset.WithConcurrency(16)),
+		jobLife("life-now-c16", "job/life-c16 with Set.Put due at once (delay 0): its event written by the put, no sweep", 0, expset.WithConcurrency(16)),
 		{name: "recipe/job-life", unit: "job", vs: "recipe/job-life", what: "the bare recipe's life: job-put.lua (due at once), then job-take.lua, 100 jobs a call, until all are taken (at most once)",
 			prep: func(ctx context.Context, e *env) (job, error) {
 				ids := jobIDs("job-", e.n)
@@ -230,13 +235,17 @@ func jobWorkloads(e *env) ([]workload, error) {
 }
 
 // jobLife is a job's whole life, counted together: e.n jobs put (64-byte
-// payload, due in 1 ms) from the env's goroutines, swept into events by one
-// Sweeper.SweepOnce, then handled (a no-op handler) and acknowledged by one
-// Set.Consume with opts: instructions per job.
-func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
+// payload, due after delay) from the env's goroutines, swept into events by
+// one Sweeper.SweepOnce (none with delay 0: the puts write the events),
+// then handled (a no-op handler) and acknowledged by one Set.Consume with
+// opts: instructions per job.
+func jobLife(name, what string, delay time.Duration, opts ...expset.ConsumeOption) workload {
 	return workload{name: "job/" + name, unit: "job", vs: "recipe/job-life", what: what,
 		prep: func(ctx context.Context, e *env) (job, error) {
 			s, err := openJobs(ctx, e, nil, 0, false, false)
+			if err == nil && delay == 0 {
+				err = warmPutNow(ctx, s)
+			}
 			if err != nil {
 				return job{}, err
 			}
@@ -247,17 +256,32 @@ func jobLife(name, what string, opts ...expset.ConsumeOption) workload {
 			ids := jobIDs("job-", e.n)
 			return job{calls: 1, units: e.n, do: func(ctx context.Context, _ int) error {
 				err := run(ctx, e.goroutines, job{calls: e.n, do: func(ctx context.Context, i int) error {
-					_, _, err := s.Put(ctx, ids[i], time.Millisecond, expset.WithPayload(jobPayload))
+					_, _, err := s.Put(ctx, ids[i], delay, expset.WithPayload(jobPayload))
 					return err
 				}})
 				if err != nil {
 					return err
 				}
-				time.Sleep(2 * time.Millisecond)
-				if _, err := w.SweepOnce(ctx); err != nil {
-					return err
+				if delay > 0 {
+					time.Sleep(delay + time.Millisecond)
+					if _, err := w.SweepOnce(ctx); err != nil {
+						return err
+					}
 				}
 				return consumeAll(ctx, s, e.n, "jobs", opts...)
 			}}, nil
 		}}
+}
+
+// warmPutNow loads the script of a put due at once (and of the cancel of
+// its event) before the count starts: a job put and cancelled.
+func warmPutNow(ctx context.Context, s *expset.Set) error {
+	if _, _, err := s.Put(ctx, "warm-up-now", 0, expset.WithPayload(jobPayload)); err != nil {
+		return err
+	}
+	ok, err := s.Cancel(ctx, "warm-up-now")
+	if err == nil && !ok {
+		err = fmt.Errorf("warm-up-now not cancelled")
+	}
+	return err
 }
