@@ -15,7 +15,7 @@ import (
 // what "go doc" lists, counted one per type, function, method of an exported
 // type, constant and variable (struct fields not counted). A newcomer should
 // take the API in at a glance; raise it only with a reason in docs/design.md.
-const maxExportedNames = 123
+const maxExportedNames = 124
 
 // exportedNames lists the root package's exported names as go doc shows them.
 func exportedNames(t *testing.T) []string {

@@ -35,7 +35,8 @@ type GroupInfo struct {
 	OldestRunning time.Time
 	HeldBack      int64
 	// Paused reports the group paused (Set.Pause), PausedOwners how many
-	// owners are paused in it: their events are held back.
+	// owners are paused in it (Set.PausedOwners lists them): their events
+	// are held back.
 	Paused       bool
 	PausedOwners int64
 }

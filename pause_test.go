@@ -3,7 +3,10 @@ package expset
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,6 +248,92 @@ func TestPauseShownAndRemoved(t *testing.T) {
 		}
 		if g := info(); g.Paused || g.PausedOwners != 0 {
 			t.Fatalf("owner b resumed: %+v", g)
+		}
+	})
+}
+
+// TestPausedOwners: PausedOwners lists the owners paused in each group,
+// sorted by their bytes, from every shard, and not the group's own pause;
+// a Resume takes one out; a group whose name holds glob characters lists
+// its own owners only, not those of a group its name would match as a
+// pattern; RemoveGroup leaves the owners paused, and listed; bad input is
+// refused with ErrInvalidArgument and changes nothing.
+func TestPausedOwners(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := newTestSet(t, b, WithShards(4), WithExpiryEvents(), WithConsumerGroups("g", "h"))
+		list := func(group string, want ...string) {
+			t.Helper()
+			got, err := s.PausedOwners(ctx, group)
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("PausedOwners(%q) = %q, %v; want %q", group, got, err, want)
+			}
+		}
+		pause := func(group string, owners ...string) {
+			t.Helper()
+			for _, o := range owners {
+				if _, err := s.Pause(ctx, group, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		list("g")
+		g := []string{"o7", "o1", "user 3", "\xff\x00bin", "o10", "o2"}
+		h := []string{"o2", "o9"}
+		pause("g", append(g, "")...) // "": the whole group, not an owner
+		pause("h", h...)
+		shards := map[int]bool{}
+		for _, o := range g {
+			shards[s.ShardOf(o)] = true
+		}
+		if len(shards) < 2 {
+			t.Fatalf("the owners of g lie on %d shard: want several", len(shards))
+		}
+		slices.Sort(g)
+		list("g", g...)
+		list("h", h...)
+		if gs, err := s.Groups(ctx); err != nil || len(gs) != 2 || gs[0].PausedOwners != int64(len(g)) || gs[1].PausedOwners != int64(len(h)) {
+			t.Fatalf("Groups: %+v, %v; want %d and %d owners paused", gs, err, len(g), len(h))
+		}
+
+		if _, err := s.Resume(ctx, "g", "o2"); err != nil {
+			t.Fatal(err)
+		}
+		g = slices.DeleteFunc(g, func(o string) bool { return o == "o2" })
+		list("g", g...)
+		list("h", h...)
+
+		// Each name matches the other as a pattern, unescaped.
+		for _, pair := range [][2]string{{"g*", "gx"}, {"g?", "gy"}, {"[gh]", "gabc"}, {`a\b`, "abc"}} {
+			for _, group := range pair {
+				pause(group, "shared", "own-"+group)
+			}
+		}
+		for _, group := range []string{"g*", "gx", "g?", "gy", "[gh]", "gabc", `a\b`, "abc"} {
+			list(group, "own-"+group, "shared")
+		}
+
+		if _, err := s.RemoveGroup(ctx, "g"); err != nil {
+			t.Fatal(err)
+		}
+		list("g", g...)
+
+		before := snapshot(t, b.rdb, s.Name())
+		for _, group := range []string{"", strings.Repeat("g", maxConsumerLen+1)} {
+			if got, err := s.PausedOwners(ctx, group); !errors.Is(err, ErrInvalidArgument) || got != nil {
+				t.Errorf("PausedOwners(%.10q...): %q, %v; want ErrInvalidArgument", group, got, err)
+			}
+		}
+		plain, _ := newTestSet(t, b)
+		if _, err := plain.PausedOwners(ctx, "g"); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("a set without events: %v, want ErrInvalidArgument", err)
+		}
+		if _, err := (&Set{}).PausedOwners(ctx, "g"); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("a zero Set: %v, want ErrInvalidArgument", err)
+		}
+		if after := snapshot(t, b.rdb, s.Name()); !maps.Equal(before, after) {
+			t.Errorf("the refused calls changed the set:\nbefore %v\nafter  %v", before, after)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,19 @@ type pauseJSON struct {
 	Shards      int    `json:"shards"`  // shards written: every one for a group, the owner's for an owner
 }
 
+// pausedJSON is what "expset groups paused --json" prints: the owners
+// paused in a group, sorted.
+type pausedJSON struct {
+	Group  string           `json:"group"`
+	Owners []pausedOwnerRow `json:"owners"`
+}
+
+// pausedOwnerRow is one owner paused in a group.
+type pausedOwnerRow struct {
+	Owner       string `json:"owner"`
+	OwnerBase64 string `json:"owner_base64,omitempty"`
+}
+
 // runningJSON is what "expset groups running --json" prints.
 type runningJSON struct {
 	Running  int64         `json:"running"`
@@ -78,6 +92,7 @@ func (a *app) groupsCmd() *cobra.Command {
 		Example: "expset groups unpaid-orders\n" +
 			"expset groups running unpaid-orders email\n" +
 			"expset groups pause unpaid-orders email\n" +
+			"expset groups paused unpaid-orders email\n" +
 			"expset groups resume unpaid-orders email user-42\n" +
 			"expset groups remove unpaid-orders emial",
 		Args: args("NAME"),
@@ -101,26 +116,67 @@ func (a *app) groupsCmd() *cobra.Command {
 		Example: "expset groups remove unpaid-orders emial",
 		Args:    args("NAME GROUP"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
-			if err != nil {
+			return a.onGroup(cmd.Context(), args, func(set *expset.Set, group string) error {
+				g, err := set.RemoveGroup(cmd.Context(), group)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printGroups(a.stdout, []expset.GroupInfo{g}, true)
+				}
+				_, err = fmt.Fprintf(a.stdout, "removed group %q from %d shards: %d pending events released, %d unread, %d dead letters deleted\n",
+					g.Name, g.Shards, g.Pending, g.Lag, g.Dead)
 				return err
-			}
-			defer done()
-			g, err := set.RemoveGroup(cmd.Context(), args[1])
-			if err != nil {
-				return groupErr(err, args[0], args[1])
-			}
-			if asJSON {
-				return printGroups(a.stdout, []expset.GroupInfo{g}, true)
-			}
-			_, err = fmt.Fprintf(a.stdout, "removed group %q from %d shards: %d pending events released, %d unread, %d dead letters deleted\n",
-				g.Name, g.Shards, g.Pending, g.Lag, g.Dead)
-			return err
+			})
 		},
 	}
 	remove.Flags().BoolVar(&asJSON, "json", false, "print what the group held as JSON")
-	cmd.AddCommand(remove, a.groupsRunningCmd(), a.groupsPauseCmd(true), a.groupsPauseCmd(false))
+	cmd.AddCommand(remove, a.groupsRunningCmd(), a.groupsPauseCmd(true), a.groupsPauseCmd(false), a.groupsPausedCmd())
 	return cmd
+}
+
+// groupsPausedCmd is "expset groups paused": the owners paused in a group.
+func (a *app) groupsPausedCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "paused [--json] NAME GROUP",
+		Short: "list the owners paused in a consumer group (expset groups pause NAME GROUP OWNER), sorted",
+		Long: "paused lists the owners paused in GROUP, one a line, sorted by their bytes, then how many. It scans\n" +
+			"the attempts hash of each shard with owners paused, 1000 fields a call. Whether the whole group is\n" +
+			"paused is in expset groups NAME.",
+		Example: "expset groups paused unpaid-orders email",
+		Args:    args("NAME GROUP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.onGroup(cmd.Context(), args, func(set *expset.Set, group string) error {
+				owners, err := set.PausedOwners(cmd.Context(), group)
+				if err != nil {
+					return err
+				}
+				return printPaused(a.stdout, group, owners, asJSON)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	return cmd
+}
+
+// printPaused prints the owners paused in group, one a line with a count
+// after them, or as JSON.
+func printPaused(w io.Writer, group string, owners []string, asJSON bool) error {
+	if asJSON {
+		out := pausedJSON{Group: group, Owners: []pausedOwnerRow{}}
+		for _, o := range owners {
+			out.Owners = append(out.Owners, pausedOwnerRow{Owner: o, OwnerBase64: exact(o)})
+		}
+		return json.NewEncoder(w).Encode(out)
+	}
+	for _, o := range owners {
+		if _, err := fmt.Fprintln(w, printable(o)); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "%d owners paused in group %q\n", len(owners), group)
+	return err
 }
 
 // groupsPauseCmd is "expset groups pause" (pause true) or "expset groups
@@ -148,35 +204,32 @@ func (a *app) groupsPauseCmd(pause bool) *cobra.Command {
 		Example: example,
 		Args:    args("NAME GROUP [OWNER]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			group, owner := args[1], ""
+			owner := ""
 			if len(args) == 3 {
 				if owner = args[2]; owner == "" {
 					return fmt.Errorf("%w: OWNER is empty: leave it out to %s the whole group", errUsage, verb)
 				}
 			}
-			call := set.Pause
-			if !pause {
-				call = set.Resume
-			}
-			changed, err := call(cmd.Context(), group, owner)
-			if err != nil {
-				return groupErr(err, args[0], group)
-			}
-			shards := set.Shards()
-			if owner != "" {
-				shards = 1
-			}
-			if asJSON {
-				return json.NewEncoder(a.stdout).Encode(pauseJSON{Group: group, Owner: owner, OwnerBase64: exact(owner),
-					Paused: pause, Changed: changed, Shards: shards})
-			}
-			_, err = fmt.Fprintln(a.stdout, pauseText(pause, changed, group, owner, set))
-			return err
+			return a.onGroup(cmd.Context(), args, func(set *expset.Set, group string) error {
+				call := set.Pause
+				if !pause {
+					call = set.Resume
+				}
+				changed, err := call(cmd.Context(), group, owner)
+				if err != nil {
+					return err
+				}
+				shards := set.Shards()
+				if owner != "" {
+					shards = 1
+				}
+				if asJSON {
+					return json.NewEncoder(a.stdout).Encode(pauseJSON{Group: group, Owner: owner, OwnerBase64: exact(owner),
+						Paused: pause, Changed: changed, Shards: shards})
+				}
+				_, err = fmt.Fprintln(a.stdout, pauseText(pause, changed, group, owner, set))
+				return err
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print what changed as JSON")
@@ -216,16 +269,13 @@ func (a *app) groupsRunningCmd() *cobra.Command {
 			if top < 1 || top > maxRunningCalls {
 				return fmt.Errorf("%w: --top %d: want 1 to %d", errUsage, top, maxRunningCalls)
 			}
-			set, done, err := a.eventsSet(cmd.Context(), args[0], false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := set.Running(cmd.Context(), args[1], top)
-			if err != nil {
-				return groupErr(err, args[0], args[1])
-			}
-			return printRunning(a.stdout, r, time.Now(), asJSON)
+			return a.onGroup(cmd.Context(), args, func(set *expset.Set, group string) error {
+				r, err := set.Running(cmd.Context(), group, top)
+				if err != nil {
+					return err
+				}
+				return printRunning(a.stdout, r, time.Now(), asJSON)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of aligned text")
@@ -292,6 +342,21 @@ func timeOrNil(t time.Time) *time.Time {
 	}
 	t = t.UTC()
 	return &t
+}
+
+// onGroup opens the set NAME (args[0]) of an "expset groups" subcommand
+// and runs fn on it and GROUP (args[1]); fn's error becomes a usage error
+// or a "not found" that says where to look (groupErr).
+func (a *app) onGroup(ctx context.Context, args []string, fn func(set *expset.Set, group string) error) error {
+	set, done, err := a.eventsSet(ctx, args[0], false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := fn(set, args[1]); err != nil {
+		return groupErr(err, args[0], args[1])
+	}
+	return nil
 }
 
 // groupErr makes err, from a call on consumer group group of set name, a

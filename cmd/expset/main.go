@@ -7,7 +7,7 @@
 //	expset stats [--redis URL] [--json] [--watch[=5s]] [--serve ADDR] NAME
 //	expset sweep [--redis URL] [--json] [--once] NAME
 //	expset events tail|dead|kick|drop [--redis URL] [--json] NAME [ID...] [--all] [--yes]
-//	expset groups [running|remove|pause|resume] [--redis URL] [--json] NAME [GROUP [OWNER]]
+//	expset groups [running|remove|pause|resume|paused] [--redis URL] [--json] NAME [GROUP [OWNER]]
 //	expset job [--redis URL] [--json] NAME ID
 //	expset schedules [--redis URL] [--json] NAME
 //	expset web [--redis URL] [--listen ADDR] [--allow-changes] [--demo] [SET...]

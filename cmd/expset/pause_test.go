@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +25,8 @@ import (
 // so), groups shows PAUSED ("1 owners" for an owner paused, "yes" for the
 // group, both), and its JSON paused and paused_owners; resuming the group
 // leaves its owner paused. A group no consumer has made yet can be paused:
-// declared later, it is listed paused. Bad input is a usage error (exit 2),
-// an unknown set exit 3.
+// declared later, it is listed paused. Bad input to pause, resume and
+// paused is a usage error (exit 2), an unknown set exit 3.
 func TestGroupsPauseResume(t *testing.T) {
 	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
@@ -107,6 +111,10 @@ func TestGroupsPauseResume(t *testing.T) {
 			{[]string{"groups", "pause", name, strings.Repeat("g", 257)}, 2, "usage"},
 			{[]string{"groups", "pause", name, "billing", strings.Repeat("o", 1025)}, 2, "usage"},
 			{[]string{"groups", "pause", "no-such-set", "billing"}, 3, "no set"},
+			{[]string{"groups", "paused", name}, 2, "want NAME GROUP, got 1 arguments"},
+			{[]string{"groups", "paused", name, ""}, 2, "usage"},
+			{[]string{"groups", "paused", name, strings.Repeat("g", 257)}, 2, "usage"},
+			{[]string{"groups", "paused", "no-such-set", "billing"}, 3, "no set"},
 		} {
 			code, _, errs := runCLI(t, append(tc.args, "--redis", u)...)
 			if code != tc.code || !strings.Contains(errs, tc.want) {
@@ -126,6 +134,26 @@ func declare(t *testing.T, rdb redis.UniversalClient, set *expset.Set, group str
 	if _, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithRecordedConfiguration(), expset.WithConsumerGroups(group)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// actOnGroups posts form to /groups as the page does (same origin) and
+// returns what the page it goes back to says (done=), failing the test
+// unless the answer is a 303 to the set's page.
+func (f *webFix) actOnGroups(form url.Values) string {
+	f.t.Helper()
+	req, _ := http.NewRequest("POST", f.srv.URL+"/groups", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", f.srv.URL)
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	res.Body.Close()
+	back, _ := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != http.StatusSeeOther || back.Path != "/set" {
+		f.t.Fatalf("POST /groups %v: %d to %s; want 303 to /set", form, res.StatusCode, back)
+	}
+	return back.Query().Get("done")
 }
 
 // TestWebPauseGroups: on every backend, a read-only page shows no pause
@@ -187,27 +215,18 @@ func TestWebPauseGroups(t *testing.T) {
 
 		act := func(do, wantDone string, want bool) {
 			t.Helper()
-			req, _ := http.NewRequest("POST", f.srv.URL+"/groups", strings.NewReader(f.form(do, "group", "billing").Encode()))
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			req.Header.Set("Origin", f.srv.URL)
-			res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
-			back, _ := url.Parse(res.Header.Get("Location"))
-			if res.StatusCode != http.StatusSeeOther || back.Path != "/set" || back.Query().Get("done") != wantDone || paused() != want {
-				t.Fatalf("%s: %d to %s; want 303 to /set saying %q, paused %v", do, res.StatusCode, back, wantDone, want)
+			if done := f.actOnGroups(f.form(do, "group", "billing")); done != wantDone || paused() != want {
+				t.Fatalf("%s: the page says %q, paused %v; want %q, paused %v", do, done, paused(), wantDone, want)
 			}
 		}
-		act("pause", `paused group "billing"`, true)
+		act("pause", `paused group "billing" on 2 shards`, true)
 		act("pause", `group "billing" was paused already`, true)
 		if body := mustGet(t, f, "/set?s="+set.Name()); !strings.Contains(body, `data-group-paused="true"`) || !strings.Contains(body, `name="do" value="resume"`) {
 			t.Errorf("the page does not show billing paused with a resume button:\n%s", body)
 		}
-		act("resume", `resumed group "billing"`, false)
+		act("resume", `resumed group "billing" on 2 shards`, false)
 		act("resume", `group "billing" was not paused`, false)
-		if log := f.log.String(); !strings.Contains(log, `paused group "billing" of set `+set.Name()) || !strings.Contains(log, `resumed group "billing"`) {
+		if log := f.log.String(); !strings.Contains(log, `paused group "billing" on 2 shards of set `+set.Name()) || !strings.Contains(log, `resumed group "billing"`) {
 			t.Errorf("pause and resume not logged:\n%s", log)
 		}
 	})
@@ -269,7 +288,7 @@ func TestWebBrowserPause(t *testing.T) {
 
 	b.eval(`document.querySelector('#groups tr[data-group="billing"] button[value="pause"]').click(); true`, nil)
 	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=paused") })
-	if got := b.text(".flash"); got != `paused group "billing"` {
+	if got := b.text(".flash"); got != `paused group "billing" on 2 shards` {
 		t.Errorf("after the pause the page says %q", got)
 	}
 	var class string
@@ -283,7 +302,7 @@ func TestWebBrowserPause(t *testing.T) {
 	if p := b.text(row + `[data-k="paused"]`); p != "1 owners paused" || groupPaused() {
 		t.Errorf("after the resume billing shows %q, the library reads it paused: %v", p, groupPaused())
 	}
-	if !strings.Contains(log.String(), `resumed group "billing" of set `+set.Name()) {
+	if !strings.Contains(log.String(), `resumed group "billing" on 2 shards of set `+set.Name()) {
 		t.Errorf("the resume is not logged: %q", log.String())
 	}
 
@@ -293,5 +312,210 @@ func TestWebBrowserPause(t *testing.T) {
 	waitFor(t, "a handled", func() bool { return was("a") })
 	waitFor(t, "the live refresh showing billing not paused, nothing held back", func() bool {
 		return b.text(row+`[data-k="paused"]`) == "–" && b.text(row+`[data-k="held-back"]`) == "0"
+	})
+}
+
+// TestGroupsPaused: on every backend, groups paused lists the owners
+// paused in a group, sorted by their bytes, one a line (quoted where they
+// hold spaces or bytes that are not UTF-8) with their count, or as JSON
+// (owner_base64 for bytes that are not UTF-8); a resumed owner leaves the
+// list, an owner of another group is not in it, a group with none lists
+// none (TestGroupsPauseResume tries its bad input).
+func TestGroupsPaused(t *testing.T) {
+	t.Parallel()
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		set := webTestSet(t, rdb, 4)
+		name, u := set.Name(), urlOf(t, rdb)
+		for _, o := range []string{"zeta", "\xff\xfebin", "acme", "user 7"} {
+			if _, err := set.Pause(ctx, "billing", o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := set.Pause(ctx, "other", "beta"); err != nil {
+			t.Fatal(err)
+		}
+		text := func(group, want string) {
+			t.Helper()
+			code, out, errs := runCLI(t, "groups", "paused", "--redis", u, name, group)
+			if code != 0 || out != want {
+				t.Errorf("groups paused %s: exit %d, %q%s; want %q", group, code, out, errs, want)
+			}
+		}
+		text("billing", "acme\n\"user 7\"\nzeta\n\"\\xff\\xfebin\"\n4 owners paused in group \"billing\"\n")
+		text("none", "0 owners paused in group \"none\"\n")
+
+		code, out, errs := runCLI(t, "groups", "paused", "--json", "--redis", u, name, "billing")
+		var got pausedJSON
+		want := pausedJSON{Group: "billing", Owners: []pausedOwnerRow{{Owner: "acme"}, {Owner: "user 7"}, {Owner: "zeta"},
+			{Owner: "\ufffd\ufffdbin", OwnerBase64: "//5iaW4="}}}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("groups paused --json: exit %d, %s%s; want %+v", code, out, errs, want)
+		}
+		if code, out, _ := runCLI(t, "groups", "paused", "--json", "--redis", u, name, "none"); code != 0 || out != "{\"group\":\"none\",\"owners\":[]}\n" {
+			t.Errorf("groups paused --json of a group with none: exit %d, %q", code, out)
+		}
+
+		if code, _, errs := runCLI(t, "groups", "resume", "--redis", u, name, "billing", "acme"); code != 0 {
+			t.Fatalf("resume acme: exit %d %s", code, errs)
+		}
+		text("billing", "\"user 7\"\nzeta\n\"\\xff\\xfebin\"\n3 owners paused in group \"billing\"\n")
+
+	})
+}
+
+// pausedOwnersOn returns the owners a set's page lists as paused in group,
+// in order, each with whether it has a resume button.
+func pausedOwnersOn(body, group string) (owners []string, buttons int) {
+	_, sec, _ := strings.Cut(body, `<section id="paused"`)
+	sec, _, _ = strings.Cut(sec, "</section>")
+	_, table, ok := strings.Cut(sec, `<table class="paused-owners" data-group="`+html.EscapeString(group)+`">`)
+	if !ok {
+		return nil, 0
+	}
+	table, _, _ = strings.Cut(table, "</table>")
+	for _, m := range regexp.MustCompile(`<tr data-owner="([^"]*)">`).FindAllStringSubmatch(table, -1) {
+		owners = append(owners, html.UnescapeString(m[1]))
+	}
+	return owners, strings.Count(table, `name="do" value="resume"`)
+}
+
+// TestWebPausedOwners: on every backend, a set's page lists the owners
+// paused in each group, the first 100 by their bytes with how many more,
+// without buttons when read-only; with --allow-changes each has a resume
+// button whose form (the group's form, with the owner, or owner_base64
+// for bytes that are not UTF-8) resumes it through the same guards as
+// every change, says what it did and logs it; the form pauses an owner
+// too.
+func TestWebPausedOwners(t *testing.T) {
+	t.Parallel()
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		set := webTestSet(t, rdb, 2)
+		declare(t, rdb, set, "billing")
+		owners := []string{"user 7", "\xff\xfebin"}
+		for i := range webPausedShown + 1 {
+			owners = append(owners, fmt.Sprintf("o%03d", i))
+		}
+		for _, o := range owners {
+			if _, err := set.Pause(ctx, "billing", o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slices.Sort(owners)
+		page := "/set?s=" + set.Name()
+
+		ro := newWebFix(t, rdb, set, webOpts{})
+		body := mustGet(t, ro, page)
+		if shown, buttons := pausedOwnersOn(body, "billing"); !slices.Equal(shown, owners[:webPausedShown]) || buttons != 0 {
+			t.Errorf("read-only page: %d owners shown (%q...), %d resume buttons; want the first %d, none", len(shown), shown[:min(3, len(shown))], buttons, webPausedShown)
+		}
+		if !strings.Contains(body, "and 3 more") {
+			t.Errorf("the page does not say 3 more owners are paused")
+		}
+
+		f := newWebFix(t, rdb, set, webOpts{allowChanges: true})
+		if _, buttons := pausedOwnersOn(mustGet(t, f, page), "billing"); buttons != webPausedShown {
+			t.Errorf("%d resume buttons; want %d", buttons, webPausedShown)
+		}
+		listed := func() []string {
+			t.Helper()
+			got, err := set.PausedOwners(ctx, "billing")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		for _, tc := range []struct {
+			what string
+			form url.Values
+			hdr  []string
+			code int
+		}{
+			{"no CSRF token", url.Values{"s": {set.Name()}, "do": {"resume"}, "group": {"billing"}, "owner": {"o000"}}, nil, 403},
+			{"another origin", f.form("resume", "group", "billing", "owner", "o000"), []string{"Origin", "http://evil.example"}, 403},
+			{"bad base64", f.form("resume", "group", "billing", "owner_base64", "!!"), nil, 400},
+			{"an owner kept for jobs", f.form("pause", "group", "billing", "owner", "\x00job:1"), nil, 400},
+		} {
+			if code, _ := f.postTo("/groups", tc.form, tc.hdr...); code != tc.code {
+				t.Errorf("%s: %d; want %d", tc.what, code, tc.code)
+			}
+			if got := listed(); !slices.Equal(got, owners) {
+				t.Fatalf("%s changed the owners paused: %d", tc.what, len(got))
+			}
+		}
+
+		act := func(form url.Values, wantDone string) {
+			t.Helper()
+			if done := f.actOnGroups(form); done != wantDone {
+				t.Fatalf("%v: the page says %q; want %q", form, done, wantDone)
+			}
+		}
+		on := func(o string) int { return set.ShardOf(o) }
+		act(f.form("resume", "group", "billing", "owner", "user 7"), fmt.Sprintf(`resumed owner "user 7" in group "billing" on shard %d`, on("user 7")))
+		act(f.form("resume", "group", "billing", "owner", "user 7"), `owner "user 7" in group "billing" was not paused`)
+		act(f.form("resume", "group", "billing", "owner_base64", "//5iaW4="), fmt.Sprintf(`resumed owner "\xff\xfebin" in group "billing" on shard %d`, on("\xff\xfebin")))
+		act(f.form("pause", "group", "billing", "owner", "new"), fmt.Sprintf(`paused owner new in group "billing" on shard %d`, on("new")))
+		want := append(slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return o == "user 7" || o == "\xff\xfebin" }), "new")
+		slices.Sort(want)
+		if got := listed(); !slices.Equal(got, want) {
+			t.Errorf("after the form's resumes and pause: %q...; want %q...", got[:3], want[:3])
+		}
+		if shown, _ := pausedOwnersOn(mustGet(t, f, page), "billing"); !slices.Equal(shown, want[:webPausedShown]) {
+			t.Errorf("the page lists %q...; want %q...", shown[:3], want[:3])
+		}
+		if log := f.log.String(); !strings.Contains(log, `resumed owner "user 7" in group "billing" on shard`) {
+			t.Errorf("the owner's resume is not logged:\n%s", log)
+		}
+	})
+}
+
+// TestWebBrowserPausedOwners: with owners merchant-42 and acme paused in
+// group billing (through the library), a set's page lists both among the
+// owners paused; merchant-42's resume button resumes it: the page says so
+// and lists acme only, as the library does; once the library resumes acme,
+// the live refresh shows no owner paused.
+func TestWebBrowserPausedOwners(t *testing.T) {
+	// Not parallel: chromium takes the machine for a while.
+	b := startBrowser(t)
+	ctx := context.Background()
+	_, rdb, set := seeded(t, expset.WithShards(2), expset.WithExpiryEvents(), expset.WithConsumerGroups("billing"))
+	for _, o := range []string{"merchant-42", "acme"} {
+		if _, err := set.Pause(ctx, "billing", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, _, log := webServe(t, rdb, set, webOpts{allowChanges: true})
+	b.open(base + "/set?s=" + set.Name())
+	shown := func() []string {
+		var got []string
+		b.eval(`Array.from(document.querySelectorAll('#paused table[data-group="billing"] tr[data-owner]'), r => r.dataset.owner)`, &got)
+		return got
+	}
+	if got := shown(); !slices.Equal(got, []string{"acme", "merchant-42"}) {
+		t.Fatalf("the page lists %q paused; want acme and merchant-42", got)
+	}
+
+	b.eval(`document.querySelector('#paused tr[data-owner="merchant-42"] button[value="resume"]').click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=resumed") })
+	want := fmt.Sprintf(`resumed owner merchant-42 in group "billing" on shard %d`, set.ShardOf("merchant-42"))
+	if got := b.text(".flash"); got != want {
+		t.Errorf("after the resume the page says %q; want %q", got, want)
+	}
+	if got := shown(); !slices.Equal(got, []string{"acme"}) {
+		t.Errorf("after the resume the page lists %q; want acme", got)
+	}
+	if got, err := set.PausedOwners(ctx, "billing"); err != nil || !slices.Equal(got, []string{"acme"}) {
+		t.Errorf("after the resume the library lists %q, %v; want acme", got, err)
+	}
+	if !strings.Contains(log.String(), want+" of set "+set.Name()) {
+		t.Errorf("the resume is not logged: %q", log.String())
+	}
+
+	if _, err := set.Resume(ctx, "billing", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the live refresh showing no owner paused", func() bool {
+		return len(shown()) == 0 && b.text("#paused p.muted") == "No owner is paused."
 	})
 }

@@ -37,7 +37,7 @@ func (a *app) webCmd() *cobra.Command {
 			"per shard owners, members due, oldest overdue, events, pending, dead letters and the sweeper's lease;\n" +
 			"per consumer group lag, pending and consumers; rates of expiries, deliveries and dead letters over the\n" +
 			"last five minutes; an owner's members; dead letters with filters, their payloads, and (with\n" +
-			"--allow-changes) kicking or deleting them, and pausing or resuming groups. It listens on 127.0.0.1:8080 by default; an address beyond\n" +
+			"--allow-changes) kicking or deleting them, pausing or resuming groups, and resuming owners paused. It listens on 127.0.0.1:8080 by default; an address beyond\n" +
 			"this machine needs --token or --basic-auth. --demo fills a Redis of its own (or --redis) with a\n" +
 			"demo set that keeps moving.",
 		Example: "expset web --demo                                      # http://127.0.0.1:8080, a demo set, nothing to set up\n" +
@@ -54,7 +54,7 @@ func (a *app) webCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on; one beyond this machine needs --token or --basic-auth")
-	cmd.Flags().BoolVar(&o.allowChanges, "allow-changes", false, "allow kicking and deleting dead letters, pausing and resuming consumer groups (read-only without it)")
+	cmd.Flags().BoolVar(&o.allowChanges, "allow-changes", false, "allow kicking and deleting dead letters, pausing and resuming consumer groups, resuming their owners (read-only without it)")
 	cmd.Flags().StringVar(&o.token, "token", "", "require this shared token: the password of HTTP basic auth (any user name) or an Authorization: Bearer header (default $EXPSET_WEB_TOKEN)")
 	cmd.Flags().StringVar(&o.basicAuth, "basic-auth", "", "require HTTP basic auth with this USER:PASSWORD (default $EXPSET_WEB_BASIC_AUTH)")
 	cmd.Flags().BoolVar(&o.demo, "demo", false, "start a Redis of its own (redis-server from PATH, else embedded) or use --redis, with a demo set that keeps moving")
@@ -128,9 +128,9 @@ func (a *app) web(ctx context.Context, o webOpts, names []string) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	mode := "read-only (start with --allow-changes to kick or delete dead letters, pause or resume groups)"
+	mode := "read-only (start with --allow-changes to kick or delete dead letters, pause or resume groups, resume owners)"
 	if o.allowChanges {
-		mode = "changes allowed: dead letters can be kicked and deleted, groups paused and resumed"
+		mode = "changes allowed: dead letters can be kicked and deleted, groups paused and resumed, owners resumed"
 	}
 	fmt.Fprintf(a.stdout, "expset web: serving %d set(s) of %s on http://%s/ until interrupted; %s\n", len(names), c.desc, ln.Addr(), mode)
 	return srv.serve(ctx, ln)

@@ -30,6 +30,7 @@ const (
 	webOwnersShown    = 20               // owners listed on a set's page
 	webSchedulesShown = 50               // schedules listed on a set's page
 	webRunningShown   = 10               // calls running listed per group, the oldest
+	webPausedShown    = 100              // owners paused listed per group, the first by their bytes
 	webSampleEvery    = 2 * time.Second
 	webSamplesKept    = 150 // five minutes of samples
 	webMaxFilterText  = 1024
@@ -92,9 +93,13 @@ type groupRow struct {
 	HeldBack      int64
 	Calls         []expset.RunningCall
 	// With detail: the group paused (Set.Pause), and how many owners are
-	// paused in it; what they hold back counts in HeldBack.
+	// paused in it; what they hold back counts in HeldBack. With owners
+	// paused: the first webPausedShown of them (Set.PausedOwners), and how
+	// many more there are.
 	Paused       bool
 	PausedOwners int64
+	PausedShown  []string
+	PausedMore   int64
 }
 
 // consumerRow is one consumer of a group over all shards.
@@ -170,7 +175,9 @@ func (w *webSet) readGroups(ctx context.Context, detail bool) ([]groupRow, count
 }
 
 // readPauses fills in each group's pause (one pipelined round trip, one on
-// each node of a cluster).
+// each node of a cluster) and, for each group with owners paused, the
+// first webPausedShown of them (Set.PausedOwners: a scan of the attempts
+// hashes of the shards that have some).
 func (w *webSet) readPauses(ctx context.Context, groups []groupRow) error {
 	names := make([]string, len(groups))
 	for i, g := range groups {
@@ -181,8 +188,20 @@ func (w *webSet) readPauses(ctx context.Context, groups []groupRow) error {
 		return fmt.Errorf("read the pauses of %s's groups: %w", w.name, err)
 	}
 	for i := range groups {
-		p := ps[groups[i].Name]
-		groups[i].Paused, groups[i].PausedOwners = p.Group, p.Owners
+		g := &groups[i]
+		p := ps[g.Name]
+		g.Paused, g.PausedOwners = p.Group, p.Owners
+		if p.Owners == 0 {
+			continue
+		}
+		owners, err := w.set.PausedOwners(ctx, g.Name)
+		if err != nil {
+			return fmt.Errorf("read the owners paused in %s: %w", g.Name, err)
+		}
+		if n := len(owners); n > webPausedShown {
+			owners, g.PausedMore = owners[:webPausedShown], int64(n-webPausedShown)
+		}
+		g.PausedShown = owners
 	}
 	return nil
 }

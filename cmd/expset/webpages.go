@@ -45,7 +45,19 @@ var webTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"chart":   chart,
 	"payload": viewPayload,
 	"q":       func(kv ...string) template.URL { return query(kv...) },
+	"pause": func(csrf, set, group, owner string, paused bool) pauseForm {
+		return pauseForm{CSRF: csrf, Set: set, Group: group, Owner: owner, OwnerBase64: exact(owner), Paused: paused}
+	},
 }).ParseFS(webFiles, "web/*.html"))
+
+// pauseForm is what the template "pauseform" draws: the button that
+// resumes (Paused) or pauses consumer group Group of set Set, or Owner in
+// it, with the page's CSRF token, posting to groupAct.
+type pauseForm struct {
+	CSRF, Set, Group, Owner string
+	OwnerBase64             string // Owner's exact bytes when they are not UTF-8 (exact)
+	Paused                  bool
+}
 
 // num formats n with thin spaces between thousands: 1 000 000.
 func num(n int64) string {
@@ -286,6 +298,8 @@ type overviewData struct {
 	RErr    string
 	Owners  []ownerDue
 
+	OwnersPaused int64 // owners paused, over the groups
+
 	Schedules     []expset.Schedule // the first webSchedulesShown, by ID
 	MoreSchedules int64             // those not shown
 }
@@ -307,6 +321,7 @@ func (s *webServer) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, g := range d.Groups {
 		d.Running += g.Running
+		d.OwnersPaused += g.PausedOwners
 	}
 	var rerr error
 	d.Rates, d.Known, rerr = ws.rates.series()
@@ -534,11 +549,14 @@ func (s *webServer) changeAllowed(w http.ResponseWriter, r *http.Request, what s
 	return true
 }
 
-// groupAct pauses or resumes a consumer group (do=pause or do=resume,
-// group=NAME) through the library, with the guards of every change
-// (changeAllowed), and goes back to the set's page.
+// groupAct pauses or resumes a consumer group, or one owner in it
+// (do=pause or do=resume, group=NAME, and owner=OWNER, or owner_base64
+// for an owner that is not UTF-8; neither for the whole group), through
+// the library, with the guards of every change (changeAllowed), and goes
+// back to the set's page saying what it changed (pauseText, as the
+// command says it).
 func (s *webServer) groupAct(w http.ResponseWriter, r *http.Request) {
-	if !s.changeAllowed(w, r, "pause or resume consumer groups") {
+	if !s.changeAllowed(w, r, "pause or resume consumer groups and their owners") {
 		return
 	}
 	ws, err := s.setOf(r)
@@ -546,13 +564,21 @@ func (s *webServer) groupAct(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	group, do := r.PostFormValue("group"), r.PostFormValue("do")
+	group, owner, do := r.PostFormValue("group"), r.PostFormValue("owner"), r.PostFormValue("do")
+	if b := r.PostFormValue("owner_base64"); b != "" {
+		raw, err := base64.StdEncoding.DecodeString(b)
+		if err != nil {
+			s.fail(w, fmt.Errorf("%w: owner_base64: %v", errUsage, err))
+			return
+		}
+		owner = string(raw)
+	}
 	var changed bool
 	switch do {
 	case "pause":
-		changed, err = ws.set.Pause(r.Context(), group, "")
+		changed, err = ws.set.Pause(r.Context(), group, owner)
 	case "resume":
-		changed, err = ws.set.Resume(r.Context(), group, "")
+		changed, err = ws.set.Resume(r.Context(), group, owner)
 	default:
 		s.fail(w, fmt.Errorf("%w: do=%q: want pause or resume", errUsage, do))
 		return
@@ -561,10 +587,7 @@ func (s *webServer) groupAct(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	done := fmt.Sprintf("%sd group %q", do, group)
-	if !changed {
-		done = fmt.Sprintf("group %q was %s", group, map[string]string{"pause": "paused already", "resume": "not paused"}[do])
-	}
+	done := pauseText(do == "pause", changed, group, owner, ws.set)
 	s.logf("%s %s of set %s", r.RemoteAddr, done, ws.name)
 	http.Redirect(w, r, "/set"+string(query("s", ws.name, "done", done)), http.StatusSeeOther)
 }

@@ -17,7 +17,8 @@ import (
 //	expset:{orders:S}:due       zset    owner -> a score <= its earliest deadline
 //	expset:{orders:S}:ev        stream  expiry events (WithExpiryEvents only)
 //	expset:{orders:S}:dead      stream  dead-lettered expiry events
-//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>" (lua/groups.lua)
+//	expset:{orders:S}:att       hash    "<event ID> <group>" -> "<calls begun> <token>" (lua/groups.lua);
+//	                                    the groups' and owners' pauses (lua/pause.lua)
 //	expset:{orders:S}:runo      hash    owner slots held: "F:<len(group)>:<group><owner>" -> "1" (the first),
 //	                                    "N:<len(group)>:<group><owner>" -> how many more (lua/groups.lua)
 //	expset:{orders:S}:trimmed   string  events retention removed unconsumed (WithEventRetention)
