@@ -51,7 +51,7 @@ const parkPoll = time.Second
 // Cost: a capped call's begin takes its owner's slot in one more key per
 // shard (expset:{name:S}:runo): one HSETNX for an owner's first slot,
 // which the acknowledgement's batch frees, one HINCRBY each way for its
-// others (servercost: 149k instructions an event against 129k uncapped,
+// others (servercost: 146k instructions an event against 124k uncapped,
 // bench/README.md). A
 // handled event whose call took its owner's last free slot is
 // acknowledged at once, so that the slot frees at once for the owner's
