@@ -98,6 +98,11 @@ func TestOwnerSlots(t *testing.T) {
 		k := begin("tk")
 		held(1, "begun")
 		plain := Consumer{Group: "g", Name: "p", Lease: time.Millisecond, MaxAttempts: 5}
+		time.Sleep(5 * time.Millisecond) // the call's lease, for plain's lease TTL, lapses
+		if bs := beginAll(t, s, plain, BeginItem{ID: k, Token: "tq"}); bs[0].Attempt != 0 {
+			t.Fatalf("begin of a lapsed capped call by a consumer without the cap: %+v, want none (left to a claim)", bs)
+		}
+		held(1, "a begin without the cap, before a claim")
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 			cl, err := s.Claim(ctx, plain, ClaimArgs{Shard: 0, Cursor: "0-0", Count: 10, Reason: "r"})
 			if err != nil {

@@ -158,9 +158,10 @@ for i = 9, #ARGV - 1, step do
         end
       end
     elseif had then
-      -- A consumer without the cap begins it: the last call's slot goes
-      -- (a no-op without RUNO; a claim freed it before, see hotKeys).
-      slot_free(had)
+      -- A consumer without the cap (its scripts have no RUNO) leaves an
+      -- event whose last call holds a slot, lapsed, to claim.lua, which
+      -- frees the slot: it would overwrite the mark and lose the slot.
+      r = 0
     end
     if not r then
       local taken = 0
