@@ -37,10 +37,10 @@ var benchJobPayload = []byte(strings.Repeat("0123456789abcdef", 4))
 // 20000x), two ways in one run:
 //
 //   - bare-recipe: the go-redis recipe above, put then taken 100 a call;
-//   - expset: Set.Put, one Sweeper.SweepOnce, then one Set.Consume
-//     WithConcurrency(16) with a no-op handler until every job is handled
-//     (at least once, fan-out to groups, exact attempts, retried writes
-//     recognised).
+//   - expset: Set.Put (a job due at once: the put writes its event), then
+//     one Set.Consume WithConcurrency(16) with a no-op handler until every
+//     job is handled (at least once, fan-out to groups, exact attempts,
+//     retried writes recognised).
 //
 // Metrics: jobs/s and the server's CPU time per job (INFO cpu, user +
 // system, over the case: server-us/job); expset's are also divided by the
@@ -102,29 +102,19 @@ func bareJobs(b *testing.B, rdb *redis.Client, n int) (cleanup func()) {
 	return cleanup
 }
 
-// expsetJobs puts n jobs with Set.Put from goroutines goroutines, sweeps
-// them into events and consumes them with 16 handler calls at once.
-// cleanup drops the set.
+// expsetJobs puts n jobs due at once with Set.Put from goroutines
+// goroutines (each put writes its job's event) and consumes them with 16
+// handler calls at once. cleanup drops the set.
 func expsetJobs(b *testing.B, rdb *redis.Client, n int) (cleanup func()) {
 	ctx := context.Background()
 	name := "bench-jobs-" + uniqueTag()
 	s, err := expset.Open(ctx, rdb, name, expset.WithExpiryEvents(), expset.WithPayloadStorage())
 	fatalIf(b, err, "open")
 	cleanup = func() { _, _ = expset.Drop(ctx, rdb, name) }
-	w, err := expset.NewSweeper(s)
-	fatalIf(b, err, "sweeper")
 	parallel(b, n, func(i int) error {
 		_, _, err := s.Put(ctx, "job-"+strconv.Itoa(i), 0, expset.WithPayload(benchJobPayload))
 		return err
 	})
-	for swept := 0; swept < n; {
-		st, err := w.SweepOnce(ctx)
-		fatalIf(b, err, "sweep")
-		if st.Expired == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		swept += st.Expired
-	}
 	var handled atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
