@@ -148,8 +148,9 @@ func (s *Set) Put(ctx context.Context, id string, delay time.Duration, opts ...P
 }
 
 // Reschedule makes the waiting job id due after delay instead (earlier or
-// later) and returns its new due time; a job moved to now is delivered at
-// once. A job not waiting (never put, cancelled, or already taken by the
+// later) and returns its new due time; a job moved to now (delay 0) leaves
+// its bucket as its event, written at once as Put writes one due at once,
+// and waits no more. A job not waiting (never put, cancelled, or already taken by the
 // sweeper) gets an error matching ErrNotFound. delay is 0 to 100 years, as
 // for Put. Options: WithOwner (the job of an owner). Reschedule is one
 // round trip: one script, O(log n) in the jobs of its bucket (the members

@@ -2,6 +2,7 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +167,39 @@ func TestJobPutNowWakesTheConsumer(t *testing.T) {
 		must[time.Time](t)(putNew(ctx, s, "j", 0))
 		waitFor(t, "j handled", func() bool { return rec.len() == 1 })
 		stop()
+	})
+}
+
+// TestJobRescheduleNow: a waiting job rescheduled to now (delay 0) leaves
+// its bucket with its payload and becomes its event at once: Consume
+// delivers it, with no sweeper anywhere, with its payload and the new due
+// time; Reschedule of it again finds no job waiting.
+func TestJobRescheduleNow(t *testing.T) {
+	t.Parallel()
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("g"))
+		if _, put, err := s.Put(ctx, "r", time.Hour, WithPayload([]byte("p-r"))); err != nil || !put {
+			t.Fatalf("Put: %v %v", put, err)
+		}
+		clk.Advance(time.Minute)
+		t1 := clk.Now()
+		if due, err := s.Reschedule(ctx, "r", 0); err != nil || !due.Equal(t1) {
+			t.Fatalf("Reschedule(r, 0): %v %v, want %v", due, err, t1)
+		}
+		if n := streamLen(t, s); n != 1 {
+			t.Fatalf("%d stream entries, want 1", n)
+		}
+		if _, err := s.Reschedule(ctx, "r", 0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Reschedule of a job no longer waiting: %v, want ErrNotFound", err)
+		}
+		var rec recorder
+		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { rec.add(e); return nil }, WithoutSweeper())
+		waitFor(t, "r handled", func() bool { return rec.len() == 1 })
+		stop()
+		if e := rec.events()[0]; e.Member != "r" || string(e.Payload) != "p-r" || !e.Deadline.Equal(t1) || e.Attempt != 1 {
+			t.Fatalf("handled %+v, want job r with its payload, due %v, attempt 1", e, t1)
+		}
 	})
 }

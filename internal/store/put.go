@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// put.go serves put.lua (Set.Put) and reschedule.lua (Set.Reschedule).
+// put.go serves put.lua (Set.Put), reschedule.lua and reschedule_now.lua
+// (Set.Reschedule).
 
 // putCall builds put.lua's call on job id of owner ("": none), due after
 // ms, with payload when hasPayload: with WithClock, ARGV[4] (a payload's
@@ -39,6 +40,23 @@ func (s *Store) rescheduleCall(owner, id string, ms int64) *Call {
 		args = append(args, s.now())
 	}
 	return &Call{Op: "reschedule", Shard: shard, Script: scriptReschedule, Keys: keys, Args: args}
+}
+
+// rescheduleNowCall builds reschedule_now.lua's call on job id of owner
+// ("": none), due at once: with WithClock, now as ARGV[3]; with payloads,
+// the owner's payload hash as KEYS[4].
+func (s *Store) rescheduleNowCall(owner, id string) *Call {
+	shard, owner, keys := s.jobKeys(owner, id)
+	sk := &s.shards[shard]
+	keys = []string{keys[0], sk.Events, s.receiptKey(shard)}
+	if s.payloads {
+		keys = append(keys, sk.Payload+owner)
+	}
+	args := []any{id, s.JobReceiptMillis()}
+	if s.clock != nil {
+		args = append(args, s.now())
+	}
+	return &Call{Op: "reschedule", Shard: shard, Script: scriptRescheduleNow, Keys: keys, Args: args}
 }
 
 // readPut reads put.lua's reply: 2 x deadline + 1 when put.
@@ -82,8 +100,9 @@ func (s *Store) Put(ctx context.Context, owner, id string, ms int64, payload []b
 	return due, put, c.Durable, err
 }
 
-// readReschedule reads reschedule.lua's reply: the new due time, or
-// false (nil here, found false) when the job is not waiting.
+// readReschedule reads the reply of reschedule.lua or reschedule_now.lua:
+// the new due time, or false (nil here, found false) when the job is not
+// waiting.
 func readReschedule(v any) (due time.Time, found bool, err error) {
 	if v == nil {
 		return time.Time{}, false, nil
@@ -96,10 +115,16 @@ func readReschedule(v any) (due time.Time, found bool, err error) {
 }
 
 // Reschedule runs reschedule.lua: the waiting job id of owner ("": none)
-// due after ms instead. found is false when the job is not waiting. An
+// due after ms instead; with ms 0, reschedule_now.lua, which writes the
+// job's event at once. found is false when the job is not waiting. An
 // error of the call names the owner's key, as Put's does.
 func (s *Store) Reschedule(ctx context.Context, owner, id string, ms int64) (due time.Time, found, durable bool, err error) {
-	c := s.rescheduleCall(owner, id, ms)
+	var c *Call
+	if ms == 0 {
+		c = s.rescheduleNowCall(owner, id)
+	} else {
+		c = s.rescheduleCall(owner, id, ms)
+	}
 	s.runWrite(ctx, c, true, func(v any) bool { return v != nil })
 	if c.Err != nil {
 		return time.Time{}, false, false, c.Err

@@ -52,7 +52,8 @@ var (
 	scriptRunning       = script("groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
 	scriptPut           = script("put.lua")
-	scriptPutNow        = script("put_now.lua")
+	scriptPutNow        = script("time_ms.lua", "put_now.lua")
+	scriptRescheduleNow = script("time_ms.lua", "reschedule_now.lua")
 	scriptReschedule    = script("reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
@@ -134,7 +135,7 @@ var named = map[string]*redis.Script{
 	"payload.lua": scriptPayload, "open.lua": scriptOpen, "sweep.lua": scriptSweep, "kick.lua": scriptKick,
 	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
-	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "put_now.lua": scriptPutNow, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
+	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "put_now.lua": scriptPutNow, "reschedule_now.lua": scriptRescheduleNow, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
 	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "bury.lua": scriptBury,
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,

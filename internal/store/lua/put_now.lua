@@ -32,32 +32,17 @@
 -- NX, holding the due time; a run that finds it returns that as written
 -- and writes nothing; a run that writes no event deletes it.
 --
--- The due time is TIME's seconds and the first digits of its
--- microseconds (which TIME gives without leading zeros) joined as
--- strings: no number is parsed or formatted for it (2.4k instructions
--- less a call than string.format of the product; bench/README.md).
+-- The due time is time_ms's (time_ms.lua): no number is parsed or
+-- formatted for it.
 -- Reply: put.lua's, one integer: 2 x due time + 1 when put, 2 x the
 -- waiting job's deadline when not.
 local K, A = KEYS, ARGV
 local key, stream, id, rms = K[1], K[2], A[1], A[2]
 local p, ds = A[3], A[4]
-if ds then
-  if not A[5] then
-    p = nil
-  end
-else
-  local t = call('TIME')
-  local us = t[2]
-  local n = #us -- 1 to 6 digits
-  if n == 6 then
-    ds = t[1] .. string.sub(us, 1, 3)
-  elseif n == 5 then
-    ds = t[1] .. '0' .. string.sub(us, 1, 2)
-  elseif n == 4 then
-    ds = t[1] .. '00' .. string.sub(us, 1, 1)
-  else
-    ds = t[1] .. '000'
-  end
+if not ds then
+  ds = time_ms()
+elseif not A[5] then
+  p = nil
 end
 if rms ~= '0' then
   local first = call('SET', K[3], ds, 'NX', 'PX', rms, 'GET')
