@@ -183,9 +183,8 @@ func Client(tb testing.TB) *redis.Client {
 // directory); go test ./... discards it.
 //
 // The tests mostly wait on servers and timers, not on the CPU, so unless
-// -parallel is given, Main lets up to 16 parallel tests run at once (or 8
-// per GOMAXPROCS, when more) instead of the go command's GOMAXPROCS (on 2
-// cores the root package took 53 s with 8, 37 s with 16, 33 s with 32). A
+// -parallel is given, Main lets up to 8 parallel tests run at once (or 4
+// per GOMAXPROCS, when more) instead of the go command's GOMAXPROCS. A
 // test whose subtests run in parallel takes a place again once they end
 // unless it is parallel itself, and waits for one behind every parallel
 // test still queued: so too few places make such a test wait for most of
@@ -195,7 +194,7 @@ func Main(m *testing.M) {
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		_ = flag.Set("test.parallel", strconv.Itoa(max(16, 8*runtime.GOMAXPROCS(0))))
+		_ = flag.Set("test.parallel", strconv.Itoa(max(8, 4*runtime.GOMAXPROCS(0))))
 	}
 	code := m.Run()
 	if shared != nil {
