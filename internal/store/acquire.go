@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,11 +84,36 @@ func (s *Store) waiterCall(a Acquire, ticket string, lease time.Duration) *Call 
 }
 
 // readDecision reads acquire.lua's reply to a call at limit: one integer
-// (value*256 + count*4 + status) or the table {status, count, deadline,
-// retry, evicted...}.
+// (value*256 + count*4 + status; from acquire_plain.lua also retry*2^22 +
+// count*4 + 3, a denial), the string "status count value" (from
+// acquire_plain.lua) or the table {status, count, deadline, retry,
+// evicted...}; value is the deadline, or the retry when denied.
 func readDecision(v any, limit int) (Decision, error) {
-	if x, ok := v.(int64); ok {
-		return packedDecision(v, x, limit)
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+		if x&3 == 3 { // a denial with a count of 64 or more
+			if n, retry := x>>2&(1<<20-1), x>>22; n >= 64 && retry >= 1 {
+				return decision(v, 0, n, retry, limit)
+			}
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+		return decision(v, x&3, x>>2&63, x>>8, limit)
+	case string:
+		f := strings.Fields(x)
+		if len(f) != 3 {
+			return Decision{}, Unexpected("acquire.lua", v)
+		}
+		var n [3]int64
+		for i := range n {
+			var err error
+			if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil || n[i] < 0 {
+				return Decision{}, Unexpected("acquire.lua", v)
+			}
+		}
+		return decision(v, n[0], n[1], n[2], limit)
 	}
 	xs, ok := v.([]any)
 	if !ok || len(xs) < 4 {
@@ -99,42 +125,37 @@ func readDecision(v any, limit int) (Decision, error) {
 			return Decision{}, Unexpected("acquire.lua", v)
 		}
 	}
-	d := Decision{Count: int(n[1]), Limit: limit}
-	switch n[0] {
-	case 0:
-		d.RetryAfter = time.Duration(n[3]) * time.Millisecond // 0 after a partial eviction
-	case 1, 2:
-		d.Allowed, d.Existing = true, n[0] == 2
-		d.Deadline = msTime(n[2])
-	default:
-		return Decision{}, Unexpected("acquire.lua", v)
+	value := n[2]
+	if n[0] == 0 {
+		value = n[3] // 0 after a partial eviction
 	}
+	var evicted []string
 	for _, e := range xs[4:] {
 		id, ok := String(e)
 		if !ok {
 			return Decision{}, Unexpected("acquire.lua", v)
 		}
-		d.Evicted = append(d.Evicted, id)
+		evicted = append(evicted, id)
 	}
-	return d, nil
+	d, err := decision(v, n[0], n[1], value, limit)
+	d.Evicted = evicted
+	return d, err
 }
 
-// packedDecision reads the one-integer reply x (v) of acquire.lua.
-func packedDecision(v any, x int64, limit int) (Decision, error) {
-	if x < 0 {
-		return Decision{}, Unexpected("acquire.lua", v)
-	}
-	d := Decision{Count: int(x >> 2 & 63), Limit: limit}
-	switch x & 3 {
+// decision is the Decision of status, count and value (the deadline, or
+// the retry in ms when denied) read from the reply v: an allowed member
+// counts itself and has a deadline, except in a table after an eviction.
+func decision(v any, status, count, value int64, limit int) (Decision, error) {
+	d := Decision{Count: int(count), Limit: limit}
+	switch status {
 	case 0:
-		d.RetryAfter = time.Duration(x>>8) * time.Millisecond
+		d.RetryAfter = time.Duration(value) * time.Millisecond
 	case 1, 2:
-		if d.Count < 1 || x>>8 < 1 {
-			// An allowed member counts itself and has a deadline.
+		if _, table := v.([]any); !table && (count < 1 || value < 1) {
 			return Decision{}, Unexpected("acquire.lua", v)
 		}
-		d.Allowed, d.Existing = true, x&3 == 2
-		d.Deadline = msTime(x >> 8)
+		d.Allowed, d.Existing = true, status == 2
+		d.Deadline = msTime(value)
 	default:
 		return Decision{}, Unexpected("acquire.lua", v)
 	}
@@ -160,9 +181,19 @@ func decided(c *Call, limit int) (Decision, error) {
 	return d, err
 }
 
-// Acquire runs acquire.lua for a and returns its decision.
+// Acquire runs acquire.lua for a and returns its decision. The common call
+// (three arguments: no flag of the set or the call, the server's clock)
+// runs acquire_plain.lua first, and acquire.lua only when that replies -1
+// (a wait line to respect, or more expired members than one call drops).
 func (s *Store) Acquire(ctx context.Context, a Acquire) (Decision, error) {
 	c := s.acquireCall(a)
+	if len(c.Args) == 3 {
+		p := &Call{Op: c.Op, Shard: c.Shard, Script: scriptAcquirePlain, Keys: c.Keys, Args: c.Args}
+		s.runWrite(ctx, p, true, acquireWrote)
+		if x, ok := p.Reply.(int64); p.Err != nil || !ok || x != -1 {
+			return decided(p, a.Limit)
+		}
+	}
 	s.runWrite(ctx, c, true, acquireWrote)
 	return decided(c, a.Limit)
 }

@@ -123,13 +123,14 @@ func TestReadersNeverPanic(t *testing.T) {
 func TestReadersRefuseMalformed(t *testing.T) {
 	t.Parallel()
 	bad := map[string][]any{
-		"add.lua":              {nil, "x", []any{}},
-		"remove.lua":           {nil, int64(1), []any{int64(1)}, []any{int64(1), int64(0)}, []any{int64(1), int64(4)}, []any{"x", int64(1)}},
-		"deadline.lua":         {"x", []any{}},
-		"count.lua":            {nil, "1.5", []any{}},
-		"members.lua":          {nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}},
-		"payload.lua":          {"x", []any{}, []any{int64(1), int64(2), int64(3)}, []any{int64(1), int64(2)}},
-		"acquire.lua":          {nil, "x", int64(3), int64(-1), int64(1<<8 + 3), int64(5<<8 + 1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"}, []any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)}},
+		"add.lua":      {nil, "x", []any{}},
+		"remove.lua":   {nil, int64(1), []any{int64(1)}, []any{int64(1), int64(0)}, []any{int64(1), int64(4)}, []any{"x", int64(1)}},
+		"deadline.lua": {"x", []any{}},
+		"count.lua":    {nil, "1.5", []any{}},
+		"members.lua":  {nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}},
+		"payload.lua":  {"x", []any{}, []any{int64(1), int64(2), int64(3)}, []any{int64(1), int64(2)}},
+		"acquire.lua": {nil, "x", int64(3), int64(-1), int64(1<<8 + 3), int64(5<<8 + 1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"}, []any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)},
+			int64(64<<2 + 3), int64(5<<22 + 63<<2 + 3), "", "1 2", "x 1 2", "1 2 x", "4 100 5", "1 0 5", "1 70 0", "-1 70 5"},
 		"acquire.lua (waiter)": {[]any{int64(3), int64(0), int64(-1), int64(5)}, []any{int64(3), int64(0), "x", int64(5)}},
 		"acquire_many.lua":     {nil, []any{}, []any{int64(1), int64(1), int64(1)}, []any{"x"}},
 		"wait_renew.lua":       {nil, "x", []any{}},
@@ -185,6 +186,10 @@ func TestReadersRead(t *testing.T) {
 	check("acquire.lua packed admission", err == nil && d.Allowed && d.Existing && d.Count == 2 && d.Limit == 3 && d.Deadline.UnixMilli() == 1700000000123, d, err)
 	d, err = readDecision(int64(1500<<8+3<<2), 3)
 	check("acquire.lua packed denial", err == nil && !d.Allowed && d.Count == 3 && d.RetryAfter == 1500*time.Millisecond, d, err)
+	d, err = readDecision(int64(1500<<22+100<<2+3), 100)
+	check("acquire_plain.lua denial of a count of 64 or more", err == nil && !d.Allowed && d.Count == 100 && d.RetryAfter == 1500*time.Millisecond, d, err)
+	d, err = readDecision("2 5000 1700000000123", 10000)
+	check("acquire_plain.lua text", err == nil && d.Allowed && d.Existing && d.Count == 5000 && d.Deadline.UnixMilli() == 1700000000123, d, err)
 	d, err = readDecision([]any{int64(1), int64(3), int64(9), int64(0), "e1", "e2"}, 3)
 	check("acquire.lua table", err == nil && d.Allowed && len(d.Evicted) == 2 && d.Deadline.UnixMilli() == 9, d, err)
 	ms, err := readMembers([]any{"a", "1700000000123", "b", int64(5)})

@@ -33,6 +33,7 @@ var luaFS embed.FS
 var (
 	scriptAdd           = script("lib.lua", "add.lua")
 	scriptAcquire       = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire.lua")
+	scriptAcquirePlain  = script("acquire_plain.lua")
 	scriptMany          = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire_many.lua")
 	scriptRemove        = script("lib.lua", "wait_gate.lua", "remove.lua")
 	scriptExtend        = script("lib.lua", "extend.lua")
@@ -130,7 +131,7 @@ func file(name string) string {
 
 // named maps each script's own file to the script, for Named.
 var named = map[string]*redis.Script{
-	"add.lua": scriptAdd, "acquire.lua": scriptAcquire, "acquire_many.lua": scriptMany, "remove.lua": scriptRemove,
+	"add.lua": scriptAdd, "acquire.lua": scriptAcquire, "acquire_plain.lua": scriptAcquirePlain, "acquire_many.lua": scriptMany, "remove.lua": scriptRemove,
 	"extend.lua": scriptExtend, "deadline.lua": scriptDeadline, "count.lua": scriptCount, "members.lua": scriptMembers,
 	"payload.lua": scriptPayload, "open.lua": scriptOpen, "sweep.lua": scriptSweep, "kick.lua": scriptKick,
 	"job.lua": scriptJob, "cancel.lua": scriptCancel, "schedule.lua": scriptSchedule, "wait_renew.lua": scriptWaitRenew,

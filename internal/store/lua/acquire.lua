@@ -49,6 +49,10 @@
 -- retry}: its rank in the line, and (meaningful at rank 0) when to try
 -- again.
 --
+-- A call of three arguments (no flags, the server's clock) comes here only
+-- when acquire_plain.lua, which Quota.Acquire runs for it first, leaves it
+-- (a wait line, or more expired members than one call drops); the waiters
+-- of AcquireWait come here directly.
 -- The common path (allowed, nothing expired, no flags) is TIME, a ZRANGE of
 -- the two earliest members, an EXISTS of the wait line and one ZADD (ZCARD
 -- and ZADD NX when the owner holds more than one; from a limit of 10, a

@@ -1,0 +1,114 @@
+package expset
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestPlainAcquireOnServerClock checks the common call's own script
+// (acquire_plain.lua: a set without flags on the server's clock) where its
+// decision takes other paths than the short cases of
+// TestLeanCallsOnServerClock: expired members dropped before an admission
+// and skipped by a denial, a denial's retry past expired members, the reply
+// forms of a count of 64 or more, and the calls it leaves to acquire.lua (a
+// wait line with a free slot, more expired members than one call drops).
+func TestPlainAcquireOnServerClock(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s := openServerClock(t, b, WithShards(1))
+		key := s.OwnerKey("u")
+		live := time.Now().Add(time.Hour).UnixMilli()
+		seed := func(owner string, zs ...redis.Z) {
+			t.Helper()
+			if err := b.rdb.ZAdd(ctx, s.OwnerKey(owner), zs...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			b.rdb.PExpire(ctx, s.OwnerKey(owner), 2*time.Hour)
+		}
+		old := func(i int) redis.Z { return redis.Z{Score: float64(1000 + i), Member: "old" + strconv.Itoa(i)} }
+
+		// Two expired and two live at limit 3: admitted, the expired dropped.
+		seed("u", old(0), old(1), redis.Z{Score: float64(live), Member: "a"}, redis.Z{Score: float64(live + 1), Member: "b"})
+		q3 := must[*Quota](t)(NewQuota(s, 3))
+		if d := must[Decision](t)(q3.Acquire(ctx, "u", "old0", 2*time.Hour)); !d.Allowed || d.Existing || d.Count != 3 {
+			t.Fatalf("acquire of an expired member's name: %+v, want admitted anew, count 3", d)
+		}
+		if got := b.rdb.ZRange(ctx, key, 0, -1).Val(); len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "old0" {
+			t.Fatalf("members %v, want [a b old0]", got)
+		}
+
+		// At the limit behind expired members: denied until the earliest
+		// live deadline, the expired left for a later write.
+		seed("v", old(0), old(1), old(2), redis.Z{Score: float64(live), Member: "a"}, redis.Z{Score: float64(live + 5000), Member: "b"})
+		q2 := must[*Quota](t)(NewQuota(s, 2))
+		d := must[Decision](t)(q2.Acquire(ctx, "v", "c", time.Minute))
+		if d.Allowed || d.Count != 2 || d.RetryAfter <= 59*time.Minute || d.RetryAfter > time.Hour {
+			t.Fatalf("denied behind expired members: %+v, want count 2, RetryAfter about an hour", d)
+		}
+		if d := must[Decision](t)(q2.Acquire(ctx, "v", "b", time.Minute)); !d.Existing || d.Count != 2 || d.Deadline.UnixMilli() != live+5000 {
+			t.Fatalf("retry behind expired members: %+v", d)
+		}
+
+		// A count of 64 or more: the denial's wide integer, and the text
+		// of an admission and a retry; from a limit of 1000, the retry's
+		// one count of the live.
+		zs := []redis.Z{old(0)}
+		for i := range 100 {
+			zs = append(zs, redis.Z{Score: float64(live + int64(i)), Member: "m" + strconv.Itoa(i)})
+		}
+		seed("w", zs...)
+		q100 := must[*Quota](t)(NewQuota(s, 100))
+		if d := must[Decision](t)(q100.Acquire(ctx, "w", "x", time.Minute)); d.Allowed || d.Count != 100 || d.RetryAfter <= 59*time.Minute {
+			t.Fatalf("denied at 100: %+v", d)
+		}
+		if d := must[Decision](t)(q100.Acquire(ctx, "w", "m99", time.Minute)); !d.Existing || d.Count != 100 || d.Deadline.UnixMilli() != live+99 {
+			t.Fatalf("retry at 100: %+v", d)
+		}
+		q1000 := must[*Quota](t)(NewQuota(s, 1000))
+		if d := must[Decision](t)(q1000.Acquire(ctx, "w", "m7", time.Minute)); !d.Existing || d.Count != 100 || d.Deadline.UnixMilli() != live+7 {
+			t.Fatalf("retry at limit 1000: %+v", d)
+		}
+		if d := must[Decision](t)(q1000.Acquire(ctx, "w", "x", time.Minute)); !d.Allowed || d.Existing || d.Count != 101 {
+			t.Fatalf("admission at 1000: %+v", d)
+		}
+		if n := b.rdb.ZScore(ctx, s.OwnerKey("w"), "old0").Err(); n != redis.Nil {
+			t.Fatalf("expired member left after an admission: %v", n)
+		}
+
+		// More expired members than one call drops: acquire.lua takes the
+		// call, dropping them in bounded steps.
+		zs = zs[:0]
+		for i := range 1500 {
+			zs = append(zs, old(i))
+		}
+		seed("big", zs...)
+		if d := must[Decision](t)(q2.Acquire(ctx, "big", "n", time.Hour)); !d.Allowed || d.Count != 1 {
+			t.Fatalf("acquire over 1500 expired: %+v", d)
+		}
+		if n := must[int](t)(s.Count(ctx, "big")); n != 1 {
+			t.Fatalf("count %d, want 1", n)
+		}
+		if n := b.rdb.ZCard(ctx, s.OwnerKey("big")).Val(); n != 501 {
+			t.Fatalf("%d members left, want 501: the new one and the 500 expired past one call's 1000", n)
+		}
+
+		// A wait line with a live ticket holds the free slot: the call goes
+		// to acquire.lua, which respects the line.
+		sk := s.shards[0]
+		b.rdb.ZAdd(ctx, sk.Line+"line", redis.Z{Score: 1, Member: "ticket"})
+		b.rdb.ZAdd(ctx, sk.Leases+"line", redis.Z{Score: float64(live), Member: "ticket"})
+		q1 := must[*Quota](t)(NewQuota(s, 1))
+		if d := must[Decision](t)(q1.Acquire(ctx, "line", "n", time.Hour)); d.Allowed {
+			t.Fatalf("admitted past a waiter: %+v", d)
+		}
+		b.rdb.Del(ctx, sk.Line+"line", sk.Leases+"line")
+		if d := must[Decision](t)(q1.Acquire(ctx, "line", "n", time.Hour)); !d.Allowed || d.Count != 1 {
+			t.Fatalf("acquire with the line gone: %+v", d)
+		}
+	})
+}

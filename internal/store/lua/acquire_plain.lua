@@ -1,0 +1,109 @@
+-- acquire_plain.lua: Quota.Acquire's common call, on a set without events,
+-- index or payloads, with the server's clock and no option of the call
+-- (acquireCall sends it when acquire.lua would get its three arguments
+-- alone). It decides as acquire.lua does, in the shape of the
+-- straightforward check-then-add, with no shared function; a call it does
+-- not finish (a wait line to respect, or more expired members than one
+-- call may drop) changes nothing and replies -1, and the caller then runs
+-- acquire.lua.
+--
+-- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
+-- KEYS[2]  owner's wait line     expset:{name:S}:w:<owner>
+-- ARGV[1]  ttl in ms (>= 1)
+-- ARGV[2]  member
+-- ARGV[3]  limit (>= 1)
+--
+-- Reply: acquire.lua's decision (value * 256 + count * 4 + status when
+-- count < 64 and value < 2^45, else the table), or -1: run acquire.lua.
+-- Where acquire.lua's integer cannot hold the count, and the value is
+-- below 2^45, it is a denial's retry * 2^22 + count * 4 + 3 (count < 2^20,
+-- retry < 2^31 ms) or the string "status count value": each costs the
+-- server less than the table (bench/README.md).
+--
+-- The calls: TIME and the member's ZSCORE (held and live: answered with
+-- the live members counted); ZCARD; at or past the limit, the member at
+-- rank count - limit, whose deadline is a denial's retry; else ZCOUNT of
+-- the expired (dropped with one ZREMRANGEBYRANK: the earliest are the
+-- expired), EXISTS of the wait line, ZADD and PEXPIRE (GT but on an
+-- owner's first member) to the end of the new deadline's TTL_BUCKET.
+local K, A = KEYS, ARGV
+local key, member = K[1], A[2]
+local t = call('TIME')
+local us = t[2] + 0
+local now = t[1] * 1000 + (us - us % 1000) / 1000
+local nows -- now formatted, when a ZCOUNT needs it
+local status, count, value -- the decision: 2 held, 0 denied, 1 added
+local cur = call('ZSCORE', key, member)
+if cur and cur + 0 > now then
+  -- The live members: one ZCOUNT of them from a limit of 1000, where an
+  -- owner near its limit is a skip list (O(log n)); below it ZCARD less a
+  -- ZCOUNT of the expired, constant-time also in a listpack, which a
+  -- ZCOUNT of the live walks.
+  nows = string.format('%d', now)
+  if #A[3] > 3 then
+    count = call('ZCOUNT', key, '(' .. nows, '+inf')
+  else
+    count = call('ZCARD', key) - call('ZCOUNT', key, '-inf', nows)
+  end
+  status, value = 2, cur + 0
+else
+  local n = call('ZCARD', key)
+  local e = 0 -- expired members: the earliest e
+  if n > 0 then
+    local over = n - A[3]
+    if over >= 0 then
+      -- The member at rank n - limit is the k-th earliest live one that a
+      -- denial waits for (k = live - limit + 1: the expired come first),
+      -- and when it is live the owner is at its limit.
+      local r = '0'
+      if over > 0 then
+        r = string.format('%d', over)
+      end
+      local retry = call('ZRANGE', key, r, r, 'WITHSCORES')[2] - now
+      if retry > 0 then
+        status, count, value = 0, n, retry
+        if over > 0 then
+          nows = string.format('%d', now)
+          count = n - call('ZCOUNT', key, '-inf', nows)
+        end
+      end
+    end
+    if not status then
+      e = call('ZCOUNT', key, '-inf', nows or string.format('%d', now))
+      if e > MAX_BATCH then
+        return -1
+      end
+    end
+  end
+  if not status then
+    if call('EXISTS', K[2]) == 1 then
+      return -1
+    end
+    if e > 0 then
+      call('ZREMRANGEBYRANK', key, '0', e - 1)
+      n = n - e
+    end
+    local d = now + A[1]
+    call('ZADD', key, string.format('%d', d), member)
+    local left = string.format('%d', (d - d % TTL_BUCKET) + TTL_BUCKET - now)
+    if n == 0 then
+      call('PEXPIRE', key, left)
+    else
+      call('PEXPIRE', key, left, 'GT')
+    end
+    status, count, value = 1, n + 1, d
+  end
+end
+if value < 35184372088832 then
+  if count < 64 then
+    return value * 256 + count * 4 + status
+  end
+  if status == 0 and value < 2147483648 and count < 1048576 then
+    return value * 4194304 + count * 4 + 3
+  end
+  return string.format('%d %d %d', status, count, value)
+end
+if status == 0 then
+  return {0, count, 0, value}
+end
+return {status, count, value, 0}
