@@ -112,3 +112,41 @@ func TestPlainAcquireOnServerClock(t *testing.T) {
 		}
 	})
 }
+
+// TestPlainAcquireWithEvents checks acquire_plain.lua on a set with expiry
+// events (server clock): the owner filed in the due index at or before its
+// earliest deadline, the sweeper woken when the owner becomes the index's
+// head (a poll of a minute would not find it in time), and an owner with
+// an expired member handed to acquire.lua, which writes its event.
+func TestPlainAcquireWithEvents(t *testing.T) {
+	t.Parallel()
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s := openServerClock(t, b, WithShards(1), WithExpiryEvents())
+		due := s.shards[0].Due
+		q := must[*Quota](t)(NewQuota(s, 3))
+		got := deliveries(t, s, WithPollInterval(time.Minute))
+		late := must[Decision](t)(q.Acquire(ctx, "u", "late", time.Hour))
+		if !late.Allowed || b.rdb.ZScore(ctx, due, "u").Val() != float64(late.Deadline.UnixMilli()) {
+			t.Fatalf("first member: %+v, index at %v", late, b.rdb.ZScore(ctx, due, "u").Val())
+		}
+		later := must[Decision](t)(q.Acquire(ctx, "u", "later", 2*time.Hour))
+		if !later.Allowed || later.Count != 2 || b.rdb.ZScore(ctx, due, "u").Val() != float64(late.Deadline.UnixMilli()) {
+			t.Fatalf("a later member moved the index: %+v", later)
+		}
+		time.Sleep(200 * time.Millisecond) // both loops asleep
+		if d := must[Decision](t)(q.Acquire(ctx, "u", "soon", 50*time.Millisecond)); !d.Allowed || d.Count != 3 {
+			t.Fatalf("soon: %+v", d)
+		}
+		waitFor(t, "soon handled", func() bool { return got()["soon"] })
+
+		if err := b.rdb.ZAdd(ctx, s.OwnerKey("v"), redis.Z{Score: 1000, Member: "old"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if d := must[Decision](t)(q.Acquire(ctx, "v", "new", time.Hour)); !d.Allowed || d.Count != 1 {
+			t.Fatalf("acquire over an expired member: %+v", d)
+		}
+		waitFor(t, "the expired member's event handled", func() bool { return got()["old"] })
+	})
+}

@@ -181,14 +181,27 @@ func decided(c *Call, limit int) (Decision, error) {
 	return d, err
 }
 
+// plainCall builds acquire_plain.lua's call for a, or returns nil when
+// only acquire.lua serves it: a clock, an option of the call, or a set
+// with payloads or with the due index but no events.
+func (s *Store) plainCall(a Acquire) *Call {
+	if s.clock != nil || a.Evict || a.Refresh || a.HasPayload || (s.flags != "" && s.flags != "ei") {
+		return nil
+	}
+	sk := &s.shards[s.ShardOf(a.Owner)]
+	keys := []string{sk.Owner + a.Owner, sk.Line + a.Owner}
+	if s.flags != "" {
+		keys = append(keys, sk.Due)
+	}
+	return &Call{Op: "acquire", Shard: s.ShardOf(a.Owner), Script: scriptAcquirePlain, Keys: keys, Args: []any{a.TTL, a.Member, a.Limit}}
+}
+
 // Acquire runs acquire.lua for a and returns its decision. The common call
-// (three arguments: no flag of the set or the call, the server's clock)
-// runs acquire_plain.lua first, and acquire.lua only when that replies -1
-// (a wait line to respect, or more expired members than one call drops).
+// (plainCall) runs acquire_plain.lua first, and acquire.lua only when that
+// replies -1 (a wait line to respect, or expired members it leaves).
 func (s *Store) Acquire(ctx context.Context, a Acquire) (Decision, error) {
 	c := s.acquireCall(a)
-	if len(c.Args) == 3 {
-		p := &Call{Op: c.Op, Shard: c.Shard, Script: scriptAcquirePlain, Keys: c.Keys, Args: c.Args}
+	if p := s.plainCall(a); p != nil {
 		s.runWrite(ctx, p, true, acquireWrote)
 		if x, ok := p.Reply.(int64); p.Err != nil || !ok || x != -1 {
 			return decided(p, a.Limit)

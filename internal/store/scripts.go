@@ -33,7 +33,7 @@ var luaFS embed.FS
 var (
 	scriptAdd           = script("lib.lua", "add.lua")
 	scriptAcquire       = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire.lua")
-	scriptAcquirePlain  = script("acquire_plain.lua")
+	scriptAcquirePlain  = script("file_due.lua", "acquire_plain.lua")
 	scriptMany          = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire_many.lua")
 	scriptRemove        = script("lib.lua", "wait_gate.lua", "remove.lua")
 	scriptExtend        = script("lib.lua", "extend.lua")
@@ -52,10 +52,10 @@ var (
 	scriptRemoveGroup   = script("groups.lua", "forget.lua", "remove_group.lua")
 	scriptRunning       = script("groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
-	scriptPut           = script("put.lua")
+	scriptPut           = script("file_due.lua", "put.lua")
 	scriptPutNow        = script("time_ms.lua", "put_now.lua")
 	scriptRescheduleNow = script("time_ms.lua", "reschedule_now.lua")
-	scriptReschedule    = script("reschedule.lua")
+	scriptReschedule    = script("file_due.lua", "reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
 	// The dead-letter scan of the expset command's web page, alone: it

@@ -1,14 +1,17 @@
--- acquire_plain.lua: Quota.Acquire's common call, on a set without events,
--- index or payloads, with the server's clock and no option of the call
--- (acquireCall sends it when acquire.lua would get its three arguments
--- alone). It decides as acquire.lua does, in the shape of the
--- straightforward check-then-add, with no shared function; a call it does
--- not finish (a wait line to respect, or more expired members than one
--- call may drop) changes nothing and replies -1, and the caller then runs
--- acquire.lua.
+-- acquire_plain.lua: Quota.Acquire's common call, with the server's clock
+-- and no option of the call, on a set without flags or with expiry events
+-- alone (no payloads). It decides as acquire.lua does, in the shape of the
+-- straightforward check-then-add (file_due.lua its one shared function); a call it does
+-- not finish (a wait line to respect, more expired members than one call
+-- may drop, or with events any expired member, whose event the sweeper or
+-- acquire.lua writes) changes nothing and replies -1, and the caller then
+-- runs acquire.lua.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  owner's wait line     expset:{name:S}:w:<owner>
+-- KEYS[3]  shard due index       expset:{name:S}:due (with events only); the
+--          owner (its member) is KEYS[1]'s tail from the position #KEYS[3]
+--          ("o:" is one byte shorter than "due")
 -- ARGV[1]  ttl in ms (>= 1)
 -- ARGV[2]  member
 -- ARGV[3]  limit (>= 1)
@@ -23,11 +26,15 @@
 -- The calls: TIME and the member's ZSCORE (held and live: answered with
 -- the live members counted); ZCARD; at or past the limit, the member at
 -- rank count - limit, whose deadline is a denial's retry; else ZCOUNT of
--- the expired (dropped with one ZREMRANGEBYRANK: the earliest are the
--- expired), EXISTS of the wait line, ZADD and PEXPIRE (GT but on an
--- owner's first member) to the end of the new deadline's TTL_BUCKET.
+-- the expired (without events dropped with one ZREMRANGEBYRANK: the
+-- earliest are the expired), EXISTS of the wait line and ZADD; then
+-- without events PEXPIRE (GT but on an owner's first member) to the end of
+-- the new deadline's TTL_BUCKET, with events ZADD LT CH of the owner in
+-- the due index (it stays at or before the owner's earliest deadline) and,
+-- when that moved it, the index's head read back: when the owner is the
+-- head, the deadline is published on KEYS[3] .. ':wake' (notify.go).
 local K, A = KEYS, ARGV
-local key, member = K[1], A[2]
+local key, member, due = K[1], A[2], K[3]
 local t = call('TIME')
 local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
@@ -70,7 +77,7 @@ else
     end
     if not status then
       e = call('ZCOUNT', key, '-inf', nows or string.format('%d', now))
-      if e > MAX_BATCH then
+      if e > MAX_BATCH or (due and e > 0) then
         return -1
       end
     end
@@ -84,12 +91,17 @@ else
       n = n - e
     end
     local d = now + A[1]
-    call('ZADD', key, string.format('%d', d), member)
-    local left = string.format('%d', (d - d % TTL_BUCKET) + TTL_BUCKET - now)
-    if n == 0 then
-      call('PEXPIRE', key, left)
+    local ds = string.format('%d', d)
+    call('ZADD', key, ds, member)
+    if due then
+      file_due(due, string.sub(key, #due), ds)
     else
-      call('PEXPIRE', key, left, 'GT')
+      local left = string.format('%d', (d - d % TTL_BUCKET) + TTL_BUCKET - now)
+      if n == 0 then
+        call('PEXPIRE', key, left)
+      else
+        call('PEXPIRE', key, left, 'GT')
+      end
     end
     status, count, value = 1, n + 1, d
   end
