@@ -163,6 +163,7 @@ func hostileCallRows(rows *hostileRows) {
 		{"Set.Groups", func(e *hostileEnv, s *Set) error { _, err := s.Groups(e.ctx); return err }},
 		{"Set.RemoveGroup", func(e *hostileEnv, s *Set) error { _, err := s.RemoveGroup(e.ctx, "g"); return err }},
 		{"Set.Running", func(e *hostileEnv, s *Set) error { _, err := s.Running(e.ctx, "g", 10); return err }},
+		{"Set.PausedOwners", func(e *hostileEnv, s *Set) error { _, err := s.PausedOwners(e.ctx, "g"); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -225,20 +226,30 @@ func hostileCallRows(rows *hostileRows) {
 		gs, err := s.Groups(e.ctx)
 		return fmt.Sprintf("%d groups", len(gs)), err
 	})
-	for _, g := range []struct{ desc, group string }{{`group ""`, ""}, {"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1)}} {
-		row("Set.RemoveGroup", g.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-			s, err := eventsSet(e)
-			if err != nil {
-				return "", err
-			}
-			_, err = s.RemoveGroup(e.ctx, g.group)
-			return "", err
+	// RemoveGroup and PausedOwners take a group on a set with events, the
+	// first of a group the set has, the second of any group (its pauses are
+	// kept for a group made or not).
+	byGroup := []struct {
+		call string
+		run  func(e *hostileEnv, s *Set, group string) error
+	}{
+		{"Set.RemoveGroup", func(e *hostileEnv, s *Set, group string) error { _, err := s.RemoveGroup(e.ctx, group); return err }},
+		{"Set.PausedOwners", func(e *hostileEnv, s *Set, group string) error { _, err := s.PausedOwners(e.ctx, group); return err }},
+	}
+	for _, c := range byGroup {
+		for _, g := range []struct{ desc, group string }{{`group ""`, ""}, {"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1)}} {
+			row(c.call, g.desc, ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+				s, err := eventsSet(e)
+				if err != nil {
+					return "", err
+				}
+				return "", c.run(e, s, g.group)
+			})
+		}
+		row(c.call, "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			return "", c.run(e, e.s, "g")
 		})
 	}
-	row("Set.RemoveGroup", "a set without expiry events", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
-		_, err := e.s.RemoveGroup(e.ctx, "g")
-		return "", err
-	})
 	row("Set.RemoveGroup", "a group the set does not have", ErrNotFound, "", func(e *hostileEnv) (string, error) {
 		s, err := eventsSet(e)
 		if err != nil {
@@ -246,6 +257,17 @@ func hostileCallRows(rows *hostileRows) {
 		}
 		_, err = s.RemoveGroup(e.ctx, "missing")
 		return "", err
+	})
+	row("Set.PausedOwners", "a group the set does not have", nil, "none", func(e *hostileEnv) (string, error) {
+		s, err := eventsSet(e)
+		if err != nil {
+			return "", err
+		}
+		got, err := s.PausedOwners(e.ctx, "missing")
+		if got != nil {
+			return fmt.Sprintf("%q", got), err
+		}
+		return "none", err
 	})
 	groupSet := func(e *hostileEnv) (*Set, error) {
 		return Open(context.Background(), e.rdb, e.named("running"), WithExpiryEvents(), WithConsumerGroups("g"))

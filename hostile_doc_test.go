@@ -16,17 +16,17 @@ func hostileDoc() string {
 	var b strings.Builder
 	b.WriteString(`# Hostile input: what every public call does with it
 
-Generated from the table in ` + "`hostile_test.go`" + ` (regenerate with
+Generated from ` + "`hostile_test.go`" + `'s table (regenerate with
 ` + "`go test -run TestHostileInputDoc -update-hostile-doc`" + `; the test fails when they
-differ). ` + "`TestHostileInput`" + ` runs every row on miniredis, a real redis-server and
-a three-master cluster. A rejected call returns an error matching the sentinel
-shown (` + "`errors.Is`" + `) and changes nothing: the test compares a snapshot of the
-sets' keys before and after. An accepted call gives the result shown (times
-are offsets from the test's fixed clock); inputs split by / share a row. Owners and members are any 1 to 1024
+differ). ` + "`TestHostileInput`" + ` runs every row on miniredis, redis-server and a
+three-master cluster. A rejected call returns an error matching the sentinel
+shown (` + "`errors.Is`" + `) and changes nothing: the test compares the sets'
+keys before and after. An accepted call gives the result shown (times
+are offsets from a fixed clock); inputs split by / share a row. Owners and members are any 1 to 1024
 bytes. A nil ` + "`context.Context`" + ` is the caller's bug, as in the standard library.
-A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` fails every call that reaches Redis with
+A zero or nil ` + "`*Set`" + `, ` + "`*Quota`" + ` or ` + "`*Sweeper`" + ` fails every call reaching Redis with
 ` + "`ErrInvalidArgument`" + `; ` + "`Set.Name`" + `, ` + "`Shards`" + `, ` + "`ShardOf`" + ` and ` + "`OwnerKey`" + ` touch no Redis.
-The package ` + "`idcodec`" + ` touches no set and has tests of its own for bad input
+` + "`idcodec`" + ` touches no set; its own tests cover bad input
 (` + "`TestNewCodecInvalidLayout`" + `, ` + "`TestCodecAfterCount`" + `, ` + "`FuzzCodecAfter`" + `).
 
 | input | calls | outcome |

@@ -3,7 +3,6 @@ package expset
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,22 +16,15 @@ import (
 // with an empty Owner, its ID and its payload; a second Put of the ID
 // while a job of it waits (due in an hour) changes nothing.
 func TestJobPutNow(t *testing.T) {
-	t.Parallel()
-	noLeaks(t)
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachJobSet(t, func(t *testing.T, b backend, s *Set, clk *fakeClock) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("g"))
 		t0 := clk.Now()
 		due, put, err := s.Put(ctx, "a", 0, WithPayload([]byte("p-a")))
 		if err != nil || !put || !due.Equal(t0) {
 			t.Fatalf("Put: %v %v %v, want %v true", due, put, err, t0)
 		}
-		for _, k := range setKeys(t, b.rdb, s.name) {
-			for _, sk := range s.shards {
-				if strings.HasPrefix(k, sk.Owner) || strings.HasPrefix(k, sk.Payload) || k == sk.Due {
-					t.Errorf("key %q after a Put due at once, want none of buckets, payloads or the due index", k)
-				}
-			}
+		if left := jobKeysLeft(t, s); left != nil {
+			t.Errorf("keys %q after a Put due at once, want none of buckets, payloads or the due index", left)
 		}
 		if n := streamLen(t, s); n != 1 {
 			t.Fatalf("%d stream entries, want 1", n)
@@ -53,8 +45,7 @@ func TestJobPutNow(t *testing.T) {
 			t.Fatalf("Job(b): %+v, want waiting due %v", j, later)
 		}
 
-		var rec recorder
-		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { rec.add(e); return nil }, WithoutSweeper())
+		rec, stop := recordJobs(t, s, WithoutSweeper())
 		waitFor(t, "a handled", func() bool { return rec.len() == 1 })
 		waitFor(t, "a done", func() bool { return must[Job](t)(s.Job(ctx, "a")) == Job{} })
 		stop()
@@ -160,9 +151,7 @@ func TestJobPutNowWakesTheConsumer(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s := must[*Set](t)(Open(ctx, b.rdb, uniqueName(t, b.rdb), WithShards(4), WithExpiryEvents(), WithConsumerGroups("g")))
-		var rec recorder
-		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { rec.add(e); return nil },
-			WithoutSweeper(), WithPollInterval(time.Minute))
+		rec, stop := recordJobs(t, s, WithoutSweeper(), WithPollInterval(time.Minute))
 		time.Sleep(200 * time.Millisecond) // the consumer asleep
 		must[time.Time](t)(putNew(ctx, s, "j", 0))
 		waitFor(t, "j handled", func() bool { return rec.len() == 1 })
@@ -175,11 +164,8 @@ func TestJobPutNowWakesTheConsumer(t *testing.T) {
 // delivers it, with no sweeper anywhere, with its payload and the new due
 // time; Reschedule of it again finds no job waiting.
 func TestJobRescheduleNow(t *testing.T) {
-	t.Parallel()
-	noLeaks(t)
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachJobSet(t, func(t *testing.T, b backend, s *Set, clk *fakeClock) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("g"))
 		if _, put, err := s.Put(ctx, "r", time.Hour, WithPayload([]byte("p-r"))); err != nil || !put {
 			t.Fatalf("Put: %v %v", put, err)
 		}
@@ -194,8 +180,7 @@ func TestJobRescheduleNow(t *testing.T) {
 		if _, err := s.Reschedule(ctx, "r", 0); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Reschedule of a job no longer waiting: %v, want ErrNotFound", err)
 		}
-		var rec recorder
-		stop := consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { rec.add(e); return nil }, WithoutSweeper())
+		rec, stop := recordJobs(t, s, WithoutSweeper())
 		waitFor(t, "r handled", func() bool { return rec.len() == 1 })
 		stop()
 		if e := rec.events()[0]; e.Member != "r" || string(e.Payload) != "p-r" || !e.Deadline.Equal(t1) || e.Attempt != 1 {

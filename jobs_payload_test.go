@@ -25,18 +25,53 @@ func jobPayload(n int) []byte {
 	return p
 }
 
+// eachJobSet runs fn on every backend, in parallel with other tests and
+// checked for goroutines left behind, with the jobs' tests' set: two
+// shards, expiry events, payloads and consumer group "g", on a fake
+// clock.
+func eachJobSet(t *testing.T, fn func(t *testing.T, b backend, s *Set, clk *fakeClock)) {
+	t.Helper()
+	t.Parallel()
+	noLeaks(t)
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("g"))
+		fn(t, b, s, clk)
+	})
+}
+
+// recordJobs consumes s's group "g" as consumer "c" with opts until stop
+// (or the test's end), recording every event handled.
+func recordJobs(t *testing.T, s *Set, opts ...ConsumeOption) (rec *recorder, stop func()) {
+	t.Helper()
+	rec = &recorder{}
+	return rec, consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { rec.add(e); return nil }, opts...)
+}
+
+// jobKeysLeft returns the keys of s that hold waiting jobs: its buckets
+// and owners, their payloads, and the due index.
+func jobKeysLeft(t *testing.T, s *Set) []string {
+	t.Helper()
+	var left []string
+	for _, k := range setKeys(t, s.rdb, s.name) {
+		for _, sk := range s.shards {
+			if strings.HasPrefix(k, sk.Owner) || strings.HasPrefix(k, sk.Payload) || k == sk.Due {
+				left = append(left, k)
+			}
+		}
+	}
+	return left
+}
+
 // TestJobPayloadSizes: payloads of every size in jobPayloadSizes go
 // through Put, Job, Reschedule and the sweeper to Consume byte for byte,
 // and Cancel of waiting jobs leaves the set's keys as they were before the
 // Puts, with no field or member of theirs behind (but the calls' receipts,
 // which lapse, and the buckets' entries in the due index, which the
-// sweeper takes out).
+// sweeper takes out); once every job is delivered no bucket, payload hash
+// or due index is left.
 func TestJobPayloadSizes(t *testing.T) {
-	t.Parallel()
-	noLeaks(t)
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachJobSet(t, func(t *testing.T, b backend, s *Set, clk *fakeClock) {
 		ctx := context.Background()
-		s, clk := newTestSet(t, b, WithShards(2), WithExpiryEvents(), WithPayloadStorage(), WithConsumerGroups("g"))
 		t0 := clk.Now()
 		put := func(id string, n int, delay time.Duration) {
 			t.Helper()
@@ -101,8 +136,7 @@ func TestJobPayloadSizes(t *testing.T) {
 			}
 		}
 
-		var r recorder
-		consumeInBackground(t, s, "g", "c", func(_ context.Context, e Expiry) error { r.add(e); return nil }, fastConsume...)
+		r, _ := recordJobs(t, s, fastConsume...)
 		w := newSweeper(t, s)
 		check := func(prefix string) {
 			t.Helper()
@@ -127,12 +161,8 @@ func TestJobPayloadSizes(t *testing.T) {
 		}
 		check("put-")
 		check("moved-")
-		for _, k := range setKeys(t, b.rdb, s.name) {
-			for i := range s.shards {
-				if strings.HasPrefix(k, s.shards[i].Payload) || strings.HasPrefix(k, s.shards[i].Owner) {
-					t.Errorf("%s is left once every job was delivered", k)
-				}
-			}
+		if left := jobKeysLeft(t, s); left != nil {
+			t.Errorf("%q left once every job was delivered", left)
 		}
 	})
 }

@@ -175,7 +175,8 @@ func printPaused(w io.Writer, group string, owners []string, asJSON bool) error 
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "%d owners paused in group %q\n", len(owners), group)
+	n := int64(len(owners))
+	_, err := fmt.Fprintf(w, "%d %s paused in group %q\n", n, plural(n, "owner", "owners"), group)
 	return err
 }
 
@@ -310,8 +311,9 @@ func printRunning(w io.Writer, r expset.RunningCalls, now time.Time, asJSON bool
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d of %d calls running (%d owners); %d events held back (read, no call under way: set aside at an owner cap or by a pause, or not yet begun)\n",
-		len(r.Calls), r.Running, r.Owners, r.HeldBack)
+	_, err := fmt.Fprintf(w, "%d of %d %s running (%d %s); %d %s held back (read, no call under way: set aside at an owner cap or by a pause, or not yet begun)\n",
+		len(r.Calls), r.Running, plural(r.Running, "call", "calls"), r.Owners, plural(r.Owners, "owner", "owners"),
+		r.HeldBack, plural(r.HeldBack, "event", "events"))
 	return err
 }
 
@@ -402,14 +404,14 @@ func printGroups(w io.Writer, gs []expset.GroupInfo, asJSON bool) error {
 }
 
 // pausedText is the PAUSED column: "yes" for a paused group, "N owners"
-// for owners paused in it, both, or "".
+// (or "1 owner") for owners paused in it, both, or "".
 func pausedText(group bool, owners int64) string {
 	var parts []string
 	if group {
 		parts = append(parts, "yes")
 	}
 	if owners > 0 {
-		parts = append(parts, fmt.Sprintf("%d owners", owners))
+		parts = append(parts, fmt.Sprintf("%d %s", owners, plural(owners, "owner", "owners")))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -22,7 +22,7 @@ import (
 
 // TestGroupsPauseResume: on every backend, groups pause and resume say
 // what they changed (a second pause or resume changes nothing and says
-// so), groups shows PAUSED ("1 owners" for an owner paused, "yes" for the
+// so), groups shows PAUSED ("1 owner" for an owner paused, "yes" for the
 // group, both), and its JSON paused and paused_owners; resuming the group
 // leaves its owner paused. A group no consumer has made yet can be paused:
 // declared later, it is listed paused. Bad input to pause, resume and
@@ -62,13 +62,13 @@ func TestGroupsPauseResume(t *testing.T) {
 		shard := set.ShardOf("acme")
 		cli(fmt.Sprintf(`paused owner acme in group "billing" on shard %d`, shard), "groups", "pause", name, "billing", "acme")
 		cli(`owner acme in group "billing" was paused already`, "groups", "pause", name, "billing", "acme")
-		paused("1 owners", false, 1)
+		paused("1 owner", false, 1)
 		cli(`paused group "billing" on 4 shards`, "groups", "pause", name, "billing")
 		cli(`group "billing" was paused already`, "groups", "pause", name, "billing")
-		paused("yes, 1 owners", true, 1)
+		paused("yes, 1 owner", true, 1)
 		cli(`resumed group "billing" on 4 shards`, "groups", "resume", name, "billing")
 		cli(`group "billing" was not paused`, "groups", "resume", name, "billing")
-		paused("1 owners", false, 1)
+		paused("1 owner", false, 1)
 		cli(fmt.Sprintf(`resumed owner acme in group "billing" on shard %d`, shard), "groups", "resume", name, "billing", "acme")
 		cli(`owner acme in group "billing" was not paused`, "groups", "resume", name, "billing", "acme")
 		paused("", false, 0)
@@ -275,8 +275,8 @@ func TestWebBrowserPause(t *testing.T) {
 	base, _, log := webServe(t, rdb, set, webOpts{allowChanges: true})
 	b.open(base + "/set?s=" + set.Name())
 	row := `#groups tr[data-group="billing"] `
-	if p, h, r := b.text(row+`[data-k="paused"]`), b.text(row+`[data-k="held-back"]`), b.text(row+`[data-k="running"]`); p != "1 owners paused" || h != "1" || r != "0" {
-		t.Errorf("billing shows paused %q, %q held back, %q running; want 1 owners paused, 1, 0", p, h, r)
+	if p, h, r := b.text(row+`[data-k="paused"]`), b.text(row+`[data-k="held-back"]`), b.text(row+`[data-k="running"]`); p != "1 owner paused" || h != "1" || r != "0" {
+		t.Errorf("billing shows paused %q, %q held back, %q running; want 1 owner paused, 1, 0", p, h, r)
 	}
 	groupPaused := func() bool {
 		gs, err := set.Groups(ctx)
@@ -293,13 +293,13 @@ func TestWebBrowserPause(t *testing.T) {
 	}
 	var class string
 	b.eval(`document.querySelector('#groups tr[data-group="billing"]').className`, &class)
-	if p := b.text(row + `[data-k="paused"]`); p != "paused, 1 owners paused" || class != "paused" || !groupPaused() {
+	if p := b.text(row + `[data-k="paused"]`); p != "paused, 1 owner paused" || class != "paused" || !groupPaused() {
 		t.Errorf("after the pause billing shows %q (class %q), the library reads it paused: %v", p, class, groupPaused())
 	}
 
 	b.eval(`document.querySelector('#groups tr[data-group="billing"] button[value="resume"]').click(); true`, nil)
 	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=resumed") })
-	if p := b.text(row + `[data-k="paused"]`); p != "1 owners paused" || groupPaused() {
+	if p := b.text(row + `[data-k="paused"]`); p != "1 owner paused" || groupPaused() {
 		t.Errorf("after the resume billing shows %q, the library reads it paused: %v", p, groupPaused())
 	}
 	if !strings.Contains(log.String(), `resumed group "billing" on 2 shards of set `+set.Name()) {

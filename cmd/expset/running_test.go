@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,7 +87,7 @@ func TestBinaryGroupsRunning(t *testing.T) {
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, "--top", "2", set.Name(), "billing")
 	lines := strings.Split(out, "\n")
 	if code != 0 || len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "OWNER MEMBER ATTEMPT CONSUMER AGE LEASE LEFT" ||
-		!strings.HasPrefix(lines[3], "2 of 6 calls running (3 owners); 1 events held back") {
+		!strings.HasPrefix(lines[3], "2 of 6 calls running (3 owners); 1 event held back") {
 		t.Errorf("groups running --top 2: exit %d:\n%s%s", code, out, errs)
 	}
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, set.Name(), "billing")
@@ -118,7 +120,7 @@ func TestBinaryGroupsRunning(t *testing.T) {
 	code, out, errs = runBin(t, "groups", "running", "--redis", url, set.Name(), "billing")
 	// a's third event, set aside and released as the Consume stopped, is
 	// still pending: held back.
-	if code != 0 || !strings.HasPrefix(out, "OWNER  MEMBER  ATTEMPT  CONSUMER  AGE  LEASE LEFT\n0 of 0 calls running (0 owners); 1 events held back") {
+	if code != 0 || !strings.HasPrefix(out, "OWNER  MEMBER  ATTEMPT  CONSUMER  AGE  LEASE LEFT\n0 of 0 calls running (0 owners); 1 event held back") {
 		t.Errorf("groups running after the calls ended: exit %d:\n%s%s", code, out, errs)
 	}
 }
@@ -187,18 +189,85 @@ func TestWebBrowserRunning(t *testing.T) {
 // 2 of b and 1 of c, and a job due, job-1.
 func addRunnable(t *testing.T, rdb redis.UniversalClient, set *expset.Set) {
 	t.Helper()
+	addEvents(t, rdb, set, []string{"job-1"}, "a", "a", "a", "b", "b", "c")
+}
+
+// addEvents gives set an expired member for each owner named (order-1,
+// order-2... of each) and the jobs, due, and sweeps them into events.
+func addEvents(t *testing.T, rdb redis.UniversalClient, set *expset.Set, jobs []string, owners ...string) {
+	t.Helper()
 	old, err := expset.Open(context.Background(), rdb, set.Name(), expset.WithRecordedConfiguration(),
 		expset.WithClock(func() time.Time { return time.Now().Add(-time.Hour) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range [][2]string{{"a", "1"}, {"a", "2"}, {"a", "3"}, {"b", "1"}, {"b", "2"}, {"c", "1"}} {
-		if _, err := old.Add(context.Background(), m[0], "order-"+m[1], time.Minute); err != nil {
+	seen := map[string]int{}
+	for _, o := range owners {
+		seen[o]++
+		if _, err := old.Add(context.Background(), o, "order-"+strconv.Itoa(seen[o]), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := old.Put(context.Background(), "job-1", time.Minute); err != nil {
-		t.Fatal(err)
+	for _, id := range jobs {
+		if _, _, err := old.Put(context.Background(), id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
-	sweepNow(t, set, 7)
+	sweepNow(t, set, len(owners)+len(jobs))
+}
+
+// TestSingularCounts: with owner a's one call running, its second event
+// held back (WithOwnerConcurrency(1)) and owner z paused, the set's page
+// and the groups commands put each count of one in the singular: "1 call
+// of 1 owner", "1 event held back", "1 owner paused".
+func TestSingularCounts(t *testing.T) {
+	t.Parallel()
+	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		set := webTestSet(t, rdb, 2)
+		declare(t, rdb, set, "billing")
+		addEvents(t, rdb, set, nil, "a", "a")
+		if _, err := set.Pause(ctx, "billing", "z"); err != nil {
+			t.Fatal(err)
+		}
+		holdRunning(t, set, "billing", 1, 1)
+		var r expset.RunningCalls
+		waitFor(t, "a's second event held back", func() bool {
+			var err error
+			r, err = set.Running(ctx, "billing", 20)
+			return err == nil && r.HeldBack == 1
+		})
+
+		body := mustGet(t, newWebFix(t, rdb, set, webOpts{}), "/set?s="+set.Name())
+		for _, want := range []string{
+			"billing: 1 call of 1 owner, the 1 oldest shown; 1 event held back</caption>",
+			`<span class="paused">1 owner paused</span>`,
+			"billing: 1 owner paused</caption>",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("the set's page does not say %q", want)
+			}
+		}
+
+		var b strings.Builder
+		if err := printRunning(&b, r, time.Now(), false); err != nil || !strings.Contains(b.String(), "\n1 of 1 call running (1 owner); 1 event held back (") {
+			t.Errorf("groups running: %v\n%s", err, b.String())
+		}
+		b.Reset()
+		owners, err := set.PausedOwners(ctx, "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := printPaused(&b, "billing", owners, false); err != nil || b.String() != "z\n1 owner paused in group \"billing\"\n" {
+			t.Errorf("groups paused: %v\n%s", err, b.String())
+		}
+		b.Reset()
+		gs, err := set.Groups(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := printGroups(&b, gs, false); err != nil || !strings.HasSuffix(b.String(), "  1 owner\n") {
+			t.Errorf("groups: %v\n%s", err, b.String())
+		}
+	})
 }

@@ -21,6 +21,15 @@ func printable(s string) string {
 	return s
 }
 
+// plural returns one when n is 1, else many: the noun after a count, as
+// in "1 call" and "0 calls". The web page's templates call it too.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // ownerText is the OWNER column of an event: its owner, or "(job)" and
 // "(schedule)" for the jobs of Set.Put and the ticks of schedules, whose
 // IDs are in the MEMBER column.

@@ -42,6 +42,7 @@ var webTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"age":     age,
 	"dur":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"num":     num,
+	"plural":  plural,
 	"chart":   chart,
 	"payload": viewPayload,
 	"q":       func(kv ...string) template.URL { return query(kv...) },

@@ -65,52 +65,79 @@ func newClockedStore(t *testing.T, rdb redis.UniversalClient, ms int64) (s *Stor
 	return s, &at, ops
 }
 
+// nowJob is a job of the cases on which put_now.lua and reschedule_now.lua
+// are checked against the sweeper.
+type nowJob struct {
+	owner, id  string
+	payload    []byte
+	hasPayload bool
+}
+
+// nowJobs: with and without an owner, with a payload, an empty one and
+// none, an ID and a payload of any bytes.
+var nowJobs = []nowJob{
+	{"", "plain", nil, false},
+	{"", "empty", nil, true},
+	{"", "paid", []byte("pay"), true},
+	{"", "\x00\xff{x}:", []byte("\x00\n\xff"), true},
+	{"u", "owned", []byte("pay-u"), true},
+	{"u", "owned-plain", nil, false},
+}
+
+func (c nowJob) String() string { return fmt.Sprintf("%q of %q", c.id, c.owner) }
+
+// sweptJob is a job of nowJobs on a store: its keys (jobKeys), and the
+// entry the sweeper wrote for it.
+type sweptJob struct {
+	nowJob
+	bucket string // its owner key's tail: the owner, or the job's bucket (jobKeys)
+	keys   []string
+	sk     *Keys // its shard's keys
+	swept  []string
+}
+
+// sweptJobs puts each job of nowJobs due at once on s with put.lua, sweeps
+// it, and returns it with the fields of the entry the sweeper wrote for it
+// (lastEntry).
+func sweptJobs(t *testing.T, rdb redis.UniversalClient, s *Store) []sweptJob {
+	t.Helper()
+	var out []sweptJob
+	for _, c := range nowJobs {
+		shard, owner, keys := s.jobKeys(c.owner, c.id)
+		old := s.putCall(c.owner, c.id, 0, c.payload, c.hasPayload)
+		s.Run(context.Background(), old)
+		if !putWrote(old.Reply) || old.Err != nil {
+			t.Fatalf("%s: put.lua: %v %v", c, old.Reply, old.Err)
+		}
+		if n := sweepAll(t, s, shard); n != 1 {
+			t.Fatalf("%s: swept %d, want 1", c, n)
+		}
+		sk := &s.shards[shard]
+		out = append(out, sweptJob{c, owner, keys, sk, lastEntry(t, rdb, sk.Events)})
+	}
+	return out
+}
+
 // TestStorePutNowWritesTheSweepersEntry: put_now.lua appends, field for
 // field and byte for byte, the entry the sweeper writes for the same job
-// put due at once by put.lua (with and without an owner, with a payload,
-// an empty one and none, an ID and a payload of any bytes), and writes no
-// key of the job's owner, payloads or due index; the entry's d is the
-// clock's now, or, without one, the server's TIME in decimal ms, as the
-// reply says.
+// put due at once by put.lua (nowJobs), and writes no key of the job's
+// owner, payloads or due index; the entry's d is the clock's now, or,
+// without one, the server's TIME in decimal ms, as the reply says.
 func TestStorePutNowWritesTheSweepersEntry(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, clock, ops := newClockedStore(t, rdb, 1_767_225_600_123)
 		now := *clock
-		for _, c := range []struct {
-			owner, id  string
-			payload    []byte
-			hasPayload bool
-		}{
-			{"", "plain", nil, false},
-			{"", "empty", nil, true},
-			{"", "paid", []byte("pay"), true},
-			{"", "\x00\xff{x}:", []byte("\x00\n\xff"), true},
-			{"u", "owned", []byte("pay-u"), true},
-			{"u", "owned-plain", nil, false},
-		} {
-			what := fmt.Sprintf("%q of %q", c.id, c.owner)
-			shard, owner, keys := s.jobKeys(c.owner, c.id)
-			sk := &s.shards[shard]
-			// The sweeper's entry: put.lua, due at once, then a sweep.
-			old := s.putCall(c.owner, c.id, 0, c.payload, c.hasPayload)
-			s.Run(ctx, old)
-			if !putWrote(old.Reply) || old.Err != nil {
-				t.Fatalf("%s: put.lua: %v %v", what, old.Reply, old.Err)
-			}
-			if n := sweepAll(t, s, shard); n != 1 {
-				t.Fatalf("%s: swept %d, want 1", what, n)
-			}
-			swept := lastEntry(t, rdb, sk.Events)
-
+		for _, c := range sweptJobs(t, rdb, s) {
+			what, sk := c.String(), c.sk
 			due, put, _, err := s.Put(ctx, c.owner, c.id, 0, c.payload, c.hasPayload)
 			if err != nil || !put || !due.Equal(now) {
 				t.Fatalf("%s: Put: %v %v %v, want %v true", what, due, put, err, now)
 			}
-			if got := lastEntry(t, rdb, sk.Events); !slices.Equal(got, swept) {
-				t.Errorf("%s: put_now.lua wrote %q, the sweeper %q", what, got, swept)
+			if got := lastEntry(t, rdb, sk.Events); !slices.Equal(got, c.swept) {
+				t.Errorf("%s: put_now.lua wrote %q, the sweeper %q", what, got, c.swept)
 			}
-			if n := rdb.Exists(ctx, keys[0], sk.Payload+owner, sk.Due).Val(); n != 0 {
+			if n := rdb.Exists(ctx, c.keys[0], sk.Payload+c.bucket, sk.Due).Val(); n != 0 {
 				t.Errorf("%s: %d of the owner's key, its payloads' and the due index exist, want none", what, n)
 			}
 		}

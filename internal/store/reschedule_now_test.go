@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -12,39 +11,19 @@ import (
 	"github.com/expset/expset/internal/redistest"
 )
 
-// TestStoreRescheduleNow: reschedule_now.lua takes a waiting job (with and
-// without an owner, with a payload, an empty one and none) out of its
-// owner's set and payload hash and appends, field for field, the entry the
-// sweeper writes for the job due at once; a job not waiting (taken, or
-// never put) is not written; a call run twice writes one entry, its second
-// run replying what the first did; a payload key of another type fails
-// the call with nothing changed.
+// TestStoreRescheduleNow: reschedule_now.lua takes a waiting job (nowJobs)
+// out of its owner's set and payload hash and appends, field for field,
+// the entry the sweeper writes for the job due at once; a job not waiting
+// (taken, or never put) is not written; a call run twice writes one entry,
+// its second run replying what the first did; a payload key of another
+// type fails the call with nothing changed.
 func TestStoreRescheduleNow(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s, clock, _ := newClockedStore(t, rdb, 1_767_225_600_123)
 		now := *clock
-		for _, c := range []struct {
-			owner, id  string
-			payload    []byte
-			hasPayload bool
-		}{
-			{"", "plain", nil, false},
-			{"", "empty", nil, true},
-			{"", "paid", []byte("pay"), true},
-			{"u", "owned", []byte("pay-u"), true},
-		} {
-			what := fmt.Sprintf("%q of %q", c.id, c.owner)
-			shard, owner, keys := s.jobKeys(c.owner, c.id)
-			sk := &s.shards[shard]
-			// The sweeper's entry: put.lua, due at once, then a sweep.
-			old := s.putCall(c.owner, c.id, 0, c.payload, c.hasPayload)
-			s.Run(ctx, old)
-			if n := sweepAll(t, s, shard); old.Err != nil || n != 1 {
-				t.Fatalf("%s: put.lua %v, swept %d, want 1", what, old.Err, n)
-			}
-			swept := lastEntry(t, rdb, sk.Events)
-
+		for _, c := range sweptJobs(t, rdb, s) {
+			what, sk := c.String(), c.sk
 			if _, put, _, err := s.Put(ctx, c.owner, c.id, 3_600_000, c.payload, c.hasPayload); err != nil || !put {
 				t.Fatalf("%s: Put: %v %v", what, put, err)
 			}
@@ -56,13 +35,13 @@ func TestStoreRescheduleNow(t *testing.T) {
 					t.Fatalf("%s, run %d: %v %v %v %v, want %v found", what, i+1, due, found, err, call.Err, now)
 				}
 			}
-			if got := lastEntry(t, rdb, sk.Events); !slices.Equal(got, swept) {
-				t.Errorf("%s: reschedule_now.lua wrote %q, the sweeper %q", what, got, swept)
+			if got := lastEntry(t, rdb, sk.Events); !slices.Equal(got, c.swept) {
+				t.Errorf("%s: reschedule_now.lua wrote %q, the sweeper %q", what, got, c.swept)
 			}
 			if n := rdb.XLen(ctx, sk.Events).Val() - before; n != 1 {
 				t.Errorf("%s: %d entries written, want 1 (the call run twice)", what, n)
 			}
-			if rdb.ZScore(ctx, keys[0], c.id).Err() != redis.Nil || rdb.HExists(ctx, sk.Payload+owner, c.id).Val() {
+			if rdb.ZScore(ctx, c.keys[0], c.id).Err() != redis.Nil || rdb.HExists(ctx, sk.Payload+c.bucket, c.id).Val() {
 				t.Errorf("%s: the job or its payload still in its owner's keys", what)
 			}
 			if _, found, _, err := s.Reschedule(ctx, c.owner, c.id, 0); err != nil || found {

@@ -18,12 +18,16 @@ var luaFS embed.FS
 // wait_gate.lua (the owner's wait line), quota.lua (admit, the quota's
 // decision), groups.lua (the consumer-group scripts' helpers: the attempts
 // field, the owner slots and the pending list), forget.lua (theirs that
-// read a stream's groups and delete or bury entries, after groups.lua) and
-// jobs.lua (the job scripts' look through the stream,
-// after forget.lua); each script's own file starts with its KEYS, ARGV and
-// reply. A script includes only the shared files it uses: each local
-// function a shared file defines costs the server about 700 instructions
-// a call.
+// read a stream's groups and delete or bury entries, after groups.lua),
+// jobs.lua (the job scripts' look through the stream, after forget.lua),
+// time_ms.lua (time_ms, the server's TIME in ms as a string) and
+// write_now.lua (write_now, the event and wake-up of a job due at once),
+// the last two for put_now.lua and reschedule_now.lua, and file_due.lua
+// (file_due, an owner's filing in the due index and its wake-up, for
+// put.lua, reschedule.lua and acquire_plain.lua); each script's own
+// file starts with its KEYS, ARGV and reply. A script includes only the
+// shared files it uses: each local function a shared file defines costs
+// the server about 700 instructions a call.
 //
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (go-redis's
 // Script.Run), so a flushed script cache costs one extra round trip.
@@ -53,8 +57,8 @@ var (
 	scriptRunning       = script("groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
 	scriptPut           = script("file_due.lua", "put.lua")
-	scriptPutNow        = script("time_ms.lua", "put_now.lua")
-	scriptRescheduleNow = script("time_ms.lua", "reschedule_now.lua")
+	scriptPutNow        = script("time_ms.lua", "write_now.lua", "put_now.lua")
+	scriptRescheduleNow = script("time_ms.lua", "write_now.lua", "reschedule_now.lua")
 	scriptReschedule    = script("file_due.lua", "reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 

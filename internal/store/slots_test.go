@@ -13,10 +13,11 @@ import (
 
 // TestOwnerSlots follows an owner's slots (the shard's Runo fields)
 // through every script that takes or frees one: a capped begin sent twice
-// takes one; an acknowledgement, a retry, a burial, the release of a call
-// given back, a claim by a consumer without the cap (the last call's lease
-// lapsed) and the removal of the group each free it, and leave the
-// attempts field without the owner.
+// takes one; an acknowledgement (of one call, and of two in one script
+// call), a retry, a burial, the release of a call given back, a claim by a
+// consumer without the cap (the last call's lease lapsed) and the removal
+// of the group each free it, and leave the attempts field without the
+// owner.
 func TestOwnerSlots(t *testing.T) {
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -73,6 +74,14 @@ func TestOwnerSlots(t *testing.T) {
 			t.Fatalf("ack: %v %v", ok, err)
 		}
 		held(0, "acknowledged")
+		a2, a3 := begin("ta2"), begin("ta3")
+		held(2, "two capped begins")
+		call = s.AckCall(c, 0, []Lease{{a2, "ta2"}, {a3, "ta3"}})
+		s.RunPipelined(ctx, []*Call{call})
+		if ok, err := ReadAck(call, 2); err != nil || !ok[0] || !ok[1] {
+			t.Fatalf("ack of two: %v %v", ok, err)
+		}
+		held(0, "both acknowledged in one call")
 
 		r := begin("tr")
 		if ok, err := s.Retry(ctx, c, 0, Lease{r, "tr"}, time.Hour); err != nil || !ok {

@@ -21,7 +21,9 @@
 -- no longer held it.
 local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
 RUNO = KEYS[3]
-local ids, fields, slots, out = {}, {}, {}, {}
+-- slots is made on first use: the calls of a consumer without an owner cap
+-- hold none.
+local ids, fields, slots, out = {}, {}, nil, {}
 for i = 2, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local field = att_field(id, group)
@@ -35,7 +37,11 @@ for i = 2, #ARGV - 1, 2 do
     ids[#ids + 1] = id
     fields[#fields + 1] = field
     if slot then
-      slots[#slots + 1] = slot
+      if slots then
+        slots[#slots + 1] = slot
+      else
+        slots = {slot}
+      end
     end
     out[#out + 1] = 1
   else
@@ -47,7 +53,7 @@ if #ids == 0 then
 end
 local n = call('XACK', stream, group, unpack(ids))
 call('HDEL', att, unpack(fields))
-if slots[1] then
+if slots then
   local firsts = {}
   for _, sl in ipairs(slots) do
     slot_free(sl, false, firsts)

@@ -25,8 +25,7 @@
 -- Nothing is written to the owner's set, its payload hash or the due
 -- index. One empty message on the stream's wake-up channel, KEYS[2] ..
 -- ':wake' (notify.go), wakes the consumers, as a sweep that wrote events
--- does; it is written out here, as in put.lua (lib.lua's L.wake would
--- cost every run lib's closure).
+-- does. The entry and the wake-up are write_now's (write_now.lua).
 --
 -- The receipt is put.lua's: a string key with a TTL, written first with
 -- NX, holding the due time; a run that finds it returns that as written
@@ -57,15 +56,5 @@ if waiting then
   end
   return 2 * waiting
 end
-local owner = string.sub(key, #stream + 1)
-if p then
-  call('XADD', stream, '*', 'o', owner, 'm', id, 'd', ds, 'p', p)
-else
-  call('XADD', stream, '*', 'o', owner, 'm', id, 'd', ds)
-end
-local ch = stream .. ':wake'
-local ok = redis.pcall('SPUBLISH', ch, '')
-if type(ok) == 'table' and ok.err then
-  call('PUBLISH', ch, '')
-end
+write_now(key, stream, id, ds, p)
 return 2 * ds + 1

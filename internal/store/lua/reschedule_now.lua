@@ -16,7 +16,7 @@
 -- its payload, and its event is appended to the shard's stream, the entry
 -- the sweeper writes (sweep.lua, put_now.lua): fields o, m, d (now, its new
 -- due time) and, with a payload, p; one empty message on KEYS[2] ..
--- ':wake' wakes the consumers. The due index keeps the owner's entry,
+-- ':wake' wakes the consumers (write_now.lua). The due index keeps the owner's entry,
 -- which the sweeper drops or files anew when it comes due. The payload is
 -- read before anything is written, so a payload key of another type fails
 -- the call with nothing changed. A job not waiting is not written. The
@@ -41,16 +41,8 @@ if call('ZREM', key, id) == 0 then
   end
   return false
 end
-local owner = string.sub(key, #stream + 1)
 if p then
   call('HDEL', K[4], id)
-  call('XADD', stream, '*', 'o', owner, 'm', id, 'd', ds, 'p', p)
-else
-  call('XADD', stream, '*', 'o', owner, 'm', id, 'd', ds)
 end
-local ch = stream .. ':wake'
-local ok = redis.pcall('SPUBLISH', ch, '')
-if type(ok) == 'table' and ok.err then
-  call('PUBLISH', ch, '')
-end
+write_now(key, stream, id, ds, p)
 return tonumber(ds)
