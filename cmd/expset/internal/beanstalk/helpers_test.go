@@ -31,7 +31,10 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // startBeanstalkd starts Debian's beanstalkd (in memory) on a free loopback
 // port for the test and returns its address. Without it the test skips, or
-// fails when EXPSET_REQUIRE_BEANSTALKD=1 (CI).
+// fails when EXPSET_REQUIRE_BEANSTALKD=1 (CI). A port taken between its
+// choice and beanstalkd's bind (by a server another test started) is
+// found by whose socket listens on it (listens), and another port is
+// tried.
 func startBeanstalkd(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("beanstalkd")
@@ -41,29 +44,82 @@ func startBeanstalkd(t testing.TB, args ...string) string {
 		}
 		t.Skip("beanstalkd not installed (apt-get install beanstalkd): skipping the comparison with it")
 	}
+	var last error
+	for range 5 {
+		addr, err := runBeanstalkd(t, bin, args)
+		if err == nil {
+			return addr
+		}
+		last = err
+	}
+	t.Fatalf("beanstalkd: %v", last)
+	return ""
+}
+
+// runBeanstalkd starts bin on a free port and returns its address once the
+// process started listens there.
+func runBeanstalkd(t testing.TB, bin string, args []string) (string, error) {
 	port, err := redistest.FreePort()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	cmd := exec.Command(bin, append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() { _ = cmd.Process.Kill(); <-exited }
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
+		select {
+		case <-exited:
+			return "", fmt.Errorf("beanstalkd on %s exited at start (its port taken?)", addr)
+		default:
+		}
+		if listens(cmd.Process.Pid, port) {
+			t.Cleanup(stop)
+			return addr, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("beanstalkd on %s: %v", addr, err)
+			stop()
+			return "", fmt.Errorf("beanstalkd on %s: not listening after 10s", addr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// listens reports whether process pid holds the socket listening on
+// 127.0.0.1:port (Linux: /proc/net/tcp gives the socket's inode, the
+// process's fds link to "socket:[inode]").
+func listens(pid, port int) bool {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	local := fmt.Sprintf("0100007F:%04X", port)
+	inode := ""
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1] == local && f[3] == "0A" { // 0A: LISTEN
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		return false
+	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && l == "socket:["+inode+"]" {
+			return true
+		}
+	}
+	return false
 }
 
 // leaks checks, when the test and its cleanups are done, that the test
