@@ -57,7 +57,7 @@ func acquireLevers(e *env) ([]workload, error) {
 	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
 	lim := strconv.Itoa(limit)
 	evalsha := func(src string, args func(owner, member string) []any) leverCall {
-		sc := redis.NewScript(src)
+		sc := newScript(src)
 		return func(ctx context.Context, rdb *redis.Client, key, owner, member string) (any, error) {
 			return sc.Run(ctx, rdb, []string{key}, args(owner, member)...).Result()
 		}
@@ -133,7 +133,7 @@ func acquireLevers(e *env) ([]workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	evsc := redis.NewScript(evsrc)
+	evsc := newScript(evsrc)
 	variants = append(variants, variant{name: "all-events", what: "acquire-all.lua with events: due index, no key TTL (acquire-all-events.lua)",
 		call: func(ctx context.Context, rdb *redis.Client, key, owner, member string) (any, error) {
 			due := strings.TrimSuffix(key, "o:"+owner) + "due"
@@ -241,7 +241,7 @@ func sweepLevers(e *env) ([]workload, error) {
 			}
 			src = prelude + "\n" + src
 		}
-		sc := redis.NewScript(src)
+		sc := newScript(src)
 		name := v.name
 		for _, c := range []struct {
 			name   string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/expset/expset"
+	"github.com/expset/expset/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -77,12 +78,34 @@ func (e *env) script(path string) (*redis.Script, error) {
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewScript(src), nil
+	return newScript(src), nil
 }
 
 func (e *env) source(path string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(e.testdata, path))
 	return string(b), err
+}
+
+// scripts are the scripts servercost made (newScript): with the library's,
+// each is loaded before a workload's counters are zeroed, so a count holds
+// no script's compilation (once per server, not per call).
+var scripts []*redis.Script
+
+// newScript returns redis.NewScript(src), kept in scripts.
+func newScript(src string) *redis.Script {
+	sc := redis.NewScript(src)
+	scripts = append(scripts, sc)
+	return sc
+}
+
+// loadScripts loads the library's scripts and servercost's own.
+func loadScripts(ctx context.Context, rdb *redis.Client) error {
+	for _, sc := range append(store.All(), scripts...) {
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			return fmt.Errorf("SCRIPT LOAD: %w", err)
+		}
+	}
+	return nil
 }
 
 // measure counts the server instructions of one workload: the keyspace is
@@ -101,6 +124,9 @@ func measure(ctx context.Context, srv *counted, e *env, w workload, keep string)
 	// it on later allocations, on a timer, which would move instructions
 	// into the counted part by chance (most visible on raw ZADD).
 	if err := e.rdb.Do(ctx, "MEMORY", "PURGE").Err(); err != nil {
+		return 0, "", err
+	}
+	if err := loadScripts(ctx, e.rdb); err != nil {
 		return 0, "", err
 	}
 	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
