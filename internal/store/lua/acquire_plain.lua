@@ -1,11 +1,11 @@
 -- acquire_plain.lua: Quota.Acquire's common call, with the server's clock
 -- and no option of the call, on a set without flags or with expiry events
--- alone (no payloads). It decides as acquire.lua does, in the shape of the
--- straightforward check-then-add (file_due.lua its one shared function); a call it does
--- not finish (a wait line to respect, more expired members than one call
--- may drop, or with events any expired member, whose event the sweeper or
--- acquire.lua writes) changes nothing and replies -1, and the caller then
--- runs acquire.lua.
+-- alone (no payloads), built by Store.plainCall. It decides as acquire.lua
+-- does, in the shape of the straightforward check-then-add (file_due.lua
+-- its one shared function); a call it does not finish (a wait line to
+-- respect, more expired members than one call may drop, or with events any
+-- expired member, whose event the sweeper or acquire.lua writes) changes
+-- nothing and replies -1, and the caller then runs acquire.lua.
 --
 -- KEYS[1]  owner sorted set      expset:{name:S}:o:<owner>
 -- KEYS[2]  owner's wait line     expset:{name:S}:w:<owner>
