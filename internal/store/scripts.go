@@ -22,9 +22,7 @@ var luaFS embed.FS
 // jobs.lua (the job scripts' look through the stream, after forget.lua),
 // time_ms.lua (time_ms, the server's TIME in ms as a string) and
 // write_now.lua (write_now, the event and wake-up of a job due at once),
-// the last two for put_now.lua and reschedule_now.lua, and file_due.lua
-// (file_due, an owner's filing in the due index and its wake-up, for
-// put.lua, reschedule.lua and acquire_plain.lua); each script's own
+// the last two for put_now.lua and reschedule_now.lua; each script's own
 // file starts with its KEYS, ARGV and reply. A script includes only the
 // shared files it uses: each local function a shared file defines costs
 // the server about 700 instructions a call.
@@ -37,7 +35,7 @@ var luaFS embed.FS
 var (
 	scriptAdd           = script("lib.lua", "add.lua")
 	scriptAcquire       = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire.lua")
-	scriptAcquirePlain  = script("file_due.lua", "acquire_plain.lua")
+	scriptAcquirePlain  = script("acquire_plain.lua")
 	scriptMany          = script("lib.lua", "wait_gate.lua", "quota.lua", "acquire_many.lua")
 	scriptRemove        = script("lib.lua", "wait_gate.lua", "remove.lua")
 	scriptExtend        = script("lib.lua", "extend.lua")
@@ -56,10 +54,10 @@ var (
 	scriptRemoveGroup   = script("groups.lua", "forget.lua", "remove_group.lua")
 	scriptRunning       = script("groups.lua", "forget.lua", "running.lua")
 	scriptSweepers      = script("sweepers.lua")
-	scriptPut           = script("file_due.lua", "put.lua")
+	scriptPut           = script("put.lua")
 	scriptPutNow        = script("time_ms.lua", "write_now.lua", "put_now.lua")
 	scriptRescheduleNow = script("time_ms.lua", "write_now.lua", "reschedule_now.lua")
-	scriptReschedule    = script("file_due.lua", "reschedule.lua")
+	scriptReschedule    = script("reschedule.lua")
 	scriptCancelWaiting = script("cancel_waiting.lua")
 
 	// The dead-letter scan of the expset command's web page, alone: it

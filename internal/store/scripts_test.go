@@ -37,7 +37,7 @@ func TestTTLBucketMatchesLua(t *testing.T) {
 // places before them) states its KEYS, ARGV and reply in its header.
 func TestScriptHeaders(t *testing.T) {
 	t.Parallel()
-	shared := map[string]bool{"prelude.lua": true, "lib.lua": true, "now.lua": true, "wait_gate.lua": true, "quota.lua": true, "groups.lua": true, "forget.lua": true, "jobs.lua": true, "time_ms.lua": true, "write_now.lua": true, "file_due.lua": true}
+	shared := map[string]bool{"prelude.lua": true, "lib.lua": true, "now.lua": true, "wait_gate.lua": true, "quota.lua": true, "groups.lua": true, "forget.lua": true, "jobs.lua": true, "time_ms.lua": true, "write_now.lua": true}
 	files, err := luaFS.ReadDir("lua")
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,11 @@
 -- A job in its owner's set (a member of that ID), due or not, is waiting
 -- (the sweeper has not taken it): it is left as it is. Else the job is added at now + delay with its
 -- payload, and the owner is filed in the due index at that deadline
--- (file_due.lua, which wakes the sweepers when the shard's next deadline
--- moved earlier). Expired jobs stay for the sweeper. No score is read on
+-- unless it is filed at or before it (ZADD LT: the entry stays at or
+-- before the owner's earliest member). When that filing made the owner the
+-- index's head (the shard's next deadline moved earlier), the deadline is
+-- published on KEYS[2] .. ':wake' (notify.go), so a job due at once is
+-- swept at once. Expired jobs stay for the sweeper. No score is read on
 -- the common path: every command there replies an integer.
 --
 -- The receipt records the write for a retry of the call (a client sends
@@ -32,10 +35,11 @@
 -- the job. A run that writes no job deletes it: a call that changes
 -- nothing leaves nothing, and its retry looks again.
 --
--- The script leaves lib.lua out (file_due is its one shared function),
--- converts TIME's microseconds once, reads KEYS and ARGV through locals,
--- and replies with the number it formatted: each of these saves a few
--- hundred instructions of a call of about 80k (bench/README.md).
+-- The script calls no shared function (it leaves lib.lua out: its wake-up
+-- is written out here), converts TIME's microseconds once, reads KEYS and
+-- ARGV through locals, and replies with the number it formatted: each of
+-- these saves a few hundred instructions of a call of about 80k
+-- (bench/README.md).
 -- Reply: one integer, 2 x deadline + 1 when put, 2 x the waiting job's
 -- deadline when not (an integer costs less to reply than a table).
 local K, A = KEYS, ARGV
@@ -65,5 +69,12 @@ end
 if K[4] then
   call('HSET', K[4], id, A[4])
 end
-file_due(due, string.sub(key, #due), ds)
+local owner = string.sub(key, #due)
+if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
+  local ch = due .. ':wake'
+  local ok = redis.pcall('SPUBLISH', ch, ds)
+  if type(ok) == 'table' and ok.err then
+    call('PUBLISH', ch, ds)
+  end
+end
 return 2 * d + 1

@@ -11,9 +11,9 @@
 -- ARGV[4]  now in ms (absent: the server's TIME)
 --
 -- A job in its owner's set, due or not, is waiting: it is moved to now +
--- delay, and the owner filed in the due index (file_due.lua; a job
+-- delay, and the owner filed in the due index as put.lua files it (a job
 -- moved later leaves the entry early, and the sweeper re-files the owner when it
--- comes). A job not waiting is not written. The
+-- comes), with the same wake-up. A job not waiting is not written. The
 -- receipt is put.lua's.
 -- Reply: the new deadline in ms, or false when no job waits.
 local K, A = KEYS, ARGV
@@ -41,5 +41,12 @@ if call('ZADD', key, 'XX', 'CH', ds, id) == 0 and not call('ZSCORE', key, id) th
   end
   return false
 end
-file_due(due, string.sub(key, #due), ds)
+local owner = string.sub(key, #due)
+if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
+  local ch = due .. ':wake'
+  local ok = redis.pcall('SPUBLISH', ch, ds)
+  if type(ok) == 'table' and ok.err then
+    call('PUBLISH', ch, ds)
+  end
+end
 return d
