@@ -104,12 +104,18 @@ func slotsLeft(t *testing.T, s *Set) int {
 
 // TestOwnerConcurrencyCap: three Consumes of a group (two WithConcurrency(6),
 // one serial) under WithOwnerConcurrency(2) never run more than two calls
-// of one owner at once, reach two (each owner's calls wait, up to a
-// generous deadline, until two of them are under way: a Consume that never
-// ran two of one owner at once would leave them waiting), and leave no slot
-// behind; every event is handled once at attempt 1 (an event refused at the
-// cap is not charged), but every fifth, whose first call fails (its slot
-// freed by the retry), at attempts 1 and 2.
+// of one owner at once, reach two, and leave no slot behind; every event is
+// handled once at attempt 1 (an event refused at the cap is not charged),
+// but every fifth, whose first call fails (its slot freed by the retry), at
+// attempts 1 and 2.
+//
+// To reach two, the calls of the two pools wait, up to a generous deadline,
+// until two calls of their owner are under way: a Consume that never ran
+// two of one owner at once would leave them waiting. The serial Consume's
+// calls do not wait: its one call waiting would hold up the events it read
+// ahead, and those may be all its owner has left, which no other consumer
+// could take before the lease TTL. It starts once the pools have begun a
+// call of every owner, so that each owner has a call that waits.
 func TestOwnerConcurrencyCap(t *testing.T) {
 	t.Parallel()
 	noLeaks(t)
@@ -120,35 +126,49 @@ func TestOwnerConcurrencyCap(t *testing.T) {
 		expireOwned(t, s, clk, owners, perOwner)
 		l := newOwnerLoad(2)
 		var wrong sync.Map
+		var (
+			mu     sync.Mutex
+			pooled = map[string]bool{} // owners of a call of the pools
+		)
 		// Long enough for any loaded machine: a call waits for it only
 		// until the second call of its owner begins.
 		pairs, cancel := context.WithTimeout(context.Background(), killWait)
 		t.Cleanup(cancel)
-		handle := func(_ context.Context, e Expiry) error {
-			l.enter(e)
-			defer l.leave(e)
-			if !l.waitFull(pairs, e.Owner) {
-				t.Errorf("owner %s: no second call at once within %v", e.Owner, killWait)
+		handler := func(pool bool) func(context.Context, Expiry) error {
+			return func(_ context.Context, e Expiry) error {
+				l.enter(e)
+				defer l.leave(e)
+				if pool {
+					mu.Lock()
+					pooled[e.Owner] = true
+					mu.Unlock()
+					if !l.waitFull(pairs, e.Owner) {
+						t.Errorf("owner %s: no second call at once within %v", e.Owner, killWait)
+					}
+				}
+				time.Sleep(3 * time.Millisecond)
+				failing := strings.HasSuffix(e.Member, "0") || strings.HasSuffix(e.Member, "5")
+				if e.Attempt != 1 && (!failing || e.Attempt != 2) {
+					wrong.Store(eventKey(e), e.Attempt)
+				}
+				if failing && e.Attempt == 1 {
+					return RetryAfter(errors.New("once"), 0)
+				}
+				return nil
 			}
-			time.Sleep(3 * time.Millisecond)
-			failing := strings.HasSuffix(e.Member, "0") || strings.HasSuffix(e.Member, "5")
-			if e.Attempt != 1 && (!failing || e.Attempt != 2) {
-				wrong.Store(eventKey(e), e.Attempt)
-			}
-			if failing && e.Attempt == 1 {
-				return RetryAfter(errors.New("once"), 0)
-			}
-			return nil
 		}
 		opts := []ConsumeOption{WithOwnerConcurrency(2), WithPollInterval(5 * time.Millisecond)}
-		var stops []func()
-		for i, name := range []string{"c1", "c2", "c3"} {
-			o := opts
-			if i < 2 {
-				o = append(o[:len(o):len(o)], WithConcurrency(6))
-			}
-			stops = append(stops, consumeInBackground(t, s, "g", name, handle, o...))
+		pool := append(opts[:len(opts):len(opts)], WithConcurrency(6))
+		stops := []func(){
+			consumeInBackground(t, s, "g", "c1", handler(true), pool...),
+			consumeInBackground(t, s, "g", "c2", handler(true), pool...),
 		}
+		waitFor(t, "a call of every owner in the pools", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(pooled) == len(owners)
+		})
+		stops = append(stops, consumeInBackground(t, s, "g", "c3", handler(false), opts...))
 		waitFor(t, "every event handled and acknowledged", func() bool { return drained(s) })
 		for _, stop := range stops {
 			stop()
