@@ -19,6 +19,7 @@ import (
 // address it prints, and on SIGTERM stops (exit 0), putting the job its
 // client held back ready.
 func TestBeanstalkdCommand(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Client(t)
 	prefix := fmt.Sprintf("bscli%d", os.Getpid())
 	r := startBin(t, "beanstalkd", "--redis", rdb.Options().Addr, "--listen", "127.0.0.1:0", "--prefix", prefix)

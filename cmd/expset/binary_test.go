@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,26 +20,57 @@ import (
 )
 
 var (
-	buildOnce sync.Once
 	binPath   string
 	buildErr  error
+	built     = make(chan struct{}) // closed once the build has ended
+	stopBuild = func() {}
 )
 
-// binary builds cmd/expset once per test run and returns its path.
+// startBuild starts building cmd/expset into a new temporary directory, for
+// binary. TestMain calls it before any test runs, so that the build overlaps
+// the serial tests (none runs the binary) and its goroutines predate every
+// test's goleak.IgnoreCurrent.
+func startBuild() {
+	dir, err := os.MkdirTemp("", "expset-bin-*")
+	if err != nil {
+		buildErr = err
+		close(built)
+		return
+	}
+	binPath = filepath.Join(dir, "expset")
+	ctx, cancel := context.WithCancel(context.Background())
+	stopBuild = cancel
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binPath, ".")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the go command cleans up
+	if err := cmd.Start(); err != nil {
+		buildErr = err
+		close(built)
+		return
+	}
+	go func() {
+		if err := cmd.Wait(); err != nil {
+			buildErr = fmt.Errorf("%v\n%s", err, out.String())
+		}
+		close(built)
+	}()
+}
+
+// removeBinary stops the build if it is still under way, and removes the
+// binary: TestMain calls it once the tests have ended.
+func removeBinary() {
+	stopBuild()
+	<-built
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
+// binary returns the path of cmd/expset, built once per test run.
 func binary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "expset-bin-*")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "expset")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
+	<-built
 	if buildErr != nil {
 		t.Fatalf("go build: %v", buildErr)
 	}

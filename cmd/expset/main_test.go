@@ -12,7 +12,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	startBuild()
+	redistest.Main(m, removeBinary)
+}
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

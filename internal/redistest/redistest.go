@@ -176,7 +176,8 @@ func Client(tb testing.TB) *redis.Client {
 // Main runs the tests of a package, stops the shared server and the shared
 // cluster (see SharedCluster), and prints one line for each kind of test it
 // skipped (no real Redis, system tests off), so that the skips show without
-// -v. Use it as the body of TestMain.
+// -v. Use it as the body of TestMain. The atExit functions run once the
+// tests have ended, before the shared servers stop.
 //
 // The go command shows what a passing package printed only with -v, -json,
 // or when run without package arguments (go test in the package's
@@ -189,7 +190,7 @@ func Client(tb testing.TB) *redis.Client {
 // unless it is parallel itself, and waits for one behind every parallel
 // test still queued: so too few places make such a test wait for most of
 // the package.
-func Main(m *testing.M) {
+func Main(m *testing.M, atExit ...func()) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
@@ -197,6 +198,9 @@ func Main(m *testing.M) {
 		_ = flag.Set("test.parallel", strconv.Itoa(max(8, 4*runtime.GOMAXPROCS(0))))
 	}
 	code := m.Run()
+	for _, f := range atExit {
+		f()
+	}
 	if shared != nil {
 		shared.Close()
 		_ = os.RemoveAll(shared.Dir)
