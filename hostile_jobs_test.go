@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // hostileJobCases are the rows of the jobs' calls (Set.Put, Reschedule,
@@ -16,10 +18,19 @@ import (
 func hostileJobCases() []hostileCase {
 	var cs []hostileCase
 	// jobs returns the rows' set, holding the job "waiting", due in a
-	// minute (a Put that, repeated, changes nothing).
+	// minute (a Put that, repeated, changes nothing). Its keys lose their
+	// TTLs (the receipts of the calls that wrote: at least 10s), so that
+	// none expires between a row's two looks.
 	jobs := func(e *hostileEnv) *Set {
 		s := must[*Set](e.t)(Open(context.Background(), e.rdb, e.named("jobs"), WithClock(e.clk.Now), WithExpiryEvents(), WithPayloadStorage()))
 		if _, _, err := s.Put(e.ctx, "waiting", time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+		pipe := e.rdb.Pipeline()
+		for _, k := range setKeys(e.t, e.rdb, s.Name()) {
+			pipe.Persist(e.ctx, k)
+		}
+		if _, err := pipe.Exec(e.ctx); err != nil && err != redis.Nil {
 			e.t.Fatal(err)
 		}
 		return s
