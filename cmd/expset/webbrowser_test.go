@@ -275,7 +275,7 @@ func TestWebBrowser(t *testing.T) {
 	}
 
 	// A job's dead letter shows the job's ID, found by the job filter.
-	buryJob(t, set, "job-7")
+	buryJob(t, rdb, set, "job-7")
 	b.open(base + "/dead?s=" + name)
 	b.eval(`document.querySelector('input[name="job"]').value = "job-7"; document.querySelector("form.filters button").click(); true`, nil)
 	b.waitLoaded(func(href string) bool { return strings.Contains(href, "job=job-7") })
@@ -289,11 +289,15 @@ func TestWebBrowser(t *testing.T) {
 }
 
 // buryJob puts job id due at once and dead-letters it in the group
-// "reminders", whose consumer buries it (and sweeps).
-func buryJob(t *testing.T, set *expset.Set, id string) {
+// "reminders", whose consumer buries it. The group is made before the put:
+// a job due at once is on the stream at once, and another group's consumer
+// may handle it, and delete it as no group's, before a Consume made the
+// group.
+func buryJob(t *testing.T, rdb redis.UniversalClient, set *expset.Set, id string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	declare(t, rdb, set, "reminders")
 	if _, _, err := set.Put(ctx, id, 0); err != nil {
 		t.Fatal(err)
 	}
