@@ -188,25 +188,26 @@ func (s *Store) plainCall(a Acquire) *Call {
 	if s.clock != nil || a.Evict || a.Refresh || a.HasPayload || (s.flags != "" && s.flags != "ei") {
 		return nil
 	}
-	sk := &s.shards[s.ShardOf(a.Owner)]
+	shard := s.ShardOf(a.Owner)
+	sk := &s.shards[shard]
 	keys := []string{sk.Owner + a.Owner, sk.Line + a.Owner}
 	if s.flags != "" {
 		keys = append(keys, sk.Due)
 	}
-	return &Call{Op: "acquire", Shard: s.ShardOf(a.Owner), Script: scriptAcquirePlain, Keys: keys, Args: []any{a.TTL, a.Member, a.Limit}}
+	return &Call{Op: "acquire", Shard: shard, Script: scriptAcquirePlain, Keys: keys, Args: []any{a.TTL, a.Member, a.Limit}}
 }
 
 // Acquire runs acquire.lua for a and returns its decision. The common call
 // (plainCall) runs acquire_plain.lua first, and acquire.lua only when that
 // replies -1 (a wait line to respect, or expired members it leaves).
 func (s *Store) Acquire(ctx context.Context, a Acquire) (Decision, error) {
-	c := s.acquireCall(a)
 	if p := s.plainCall(a); p != nil {
 		s.runWrite(ctx, p, true, acquireWrote)
 		if x, ok := p.Reply.(int64); p.Err != nil || !ok || x != -1 {
 			return decided(p, a.Limit)
 		}
 	}
+	c := s.acquireCall(a) // built only when acquire.lua runs
 	s.runWrite(ctx, c, true, acquireWrote)
 	return decided(c, a.Limit)
 }
