@@ -165,11 +165,13 @@ func startCluster(opts ClusterOptions) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{root: root}
+	// The deferred stop holds the cluster itself: an error return sets the
+	// named result c to nil before deferred calls run.
+	made := &Cluster{root: root}
+	c = made
 	defer func() {
 		if err != nil {
-			c.stop()
-			c = nil
+			made.stop()
 		}
 	}()
 	args := func(port int) []string {
