@@ -2,6 +2,8 @@ package expset
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,15 +44,15 @@ func (h *lostBeginReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 	}
 }
 
-// beginHash is the SHA1 of the script that begins handler calls,
-// begins.lua.
-var beginHash = store.Named("begins.lua").Hash()
+// beginHashes are the SHA1s of the scripts that begin handler calls,
+// begins.lua and begin_fresh.lua.
+var beginHashes = []string{store.Named("begins.lua").Hash(), store.Named("begin_fresh.lua").Hash()}
 
-// isBeginCall reports whether cmd runs begins.lua, which begins handler
+// isBeginCall reports whether cmd runs a script that begins handler
 // calls.
 func isBeginCall(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) >= 2 && a[0] == "evalsha" && a[1] == beginHash
+	return len(a) >= 2 && a[0] == "evalsha" && slices.Contains(beginHashes, fmt.Sprint(a[1]))
 }
 
 // TestConsumeRetriedBeginCountsOnce: every script call that begins a

@@ -1,8 +1,8 @@
 package store
 
-// begins.go serves begins.lua: the start of handler calls of events a
-// consumer holds (read, claimed, read ahead or set aside), one shard's
-// batch a call (Set.Consume, Set.Reserve).
+// begins.go serves begins.lua and begin_fresh.lua: the start of handler
+// calls of events a consumer holds (read, claimed, read ahead or set
+// aside), one shard's batch a call (Set.Consume, Set.Reserve).
 
 // The attempts begins.lua gives for an event not begun.
 const (
@@ -59,11 +59,28 @@ func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
 		args = append(args, it.ID, it.Token, it.Owner)
 	}
 	args[beginFresh] = fresh
-	return &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
+	full := &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
+	if fresh < len(items) || c.OwnerCap != 0 {
+		return full
+	}
+	return beginFreshCall(c, full, items)
 }
 
-// ReadBegins reads the reply of c, a begins.lua call of n items: one Begun
-// per item, in order. The error is the call's, or ErrUnexpectedReply for
+// beginFreshCall builds begin_fresh.lua's call of items, all fresh, for c
+// without an owner cap, which hands over to full, begins.lua's call of the
+// same items, while the group or an owner in it is paused.
+func beginFreshCall(c Consumer, full *Call, items []BeginItem) *Call {
+	args := make([]any, 1, 1+2*len(items))
+	args[0] = c.Group
+	for _, it := range items {
+		args = append(args, it.ID, it.Token)
+	}
+	return &Call{Op: full.Op, Shard: full.Shard, Script: scriptBeginFresh, Keys: full.Keys[:2], Args: args, handover: full}
+}
+
+// ReadBegins reads the reply of c, a call of begins.lua or begin_fresh.lua
+// of n items: one Begun per item, in order (begin_fresh.lua's reply of one
+// item is its integer). The error is the call's, or ErrUnexpectedReply for
 // a reply that is not one item per item sent; an item's own malformed
 // reply is its Begun's Err.
 func ReadBegins(c *Call, n int) ([]Begun, error) {
@@ -71,6 +88,9 @@ func ReadBegins(c *Call, n int) ([]Begun, error) {
 		return nil, c.Err
 	}
 	xs, ok := c.Reply.([]any)
+	if one, isInt := c.Reply.(int64); isInt && n == 1 && c.Script == scriptBeginFresh {
+		xs, ok = []any{one}, true
+	}
 	if !ok || len(xs) != n {
 		return nil, Unexpected("begins.lua", c.Reply)
 	}

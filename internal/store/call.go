@@ -24,6 +24,23 @@ type Call struct {
 	Reply   any   // the reply (nil for a nil reply)
 	Err     error // the error, wrapped as "expset: <op> <first key>: <error>"
 	Durable bool  // WithDurability's acknowledgements came (RunWrites)
+
+	// handover, when set, is the call to run instead when this one
+	// replies -1, which says it changed nothing and leaves the call to
+	// handover's script (a script of a common case handing a rarer one to
+	// the script of every case). Run and RunPipelined run it in place:
+	// the Call becomes handover, and OnCall sees both runs.
+	handover *Call
+}
+
+// handedOver reports whether c ran and handed its call over (see
+// Call.handover): then c becomes the call it hands over to, not yet run.
+func (c *Call) handedOver() bool {
+	if c.handover == nil || c.Err != nil || c.Reply != int64(-1) {
+		return false
+	}
+	*c = *c.handover
+	return true
 }
 
 // Run runs c by EVALSHA, falling back to EVAL (which loads the script) on
@@ -51,12 +68,16 @@ func (s *Store) runOn(ctx context.Context, rdb redis.Scripter, c *Call) {
 		took = time.Since(start)
 	}
 	s.finish(ctx, c, v, err, took)
+	if c.handedOver() {
+		s.runOn(ctx, rdb, c)
+	}
 }
 
 // RunPipelined runs calls in one pipeline (one round trip per node): each
 // by EVALSHA, and a call whose script the server did not know again by Run,
 // which loads it. Each call's reply and error land in the call; OnCall sees
-// every call, with the pipeline's duration.
+// every call, with the pipeline's duration; the calls handed over (see
+// Call.handover) run again, in a pipeline of their own.
 func (s *Store) RunPipelined(ctx context.Context, calls []*Call) {
 	s.runPipelinedOn(ctx, s.rdb, calls)
 }
@@ -88,6 +109,15 @@ func (s *Store) runPipelinedOn(ctx context.Context, rdb scriptClient, calls []*C
 			continue
 		}
 		s.settle(ctx, c, cmds[i], took)
+	}
+	var again []*Call
+	for _, c := range calls {
+		if c.handedOver() {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		s.runPipelinedOn(ctx, rdb, again)
 	}
 }
 

@@ -30,6 +30,14 @@ func TestConsumerBuilders(t *testing.T) {
 	check("begins", s.BeginsCall(plain, 1, items), "begin", hot, "g", "c", 1200, 3, 200, 0, 1, "", "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
 	check("begins with a cap", s.BeginsCall(capped, 1, items), "begin", lease, "g", "c", 1200, 3, 200, 2, 1, "F:1:g", "1-0", "a", "u", "2-0", "b", "", "3-0", "c", "")
 	check("begins, none fresh first", s.BeginsCall(plain, 1, items[1:]), "begin", hot, "g", "c", 1200, 3, 200, 0, 0, "", "2-0", "b", "", "3-0", "c", "")
+	fresh := []BeginItem{items[0], items[2]}
+	lean := s.BeginsCall(plain, 1, fresh)
+	check("begins, every item fresh", lean, "begin", hot, "g", "1-0", "a", "3-0", "c")
+	if lean.Script != scriptBeginFresh || lean.handover == nil || lean.handover.Script != scriptBegins {
+		t.Errorf("begins, every item fresh: not begin_fresh.lua handing over to begins.lua")
+	}
+	check("begins, every item fresh, handed over", lean.handover, "begin", hot, "g", "c", 1200, 3, 200, 0, 2, "", "1-0", "a", "u", "3-0", "c", "")
+	check("begins with a cap, every item fresh", s.BeginsCall(capped, 1, fresh), "begin", lease, "g", "c", 1200, 3, 200, 2, 2, "F:1:g", "1-0", "a", "u", "3-0", "c", "")
 	leases := []Lease{{"1-0", "a"}, {"2-0", ""}}
 	check("ack", s.AckCall(plain, 1, leases), "ack", hot, "g", "1-0", "a", "2-0", "")
 	check("ack with a cap", s.AckCall(capped, 1, leases), "ack", lease, "g", "1-0", "a", "2-0", "")
@@ -55,6 +63,9 @@ func TestConsumerReadersRead(t *testing.T) {
 	want := []Begun{{Attempt: 2, Taken: true, Full: true}, {}, {Attempt: BeginFull}, {Attempt: 1}}
 	if err != nil || !slices.Equal(bs, want) {
 		t.Errorf("begins: %+v %v, want %+v", bs, err, want)
+	}
+	if bs, err := ReadBegins(&Call{Script: scriptBeginFresh, Reply: int64(4)}, 1); err != nil || !slices.Equal(bs, []Begun{{Attempt: 1}}) {
+		t.Errorf("begin_fresh.lua, one item: %+v %v, want attempt 1", bs, err)
 	}
 	held, err := ReadAck(&Call{Reply: []any{int64(1), int64(0), "x"}}, 3)
 	if err != nil || !slices.Equal(held, []bool{true, false, false}) {

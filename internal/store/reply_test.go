@@ -61,6 +61,13 @@ var readers = map[string]func(v any) error{
 		}
 		return err
 	},
+	"begin_fresh.lua": func(v any) error {
+		bs, err := ReadBegins(&Call{Script: scriptBeginFresh, Reply: v}, 1)
+		for _, b := range bs {
+			err = cmp.Or(err, b.Err)
+		}
+		return err
+	},
 
 	"ack.lua":   func(v any) error { _, err := ReadAck(&Call{Reply: v}, 2); return err },
 	"renew.lua": func(v any) error { _, err := ReadRenew(&Call{Reply: v}, 2); return err },
@@ -149,13 +156,14 @@ func TestReadersRefuseMalformed(t *testing.T) {
 			[]any{int64(1), "0", int64(0), "g", "1-0", "c", int64(0), int64(1), "x t", "o", "m"},
 			[]any{int64(1), "0", int64(0), "g", "1-0", "c", int64(0), int64(1), "1 t 5", "o", "m"},
 			[]any{int64(1), "0", int64(0), "g", "1-0", "c", "x", int64(1), "1 t", "o", "m"}},
-		"sweepers.lua": {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
-		"deadscan.lua": {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
-		"begins.lua":   {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}, []any{int64(-5), int64(0)}, []any{int64(3), int64(0)}},
-		"ack.lua":      {nil, "x", int64(1), []any{}, []any{int64(1)}, []any{int64(1), int64(1), int64(1)}},
-		"renew.lua":    {nil, "x", int64(1), []any{}, []any{int64(1)}},
-		"claim.lua":    {nil, "x", []any{}, []any{int64(1)}, []any{"0-0", "x"}, []any{"0-0", []any{"1-0", int64(1), int64(0)}}, []any{"0-0", []any{"1-0", "x", int64(0), []any{}}}, []any{"0-0", []any{"1-0", int64(1), int64(0), []any{"a"}}}},
-		"open.lua":     {nil, []any{"a"}, []any{"version", int64(1)}, []any{"version", "1"}, []any{"version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0"}},
+		"sweepers.lua":    {nil, []any{}, []any{int64(1)}, []any{"x", int64(0)}, []any{int64(1), int64(0), "t"}, []any{int64(1), int64(0), int64(2), int64(3)}},
+		"deadscan.lua":    {nil, []any{"", int64(0), int64(0)}, []any{"", int64(1), int64(1), []any{"x"}}, []any{"", int64(1), int64(1), []any{[]any{"1-0", []any{"a"}}}}, []any{int64(1), int64(1), int64(1), []any{}}},
+		"begins.lua":      {nil, "x", int64(0), []any{}, []any{int64(0)}, []any{int64(1), int64(0)}, []any{"x", int64(0)}, []any{[]any{int64(1)}, int64(0)}, []any{[]any{int64(0), int64(1), int64(0)}, int64(0)}, []any{[]any{int64(1), "x", int64(0)}, int64(0)}, []any{int64(-5), int64(0)}, []any{int64(3), int64(0)}},
+		"begin_fresh.lua": {nil, "x", int64(-5), int64(3), []any{}, []any{int64(4), int64(4)}, []any{"x"}},
+		"ack.lua":         {nil, "x", int64(1), []any{}, []any{int64(1)}, []any{int64(1), int64(1), int64(1)}},
+		"renew.lua":       {nil, "x", int64(1), []any{}, []any{int64(1)}},
+		"claim.lua":       {nil, "x", []any{}, []any{int64(1)}, []any{"0-0", "x"}, []any{"0-0", []any{"1-0", int64(1), int64(0)}}, []any{"0-0", []any{"1-0", "x", int64(0), []any{}}}, []any{"0-0", []any{"1-0", int64(1), int64(0), []any{"a"}}}},
+		"open.lua":        {nil, []any{"a"}, []any{"version", int64(1)}, []any{"version", "1"}, []any{"version", "1", "shards", "0", "events", "0", "payloads", "0", "index", "0"}},
 	}
 	for name, vs := range bad {
 		read := readers[name]

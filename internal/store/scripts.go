@@ -67,15 +67,17 @@ var (
 
 // The consumer engine's scripts.
 var (
-	scriptAck     = script("groups.lua", "forget.lua", "ack.lua")
-	scriptRenew   = script("groups.lua", "renew.lua")
-	scriptBegins  = script("groups.lua", "begins.lua")
-	scriptBury    = script("groups.lua", "forget.lua", "bury.lua")
-	scriptClaim   = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
-	scriptRelease = script("groups.lua", "release.lua")
-	scriptRetry   = script("now.lua", "groups.lua", "retry.lua")
-	scriptPrune   = script("groups.lua", "forget.lua", "prune.lua")
-	scriptPause   = script("pause.lua")
+	scriptAck    = script("groups.lua", "forget.lua", "ack.lua")
+	scriptRenew  = script("groups.lua", "renew.lua")
+	scriptBegins = script("groups.lua", "begins.lua")
+	// begins.lua's most common call (every item fresh, no owner cap), alone.
+	scriptBeginFresh = script("begin_fresh.lua")
+	scriptBury       = script("groups.lua", "forget.lua", "bury.lua")
+	scriptClaim      = script("now.lua", "groups.lua", "forget.lua", "claim.lua")
+	scriptRelease    = script("groups.lua", "release.lua")
+	scriptRetry      = script("now.lua", "groups.lua", "retry.lua")
+	scriptPrune      = script("groups.lua", "forget.lua", "prune.lua")
+	scriptPause      = script("pause.lua")
 
 	// A group capped as a whole (WithGroupConcurrency): its call slots.
 	scriptGroupTake  = script("group_take.lua")
@@ -140,7 +142,7 @@ var named = map[string]*redis.Script{
 	"wait_leave.lua": scriptWaitLeave, "remove_group.lua": scriptRemoveGroup, "running.lua": scriptRunning,
 	"sweepers.lua": scriptSweepers, "put.lua": scriptPut, "put_now.lua": scriptPutNow, "reschedule_now.lua": scriptRescheduleNow, "reschedule.lua": scriptReschedule, "cancel_waiting.lua": scriptCancelWaiting,
 	"deadscan.lua": scriptDeadScan,
-	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "bury.lua": scriptBury,
+	"ack.lua":      scriptAck, "renew.lua": scriptRenew, "begins.lua": scriptBegins, "begin_fresh.lua": scriptBeginFresh, "bury.lua": scriptBury,
 	"claim.lua": scriptClaim, "release.lua": scriptRelease, "retry.lua": scriptRetry, "prune.lua": scriptPrune,
 }
 
