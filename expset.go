@@ -133,6 +133,11 @@ func Open(ctx context.Context, rdb redis.UniversalClient, name string, opts ...O
 	if Configuration(got) != want {
 		return nil, mismatch(name, store.MetaKey(name), Configuration(got), want)
 	}
+	if s.events {
+		if err := s.st.AnchorIndexes(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.declareGroups(ctx); err != nil {
 		return nil, err
 	}

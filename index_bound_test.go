@@ -2,11 +2,15 @@ package expset
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/expset/expset/internal/store"
 )
@@ -91,8 +95,11 @@ func TestEventsIndexNeverExpires(t *testing.T) {
 		clk.Advance(indexGrace + 2*time.Second)
 		must[time.Time](t)(s.Add(ctx, "late", "m", time.Second))
 		due := s.shards[0].Due
-		if n, ttl := b.rdb.ZCard(ctx, due).Val(), b.rdb.PTTL(ctx, due).Val(); n != 11 || ttl != -1 {
-			t.Fatalf("index of an events set: %d entries, TTL %v; want 11 and none", n, ttl)
+		if n, ttl := indexLen(t, b.rdb, due), b.rdb.PTTL(ctx, due).Val(); n != 11 || ttl != -1 {
+			t.Fatalf("index of an events set: %d owners, TTL %v; want 11 and none", n, ttl)
+		}
+		if score, err := b.rdb.ZScore(ctx, due, store.IndexAnchor).Result(); err != nil || !math.IsInf(score, 1) {
+			t.Fatalf("the index's anchor: %v %v, want it at +inf", score, err)
 		}
 	})
 }
@@ -131,4 +138,41 @@ func TestSweepKeepsTheIndexAlive(t *testing.T) {
 			t.Fatalf("index %v, want u alone", got)
 		}
 	})
+}
+
+// indexOf returns the due index of every shard: owner -> score, without
+// the anchor (store.IndexAnchor).
+func indexOf(t *testing.T, s *Set) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, sk := range s.shards {
+		zs, err := s.rdb.ZRangeWithScores(context.Background(), sk.Due, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zs {
+			if z.Member != store.IndexAnchor {
+				out[z.Member.(string)] = int64(z.Score)
+			}
+		}
+	}
+	return out
+}
+
+// indexLen counts the owners in due index key: its entries but the anchor
+// (store.IndexAnchor, at +inf). (miniredis counts +inf in a ZCOUNT to
+// "(+inf".)
+func indexLen(t *testing.T, rdb redis.Cmdable, key string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	n, err := rdb.ZCard(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdb.ZScore(ctx, key, store.IndexAnchor).Result(); err == nil {
+		n--
+	} else if !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
 }

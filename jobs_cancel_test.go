@@ -70,8 +70,8 @@ func TestJobCancelLeavesTheIndexEntry(t *testing.T) {
 		if st.Expired != 0 || st.Stale != 1 || len(readAll(t, s)) != 0 {
 			t.Fatalf("swept %+v: want one stale entry and no event", st)
 		}
-		if n := b.rdb.ZCard(ctx, due).Val(); n != 0 {
-			t.Fatalf("the due index holds %d entries after the sweep, want none", n)
+		if n := indexLen(t, b.rdb, due); n != 0 {
+			t.Fatalf("the due index holds %d owners after the sweep, want none", n)
 		}
 	})
 }

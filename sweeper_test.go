@@ -40,22 +40,6 @@ func seedStaggered(t *testing.T, s *Set, owners, per, spread int) map[string]map
 	return out
 }
 
-// indexOf returns the due index of every shard: owner -> score.
-func indexOf(t *testing.T, s *Set) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	for _, sk := range s.shards {
-		zs, err := s.rdb.ZRangeWithScores(context.Background(), sk.Due, 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, z := range zs {
-			out[z.Member.(string)] = int64(z.Score)
-		}
-	}
-	return out
-}
-
 // eventsOf reads every entry of every shard's event stream.
 func eventsOf(t *testing.T, s *Set) []Expiry {
 	t.Helper()

@@ -41,6 +41,16 @@ const (
 // a reserved owner like the job buckets.
 const ScheduleOwner = JobOwnerPrefix + "sched"
 
+// IndexAnchor is the member every shard's due index of a set with expiry
+// events holds at +inf from Open on. Longer than a sorted set's listpack
+// may hold (zset-max-listpack-value, 64 bytes by default), it keeps the
+// index a skip list at any size, which a restart's load keeps too: a write
+// costs O(log n) there, where a listpack of up to 128 owners is searched
+// and shifted whole (bench/README.md). It begins with JobOwnerPrefix, so
+// no caller's owner is it, and its score keeps it out of every read of
+// what is due.
+const IndexAnchor = JobOwnerPrefix + "anchor: keeps this due index a skip list (expset docs/design.md)"
+
 // IsJobOwner reports whether an owner is a bucket of jobs (or the
 // schedules' owner).
 func IsJobOwner(owner string) bool { return strings.HasPrefix(owner, JobOwnerPrefix) }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -83,6 +84,20 @@ func Open(ctx context.Context, rdb redis.Scripter, name string, want Config) (Co
 		return Config{}, fmt.Errorf("expset: open %q (%s): %w", name, key, err)
 	}
 	return readOpen(key, v)
+}
+
+// AnchorIndexes files IndexAnchor in every shard's due index (ZADD NX, in
+// one pipeline): Open does, for a set with expiry events, whose index has
+// no TTL.
+func (s *Store) AnchorIndexes(ctx context.Context) error {
+	pipe := s.rdb.Pipeline()
+	for _, sk := range s.shards {
+		pipe.ZAddNX(ctx, sk.Due, redis.Z{Score: math.Inf(1), Member: IndexAnchor})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("expset: anchor the due indexes of %q: %w", s.name, err)
+	}
+	return nil
 }
 
 // ReadConfig reads the configuration recorded for the set called name;

@@ -41,7 +41,7 @@ type statsShardCmds struct {
 	owners, ownersDue, events, dead *redis.IntCmd
 	due                             *redis.StringSliceCmd
 	trimmed                         *redis.StringCmd
-	jobs                            *redis.Cmd // ZMSCORE of the job owners (jobOwners) in the due index
+	jobs                            *redis.Cmd // ZMSCORE of the job owners (jobOwners) and IndexAnchor in the due index
 }
 
 // statsOwnerCmds are one due owner's commands of the second pipeline.
@@ -66,8 +66,8 @@ func (s *Store) Now(ctx context.Context) (int64, error) {
 
 // Counts reads every shard's counts at now (ms), in two pipelines (each one
 // round trip per server; the first asks each shard's due index, with one
-// ZMSCORE, for the owners jobs and schedules are kept under, to leave them
-// out of the owners).
+// ZMSCORE, for the owners jobs and schedules are kept under and for
+// IndexAnchor, to leave them out of the owners).
 func (s *Store) Counts(ctx context.Context, now int64) ([]ShardCounts, error) {
 	nowArg := strconv.FormatInt(now, 10)
 	cmds, err := s.statsCounts(ctx, nowArg)
@@ -106,7 +106,7 @@ func (s *Store) Counts(ctx context.Context, now int64) ([]ShardCounts, error) {
 // and its retention counter.
 func (s *Store) statsCounts(ctx context.Context, nowArg string) ([]statsShardCmds, error) {
 	cmds := make([]statsShardCmds, len(s.shards))
-	jobs := s.jobOwners()
+	jobs := append(s.jobOwners(), IndexAnchor)
 	pipe := s.rdb.Pipeline()
 	for i, sk := range s.shards {
 		cmds[i] = statsShardCmds{
@@ -187,7 +187,7 @@ func jobOwnersIn(reply any, now int64) (present, due int64) {
 			continue // nil: not in the index
 		}
 		present++
-		if int64(f) <= now {
+		if f <= float64(now) {
 			due++
 		}
 	}

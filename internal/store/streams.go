@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,10 +83,10 @@ func (s *Store) ReadEvents(ctx context.Context, shard int, after string, count i
 }
 
 // DueHead reads the earliest score of shard's due index (ms); ok is false
-// when the index is empty.
+// when the index holds no owner (IndexAnchor, at +inf, is none).
 func (s *Store) DueHead(ctx context.Context, shard int) (score int64, ok bool, err error) {
 	head, err := s.rdb.ZRangeWithScores(ctx, s.shards[shard].Due, 0, 0).Result()
-	if err != nil || len(head) != 1 {
+	if err != nil || len(head) != 1 || math.IsInf(head[0].Score, 0) {
 		return 0, false, err
 	}
 	return int64(head[0].Score), true, nil

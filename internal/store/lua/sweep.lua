@@ -461,8 +461,10 @@ local earliest = now
 if not next[1] then
   local head = call('ZRANGE', due, '0', '0', 'WITHSCORES')
   earliest = -1
-  if head[2] then
-    earliest = tonumber(head[2])
+  -- (The index's anchor, at +inf, is no owner: IndexAnchor in Go.)
+  local e = tonumber(head[2] or '')
+  if e and e < math.huge then
+    earliest = e
   end
 end
 local reply = {now, expired, late_sum, late_max, owners, stale, earliest, trimmed}
