@@ -23,14 +23,20 @@ local stream, att, group = KEYS[1], KEYS[2], ARGV[1]
 RUNO = KEYS[3]
 -- slots is made on first use: the calls of a consumer without an owner cap
 -- hold none.
+-- The attempts fields are read with one HMGET.
+local all = {}
+for i = 2, #ARGV - 1, 2 do
+  all[#all + 1] = att_field(ARGV[i], group)
+end
+local vals = call('HMGET', att, unpack(all))
 local ids, fields, slots, out = {}, {}, nil, {}
 for i = 2, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
-  local field = att_field(id, group)
+  local field = all[i / 2]
   local mine, slot = tok == '', nil
   if not mine then
     local t
-    t, slot = att_token(att, field)
+    t, slot = att_token(vals[i / 2])
     mine = t == tok
   end
   if mine then

@@ -33,8 +33,9 @@
 -- without events PEXPIRE (GT but on an owner's first member) to the end of
 -- the new deadline's TTL_BUCKET, with events ZADD LT CH of the owner in
 -- the due index (it stays at or before the owner's earliest deadline) and,
--- when that moved it, the index's head read back: when the owner is the
--- head, the deadline is published on KEYS[3] .. ':wake' (notify.go).
+-- when that moved it, the owner's rank read back (ZRANK: an integer, where
+-- the head's name would be a table): when the owner is the head, the
+-- deadline is published on KEYS[3] .. ':wake' (notify.go).
 local K, A = KEYS, ARGV
 local key, member, due = K[1], A[2], K[3]
 local t = call('TIME')
@@ -97,7 +98,7 @@ else
     call('ZADD', key, ds, member)
     if due then
       local owner = string.sub(key, #due)
-      if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
+      if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANK', due, owner) == 0 then
         local ch = due .. ':wake'
         local ok = redis.pcall('SPUBLISH', ch, ds)
         if type(ok) == 'table' and ok.err then

@@ -102,11 +102,11 @@ local function att_get(att, field)
   return used, tok, tonumber(string.sub(v, sp2 + 1)), nil
 end
 
--- att_token returns the token of the last call begun of field in att (nil
--- when none) and the mark of the owner slot it holds (nil when none):
--- att_get without reading the numbers.
-local function att_token(att, field)
-  local v = call('HGET', att, field)
+-- att_token returns the token of the last call begun in v, the value of an
+-- attempts field (false or nil when none: the caller reads the fields of
+-- a batch with one HMGET), nil when none, and the mark of the owner slot
+-- it holds (nil when none): att_get's reading without the numbers.
+local function att_token(v)
   if not v then
     return nil, nil
   end

@@ -22,9 +22,10 @@
 -- payload, and the owner is filed in the due index at that deadline
 -- unless it is filed at or before it (ZADD LT: the entry stays at or
 -- before the owner's earliest member). When that filing made the owner the
--- index's head (the shard's next deadline moved earlier), the deadline is
--- published on KEYS[2] .. ':wake' (notify.go), so a job due at once is
--- swept at once. Expired jobs stay for the sweeper. No score is read on
+-- index's head (its ZRANK is 0: the shard's next deadline moved earlier;
+-- the index is a skip list, IndexAnchor in Go, where a rank costs log n),
+-- the deadline is published on KEYS[2] .. ':wake' (notify.go), so a job
+-- due at once is swept at once. Expired jobs stay for the sweeper. No score is read on
 -- the common path: every command there replies an integer.
 --
 -- The receipt records the write for a retry of the call (a client sends
@@ -70,7 +71,7 @@ if K[4] then
   call('HSET', K[4], id, A[4])
 end
 local owner = string.sub(key, #due)
-if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
+if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANK', due, owner) == 0 then
   local ch = due .. ':wake'
   local ok = redis.pcall('SPUBLISH', ch, ds)
   if type(ok) == 'table' and ok.err then

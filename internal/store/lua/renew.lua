@@ -23,11 +23,16 @@
 -- no longer the call's.
 local stream, att, group, consumer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 RUNO = KEYS[3]
+-- The attempts fields are read with one HMGET.
+local fields = {}
+for i = 4, #ARGV - 1, 2 do
+  fields[#fields + 1] = att_field(ARGV[i], group)
+end
+local vals = call('HMGET', att, unpack(fields))
 local out = {}
 for i = 4, #ARGV - 1, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
-  local field = att_field(id, group)
-  local token = att_token(att, field)
+  local token = att_token(vals[i / 2 - 1])
   local r = 0
   if token == tok and hold(stream, att, group, consumer, id) then
     r = 1

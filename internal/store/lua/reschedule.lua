@@ -42,7 +42,7 @@ if call('ZADD', key, 'XX', 'CH', ds, id) == 0 and not call('ZSCORE', key, id) th
   return false
 end
 local owner = string.sub(key, #due)
-if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANGE', due, '0', '0')[1] == owner then
+if call('ZADD', due, 'LT', 'CH', ds, owner) == 1 and call('ZRANK', due, owner) == 0 then
   local ch = due .. ':wake'
   local ok = redis.pcall('SPUBLISH', ch, ds)
   if type(ok) == 'table' and ok.err then
