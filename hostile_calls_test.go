@@ -164,6 +164,8 @@ func hostileCallRows(rows *hostileRows) {
 		{"Set.RemoveGroup", func(e *hostileEnv, s *Set) error { _, err := s.RemoveGroup(e.ctx, "g"); return err }},
 		{"Set.Running", func(e *hostileEnv, s *Set) error { _, err := s.Running(e.ctx, "g", 10); return err }},
 		{"Set.PausedOwners", func(e *hostileEnv, s *Set) error { _, err := s.PausedOwners(e.ctx, "g"); return err }},
+		{"Set.Pause", func(e *hostileEnv, s *Set) error { _, err := s.Pause(e.ctx, "g", ""); return err }},
+		{"Set.Resume", func(e *hostileEnv, s *Set) error { _, err := s.Resume(e.ctx, "g", "o"); return err }},
 	}
 	for _, z := range []struct {
 		desc string
@@ -235,6 +237,8 @@ func hostileCallRows(rows *hostileRows) {
 	}{
 		{"Set.RemoveGroup", func(e *hostileEnv, s *Set, group string) error { _, err := s.RemoveGroup(e.ctx, group); return err }},
 		{"Set.PausedOwners", func(e *hostileEnv, s *Set, group string) error { _, err := s.PausedOwners(e.ctx, group); return err }},
+		{"Set.Pause", func(e *hostileEnv, s *Set, group string) error { _, err := s.Pause(e.ctx, group, ""); return err }},
+		{"Set.Resume", func(e *hostileEnv, s *Set, group string) error { _, err := s.Resume(e.ctx, group, "o"); return err }},
 	}
 	for _, c := range byGroup {
 		for _, g := range []struct{ desc, group string }{{`group ""`, ""}, {"group of 257 bytes", strings.Repeat("g", maxConsumerLen+1)}} {
@@ -258,6 +262,25 @@ func hostileCallRows(rows *hostileRows) {
 		_, err = s.RemoveGroup(e.ctx, "missing")
 		return "", err
 	})
+	// An owner Pause and Resume refuse, as every call refuses it (the jobs'
+	// reserved prefix).
+	for _, c := range []struct {
+		call  string
+		pause bool
+	}{{"Set.Pause", true}, {"Set.Resume", false}} {
+		row(c.call, "owner \"\\x00job:1\"", ErrInvalidArgument, "", func(e *hostileEnv) (string, error) {
+			s, err := eventsSet(e)
+			if err != nil {
+				return "", err
+			}
+			if c.pause {
+				_, err = s.Pause(e.ctx, "g", "\x00job:1")
+			} else {
+				_, err = s.Resume(e.ctx, "g", "\x00job:1")
+			}
+			return "", err
+		})
+	}
 	row("Set.PausedOwners", "a group the set does not have", nil, "none", func(e *hostileEnv) (string, error) {
 		s, err := eventsSet(e)
 		if err != nil {

@@ -290,7 +290,8 @@ func background(t *testing.T, what string, run func(context.Context) error) (sto
 	return stop
 }
 
-// waitFor polls cond every 5ms for up to 5s.
+// waitFor polls cond every 5ms until it holds, and fails t after 30s
+// (a bound for a hang, not a timing: loaded machines take seconds).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
