@@ -25,8 +25,11 @@
 -- retry < 2^31 ms) or the string "status count value": each costs the
 -- server less than the table (bench/README.md).
 --
--- The calls: TIME and the member's ZSCORE (held and live: answered with
--- the live members counted); ZCARD; at or past the limit, the member at
+-- The calls: TIME, ZCARD and (of an owner with members) the member's
+-- ZSCORE, or from a limit of 1000 ZSCORE first and ZCARD only when the
+-- member is not held (held and live: answered with the live members
+-- counted, ZCARD less a ZCOUNT of the expired, or from 1000 one ZCOUNT of
+-- the live); at or past the limit, the member at
 -- rank count - limit, whose deadline is a denial's retry; else ZCOUNT of
 -- the expired (without events dropped with one ZREMRANGEBYRANK: the
 -- earliest are the expired), EXISTS of the wait line and ZADD; then
@@ -43,21 +46,33 @@ local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows -- now formatted, when a ZCOUNT needs it
 local status, count, value -- the decision: 2 held, 0 denied, 1 added
-local cur = call('ZSCORE', key, member)
+-- Below a limit of 1000 the owner's ZCARD comes first, and an owner
+-- without members (its first acquire) needs no ZSCORE; from 1000 the
+-- member's ZSCORE does, and a retry then needs no ZCARD.
+local big = #A[3] > 3
+local n, cur
+if big then
+  cur = call('ZSCORE', key, member)
+else
+  n = call('ZCARD', key)
+  if n > 0 then
+    cur = call('ZSCORE', key, member)
+  end
+end
 cur = cur and cur + 0
 if cur and cur > now then
   -- The live members: one ZCOUNT of them from a limit of 1000, where an
   -- owner near its limit is a skip list (O(log n)); below it ZCARD less a
   -- ZCOUNT of the expired, constant-time also in a listpack, which a
   -- ZCOUNT of the live walks.
-  if #A[3] > 3 then
+  if big then
     count = call('ZCOUNT', key, string.format('(%d', now), '+inf')
   else
-    count = call('ZCARD', key) - call('ZCOUNT', key, '-inf', string.format('%d', now))
+    count = n - call('ZCOUNT', key, '-inf', string.format('%d', now))
   end
   status, value = 2, cur
 else
-  local n = call('ZCARD', key)
+  n = n or call('ZCARD', key)
   local e = 0 -- expired members: the earliest e
   if n > 0 then
     local over = n - A[3]
