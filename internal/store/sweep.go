@@ -68,11 +68,10 @@ func (s *Store) sweepCall(a SweepArgs) *Call {
 	}
 	keys := make([]string, 3, nk)
 	keys[0], keys[1], keys[2] = sk.Due, sk.Events, sk.Trimmed
-	args := make([]any, 7, 7+len(owners))
+	args := make([]any, 7, 8)
 	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = s.now(), s.flags, a.Members, a.PerRound, a.MaxAge.Milliseconds(), a.MaxLen, a.MaxBytes
 	for _, o := range owners {
 		keys = append(keys, sk.Owner+o)
-		args = append(args, o)
 	}
 	if s.payloads {
 		for _, o := range owners {

@@ -3,7 +3,11 @@
 -- KEYS[1]         shard due index      expset:{name:S}:due
 -- KEYS[2]         shard event stream   expset:{name:S}:ev
 -- KEYS[3]         retention counter    expset:{name:S}:trimmed
--- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, one per ARGV[8..]
+-- KEYS[4..3+n]    owner sorted sets    expset:{name:S}:o:<owner>, of the
+--                 owners read from the due index by the previous call (n
+--                 may be 0); each owner (its member there) is its key's
+--                 tail from the position #KEYS[1] (the keys share their
+--                 prefix; "o:" is one byte shorter than "due")
 -- KEYS[4+n..3+2n] owner payload hashes expset:{name:S}:p:<owner>, same order;
 --                 declared only with flag p
 -- ARGV[1]         now in ms, or "" for the server's TIME
@@ -14,12 +18,11 @@
 -- ARGV[6]         retention max length (flag e): the stream keeps at most this many
 -- ARGV[7]         retention max bytes (flag e): the stream's memory, as
 --                 Redis estimates it (MEMORY USAGE), stays at most this
--- ARGV[8..7+n]    owners read from the due index by the previous call (n may be 0)
--- With flag s (the shard's schedules are due: schedules.go), two more keys
--- and one more argument, last:
+-- With flag s (the shard's schedules are due: schedules.go), two more keys,
+-- last, and one more argument:
 -- KEYS[#KEYS-1]   the schedules        expset:{name:S}:o:\0job:sched
 -- KEYS[#KEYS]     their records        expset:{name:S}:sched (see schedule.lua)
--- ARGV[#ARGV]     grace in ms: a tick more than this late was missed while
+-- ARGV[8]         grace in ms: a tick more than this late was missed while
 --                 nothing swept (see "Schedules" below)
 --
 -- The owners were read from the index before this call, so each one's actual
@@ -92,10 +95,13 @@ local now = now_ms(ARGV[1])
 local NOW = string.format('%d', now)
 local budget = tonumber(ARGV[3])
 local events, payloads = string.find(flags, 'e', 1, true) ~= nil, string.find(flags, 'p', 1, true) ~= nil
-local n = #ARGV - 7
+local n = #KEYS - 3
 local sched = string.find(flags, 's', 1, true) ~= nil
 if sched then
-  n = n - 1
+  n = n - 2
+end
+if payloads then
+  n = n / 2
 end
 
 -- PEEK (a read) and POP (a pop, see below): the expired members the first
@@ -129,7 +135,8 @@ for i = 1, n do
   if budget <= 0 or bytes <= 0 then
     break
   end
-  local key, owner = KEYS[3 + i], ARGV[7 + i]
+  local key = KEYS[3 + i]
+  local owner = string.sub(key, #due)
   local want = peek
   if want > budget then
     want = budget
@@ -292,7 +299,7 @@ local refills
 if sched and budget > 0 and bytes > 0 then
   local SCHED, PARK, LOW, F = '\0job:sched', 1000, 8, '%d'
   local skey, shash = KEYS[#KEYS - 1], KEYS[#KEYS]
-  local cutoff = now - tonumber(ARGV[#ARGV])
+  local cutoff = now - tonumber(ARGV[8])
   local ids = call('ZRANGE', skey, '-inf', NOW, 'BYSCORE', 'LIMIT', '0', string.format(F, budget))
   for _, id in ipairs(ids) do
     if budget <= 0 or bytes <= 0 then
