@@ -1,5 +1,7 @@
 package store
 
+import "slices"
+
 // begins.go serves begins.lua and begin_fresh.lua: the start of handler
 // calls of events a consumer holds (read, claimed, read ahead or set
 // aside), one shard's batch a call (Set.Consume, Set.Reserve).
@@ -42,11 +44,20 @@ type Begun struct {
 // beginFresh is the index of begins.lua's count of fresh items (ARGV[7]).
 const beginFresh = 6
 
-// BeginsCall builds begins.lua's call for c on shard: items (at most
-// MaxBatch), the fresh first. ARGV[7] counts the fresh items that lead;
-// a fresh item after one that is not is sent as not fresh, which is
-// always safe (the script then looks at the pending list).
+// BeginsCall builds the call that begins items (at most MaxBatch, the
+// fresh first) for c on shard: begin_fresh.lua's when every item is fresh
+// and c has no owner cap, else begins.lua's (beginsCall).
 func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
+	if c.OwnerCap == 0 && !slices.ContainsFunc(items, func(it BeginItem) bool { return !it.Fresh }) {
+		return s.beginFreshCall(c, shard, items)
+	}
+	return s.beginsCall(c, shard, items)
+}
+
+// beginsCall builds begins.lua's call. ARGV[7] counts the fresh items that
+// lead; a fresh item after one that is not is sent as not fresh, which is
+// always safe (the script then looks at the pending list).
+func (s *Store) beginsCall(c Consumer, shard int, items []BeginItem) *Call {
 	args := make([]any, 8, 8+3*len(items))
 	lease := c.leaseMs()
 	args[0], args[1], args[2], args[3], args[4], args[5] = c.Group, c.Name, lease, c.MaxAttempts, lease/6, c.OwnerCap
@@ -59,23 +70,20 @@ func (s *Store) BeginsCall(c Consumer, shard int, items []BeginItem) *Call {
 		args = append(args, it.ID, it.Token, it.Owner)
 	}
 	args[beginFresh] = fresh
-	full := &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
-	if fresh < len(items) || c.OwnerCap != 0 {
-		return full
-	}
-	return beginFreshCall(c, full, items)
+	return &Call{Op: "begin", Shard: shard, Script: scriptBegins, Keys: s.hotKeys(c, shard), Args: args}
 }
 
 // beginFreshCall builds begin_fresh.lua's call of items, all fresh, for c
-// without an owner cap, which hands over to full, begins.lua's call of the
-// same items, while the group or an owner in it is paused.
-func beginFreshCall(c Consumer, full *Call, items []BeginItem) *Call {
+// without an owner cap. It hands over to begins.lua's call of the same
+// items, built then, while the group or an owner in it is paused.
+func (s *Store) beginFreshCall(c Consumer, shard int, items []BeginItem) *Call {
 	args := make([]any, 1, 1+2*len(items))
 	args[0] = c.Group
 	for _, it := range items {
 		args = append(args, it.ID, it.Token)
 	}
-	return &Call{Op: full.Op, Shard: full.Shard, Script: scriptBeginFresh, Keys: full.Keys[:2], Args: args, handover: full}
+	return &Call{Op: "begin", Shard: shard, Script: scriptBeginFresh, Keys: s.hotKeys(c, shard), Args: args,
+		handover: func() *Call { return s.beginsCall(c, shard, items) }}
 }
 
 // ReadBegins reads the reply of c, a call of begins.lua or begin_fresh.lua

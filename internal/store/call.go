@@ -25,12 +25,14 @@ type Call struct {
 	Err     error // the error, wrapped as "expset: <op> <first key>: <error>"
 	Durable bool  // WithDurability's acknowledgements came (RunWrites)
 
-	// handover, when set, is the call to run instead when this one
+	// handover, when set, builds the call to run instead when this one
 	// replies -1, which says it changed nothing and leaves the call to
-	// handover's script (a script of a common case handing a rarer one to
+	// that call's script (a script of a common case handing a rarer one to
 	// the script of every case). Run and RunPipelined run it in place:
-	// the Call becomes handover, and OnCall sees both runs.
-	handover *Call
+	// the Call becomes the one handover builds, and OnCall sees both runs.
+	// (RunWrites' wait in a pipeline, WithDurability, does not: no call
+	// run through it has one.)
+	handover func() *Call
 }
 
 // handedOver reports whether c ran and handed its call over (see
@@ -39,7 +41,7 @@ func (c *Call) handedOver() bool {
 	if c.handover == nil || c.Err != nil || c.Reply != int64(-1) {
 		return false
 	}
-	*c = *c.handover
+	*c = *c.handover()
 	return true
 }
 

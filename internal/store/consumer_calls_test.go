@@ -33,10 +33,10 @@ func TestConsumerBuilders(t *testing.T) {
 	fresh := []BeginItem{items[0], items[2]}
 	lean := s.BeginsCall(plain, 1, fresh)
 	check("begins, every item fresh", lean, "begin", hot, "g", "1-0", "a", "3-0", "c")
-	if lean.Script != scriptBeginFresh || lean.handover == nil || lean.handover.Script != scriptBegins {
+	if lean.Script != scriptBeginFresh || lean.handover == nil || lean.handover().Script != scriptBegins {
 		t.Errorf("begins, every item fresh: not begin_fresh.lua handing over to begins.lua")
 	}
-	check("begins, every item fresh, handed over", lean.handover, "begin", hot, "g", "c", 1200, 3, 200, 0, 2, "", "1-0", "a", "u", "3-0", "c", "")
+	check("begins, every item fresh, handed over", lean.handover(), "begin", hot, "g", "c", 1200, 3, 200, 0, 2, "", "1-0", "a", "u", "3-0", "c", "")
 	check("begins with a cap, every item fresh", s.BeginsCall(capped, 1, fresh), "begin", lease, "g", "c", 1200, 3, 200, 2, 2, "F:1:g", "1-0", "a", "u", "3-0", "c", "")
 	leases := []Lease{{"1-0", "a"}, {"2-0", ""}}
 	check("ack", s.AckCall(plain, 1, leases), "ack", hot, "g", "1-0", "a", "2-0", "")

@@ -20,7 +20,7 @@
 -- goes and nothing begins.
 --
 -- The script calls no shared function (groups.lua defines seven, each a
--- closure built on every run) and is sent four values fewer than
+-- closure built on every run) and is sent seven values fewer than
 -- begins.lua, plus one per item (bench/README.md has the numbers).
 -- Reply: -1 (paused: nothing changed), else one integer per item, 4 for a
 -- call begun (begins.lua's reply: attempt 1, the lease not taken now) or 0
