@@ -175,10 +175,14 @@ func TestKillReserver(t *testing.T) {
 			if want := begun[k] + 1; h.attempt != want {
 				t.Errorf("event %s: the heir's reservation at attempt %d, want %d (attempts counted before: %d)", k, h.attempt, want, begun[k])
 			}
-			// The lease began after the helper's Reserve was called; Redis
-			// counts its idle time in whole milliseconds.
-			if called, ok := reserved[k]; ok && h.at.Before(called.Add(vis-time.Millisecond)) {
-				t.Errorf("event %s: the heir reserved it %v after the helper's Reserve that took it, before the lease TTL %v", k, h.at.Sub(called), vis)
+			// The lease began at the read that took the event: in the
+			// helper's Reserve that returned it, or in an earlier one that
+			// read it ahead less than vis/12 before (a fresh begin keeps
+			// that read's lease), plus that read's round trip, which a
+			// loaded machine stretches. No heir takes it within half the
+			// lease TTL of the Reserve that returned it.
+			if called, ok := reserved[k]; ok && h.at.Before(called.Add(vis/2)) {
+				t.Errorf("event %s: the heir reserved it %v after the helper's Reserve that took it, before half the lease TTL %v", k, h.at.Sub(called), vis)
 			}
 		}
 		for k := range reserved {
