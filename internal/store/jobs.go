@@ -77,7 +77,7 @@ func (s *Store) jobKeys(owner, id string) (int, string, []string) {
 		return shard, owner, s.keysIn(shard, owner)
 	}
 	n := uint32(len(s.shards))
-	h := fnv32(id)
+	h := FNV32(id)
 	shard := int(h % n)
 	bucket := (h / n) % max(jobBuckets/n, 1)
 	owner = JobOwnerPrefix + strconv.FormatUint(uint64(bucket), 10)

@@ -145,11 +145,11 @@ func (k *Keys) PayloadKey(owner string) string { return k.Payload + owner }
 // ShardOf maps an owner to its shard (of shards) with 32-bit FNV-1a. The
 // mapping is part of the stored layout: it must never change.
 func ShardOf(owner string, shards int) int {
-	return int(fnv32(owner) % uint32(shards))
+	return int(FNV32(owner) % uint32(shards))
 }
 
-// fnv32 is the 32-bit FNV-1a hash of s.
-func fnv32(s string) uint32 {
+// FNV32 is the 32-bit FNV-1a hash of s: ShardOf and the job buckets' mapping.
+func FNV32(s string) uint32 {
 	h := uint32(2166136261)
 	for i := 0; i < len(s); i++ {
 		h ^= uint32(s[i])
