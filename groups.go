@@ -43,12 +43,17 @@ type GroupInfo struct {
 
 // Groups returns the consumer groups of the set's expiry events, by name,
 // with their lag, pending events, retries waiting, dead letters, calls
-// running and events held back. Cost: one pipelined round trip for the groups
-// (one per node on a cluster), one more where Redis cannot tell a lag, one
-// more where events are pending (to count the retries), one per 1000 dead
-// letters of the largest dead-letter stream (each is read to learn its
-// group), one per 1000 events with a call begun on the busiest shard
-// (at least one: see Set.Running), and one for the groups' pauses.
+// running, events held back and pauses. A group that holds nothing yet
+// is listed while it is paused, or has owners paused, with Shards 0: one
+// paused before any Consume made it, or removed with owners paused in it.
+// Cost: one pipelined round trip for the groups (one per node on a
+// cluster), one more where Redis cannot tell a lag, one more where events
+// are pending (to count the retries), one per 1000 dead letters of the
+// largest dead-letter stream (each is read to learn its group), one per
+// 1000 events with a call begun on the busiest shard (at least one: see
+// Set.Running), and one per 1000 fields of the largest attempts hash for
+// the pauses (a field per group for each event a call has begun and not
+// settled, a few per pause).
 func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.eventsOnly("list consumer groups"); err != nil {
 		return nil, err
@@ -92,16 +97,17 @@ func (s *Set) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := s.countRunning(ctx, byName); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	pauses, err := s.st.Pauses(ctx, names)
+	pauses, err := s.st.Pauses(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for name, p := range pauses {
-		byName[name].Paused, byName[name].PausedOwners = p.Group, p.Owners
+		g := byName[name]
+		if g == nil { // paused before it was made, or removed with owners paused
+			g = &GroupInfo{Name: name}
+			byName[name] = g
+		}
+		g.Paused, g.PausedOwners = p.Group, p.Owners
 	}
 	out := make([]GroupInfo, 0, len(byName))
 	for _, g := range byName {

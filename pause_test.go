@@ -206,7 +206,8 @@ func TestPauseRefusesBadInput(t *testing.T) {
 // TestPauseShownAndRemoved: Groups shows a group paused and the owners
 // paused in it; RemoveGroup takes the group's own pause with it, so a
 // group made again under the name is not paused, but its owner still
-// paused is, until resumed.
+// paused is, until resumed, and listed meanwhile on no shard; a group
+// paused before it is made is listed until resumed.
 func TestPauseShownAndRemoved(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -237,6 +238,9 @@ func TestPauseShownAndRemoved(t *testing.T) {
 		if _, err := s.RemoveGroup(ctx, "g"); err != nil {
 			t.Fatal(err)
 		}
+		if g := info(); g != (GroupInfo{Name: "g", PausedOwners: 1}) {
+			t.Fatalf("removed with owner b paused: %+v, want listed on no shard with one owner paused", g)
+		}
 		if _, err := Open(ctx, b.rdb, s.Name(), WithShards(2), WithExpiryEvents(), WithConsumerGroups("g")); err != nil {
 			t.Fatal(err)
 		}
@@ -248,6 +252,21 @@ func TestPauseShownAndRemoved(t *testing.T) {
 		}
 		if g := info(); g.Paused || g.PausedOwners != 0 {
 			t.Fatalf("owner b resumed: %+v", g)
+		}
+
+		// A group paused before any Consume makes it is listed, on no shard.
+		if ok, err := s.Pause(ctx, "later", ""); err != nil || !ok {
+			t.Fatalf("Pause of a group not made: %v %v", ok, err)
+		}
+		gs, err := s.Groups(ctx)
+		if err != nil || len(gs) != 2 || gs[0].Name != "g" || gs[0].Shards != 2 || gs[0].Paused || gs[1] != (GroupInfo{Name: "later", Paused: true}) {
+			t.Fatalf("Groups with %q paused before it is made: %+v %v", "later", gs, err)
+		}
+		if _, err := s.Resume(ctx, "later", ""); err != nil {
+			t.Fatal(err)
+		}
+		if g := info(); g.Name != "g" {
+			t.Fatalf("after resuming %q: %+v", "later", g)
 		}
 	})
 }

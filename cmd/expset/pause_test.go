@@ -24,8 +24,8 @@ import (
 // what they changed (a second pause or resume changes nothing and says
 // so), groups shows PAUSED ("1 owner" for an owner paused, "yes" for the
 // group, both), and its JSON paused and paused_owners; resuming the group
-// leaves its owner paused. A group no consumer has made yet can be paused:
-// declared later, it is listed paused. Bad input to pause, resume and
+// leaves its owner paused. A group no consumer has made yet can be paused,
+// and is listed paused on 0 shards; declared later, it is listed paused. Bad input to pause, resume and
 // paused is a usage error (exit 2), an unknown set exit 3.
 func TestGroupsPauseResume(t *testing.T) {
 	t.Parallel()
@@ -93,6 +93,12 @@ func TestGroupsPauseResume(t *testing.T) {
 
 		// A group no consumer has made: paused ahead of its consumers.
 		cli(`paused group "later" on 4 shards`, "groups", "pause", name, "later")
+		code, out, errs := runCLI(t, "groups", "--json", "--redis", u, name)
+		var rows []groupRowJSON
+		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 ||
+			rows[1] != (groupRowJSON{Group: "later", Paused: true}) {
+			t.Errorf("groups --json with later paused, not made: exit %d, %s%s; want later listed paused on 0 shards", code, out, errs)
+		}
 		declare(t, rdb, set, "later")
 		gs, err := set.Groups(ctx)
 		if err != nil || len(gs) != 2 || gs[1].Name != "later" || !gs[1].Paused {
@@ -159,7 +165,8 @@ func (f *webFix) actOnGroups(form url.Values) string {
 // TestWebPauseGroups: on every backend, a read-only page shows no pause
 // button and refuses a pause; with --allow-changes a pause or resume needs
 // the page's origin and CSRF token, as every change does, and the page's
-// form pauses and resumes the group, says what it did and logs it.
+// form pauses and resumes the group, says what it did and logs it; a group
+// paused before it is made has its row, with a resume button.
 func TestWebPauseGroups(t *testing.T) {
 	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
@@ -228,6 +235,15 @@ func TestWebPauseGroups(t *testing.T) {
 		act("resume", `group "billing" was not paused`, false)
 		if log := f.log.String(); !strings.Contains(log, `paused group "billing" on 2 shards of set `+set.Name()) || !strings.Contains(log, `resumed group "billing"`) {
 			t.Errorf("pause and resume not logged:\n%s", log)
+		}
+
+		// A group paused before any consumer makes it has its row, to resume it.
+		row := regexp.MustCompile(`<tr data-group="later" class="paused">(?s:.*?)data-group-paused="true"(?s:.*?)name="do" value="resume"`)
+		if _, err := set.Pause(ctx, "later", ""); err != nil {
+			t.Fatal(err)
+		}
+		if body := mustGet(t, f, "/set?s="+set.Name()); !row.MatchString(body) {
+			t.Errorf("the page does not show later, not made, paused with a resume button:\n%s", body)
 		}
 	})
 }

@@ -167,25 +167,38 @@ func (w *webSet) readGroups(ctx context.Context, detail bool) ([]groupRow, count
 		if err := w.readRunning(ctx, out); err != nil {
 			return nil, cnt, err
 		}
-		if err := w.readPauses(ctx, out); err != nil {
+		var err error
+		if out, err = w.readPauses(ctx, out); err != nil {
 			return nil, cnt, err
 		}
 	}
 	return out, cnt, nil
 }
 
-// readPauses fills in each group's pause (one pipelined round trip, one on
-// each node of a cluster) and, for each group with owners paused, the
-// first webPausedShown of them (Set.PausedOwners: a scan of the attempts
-// hashes of the shards that have some).
-func (w *webSet) readPauses(ctx context.Context, groups []groupRow) error {
-	names := make([]string, len(groups))
-	for i, g := range groups {
-		names[i] = g.Name
-	}
-	ps, err := w.st.Pauses(ctx, names)
+// readPauses fills in each group's pause, adds a row for each group paused
+// (or with owners paused) that no stream has yet (Set.Groups lists those
+// too), sorted in by name, and, for each group with owners paused, reads
+// the first webPausedShown of them (Set.PausedOwners: a scan of the
+// attempts hashes of the shards that have some). The pauses cost a round
+// trip per 1000 fields of the largest attempts hash (store.Pauses).
+func (w *webSet) readPauses(ctx context.Context, groups []groupRow) ([]groupRow, error) {
+	ps, err := w.st.Pauses(ctx)
 	if err != nil {
-		return fmt.Errorf("read the pauses of %s's groups: %w", w.name, err)
+		return nil, fmt.Errorf("read the pauses of %s's groups: %w", w.name, err)
+	}
+	listed := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		listed[g.Name] = true
+	}
+	added := false
+	for name := range ps {
+		if !listed[name] {
+			groups = append(groups, groupRow{Name: name})
+			added = true
+		}
+	}
+	if added {
+		sort.Slice(groups, func(a, b int) bool { return groups[a].Name < groups[b].Name })
 	}
 	for i := range groups {
 		g := &groups[i]
@@ -196,14 +209,14 @@ func (w *webSet) readPauses(ctx context.Context, groups []groupRow) error {
 		}
 		owners, err := w.set.PausedOwners(ctx, g.Name)
 		if err != nil {
-			return fmt.Errorf("read the owners paused in %s: %w", g.Name, err)
+			return nil, fmt.Errorf("read the owners paused in %s: %w", g.Name, err)
 		}
 		if n := len(owners); n > webPausedShown {
 			owners, g.PausedMore = owners[:webPausedShown], int64(n-webPausedShown)
 		}
 		g.PausedShown = owners
 	}
-	return nil
+	return groups, nil
 }
 
 // addConsumers adds the consumers of one shard's stream to the group's,

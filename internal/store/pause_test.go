@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // shard, the cursor followed to its end), and lists only the owners
 // paused in the group asked for, of every shard: not those of a group its
 // escaped name would match as a pattern, nor the events' fields or the
-// group's own pause.
+// group's own pause; Pauses finds every group's pause there, made or not.
 func TestPausedOwnersScan(t *testing.T) {
 	t.Parallel()
 	redistest.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
@@ -58,6 +59,10 @@ func TestPausedOwnersScan(t *testing.T) {
 		}
 		if got, err := s.PausedOwners(ctx, "g"); err != nil || got != nil {
 			t.Errorf("PausedOwners of a group with none paused: %q, %v", got, err)
+		}
+		wantPauses := map[string]PauseState{"g*": {Group: true, Owners: 40}, "gx": {Owners: 40}}
+		if got, err := s.Pauses(ctx); err != nil || !maps.Equal(got, wantPauses) {
+			t.Errorf("Pauses = %v, %v; want %v", got, err, wantPauses)
 		}
 	})
 }
