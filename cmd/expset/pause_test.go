@@ -253,7 +253,9 @@ func TestWebPauseGroups(t *testing.T) {
 // paused and a's event held back while b's was handled; the page's pause
 // button pauses the whole group (the library reads it paused, the page
 // shows it), its resume button resumes it, and once the library resumes a
-// the live refresh shows billing not paused, nothing held back.
+// the live refresh shows billing not paused, nothing held back. A group
+// paused before it is made shows its row, on no stream, until its resume
+// button resumes it.
 func TestWebBrowserPause(t *testing.T) {
 	// Not parallel: chromium takes the machine for a while.
 	b := startBrowser(t)
@@ -329,6 +331,27 @@ func TestWebBrowserPause(t *testing.T) {
 	waitFor(t, "the live refresh showing billing not paused, nothing held back", func() bool {
 		return b.text(row+`[data-k="paused"]`) == "–" && b.text(row+`[data-k="held-back"]`) == "0"
 	})
+
+	// A group paused before any consumer makes it: its row, on no stream,
+	// and its resume button.
+	if _, err := set.Pause(ctx, "later", ""); err != nil {
+		t.Fatal(err)
+	}
+	b.open(base + "/set?s=" + set.Name())
+	later := `#groups tr[data-group="later"] `
+	if p, g := b.text(later+`[data-k="paused"]`), b.text(later+`[data-k="group"]`); p != "paused" || g != "later no stream has it yet" {
+		t.Errorf("later, paused before it is made, shows %q, paused %q; want it on no stream, paused", g, p)
+	}
+	if g := b.text(row + `[data-k="group"]`); g != "billing" {
+		t.Errorf("billing's name cell: %q", g)
+	}
+	b.eval(`document.querySelector('#groups tr[data-group="later"] button[value="resume"]').click(); true`, nil)
+	b.waitLoaded(func(href string) bool { return strings.Contains(href, "done=resumed") })
+	var rows int
+	b.eval(`document.querySelectorAll('#groups tr[data-group="later"]').length`, &rows)
+	if gs, err := set.Groups(ctx); err != nil || len(gs) != 1 || rows != 0 {
+		t.Errorf("after resuming later: groups %+v, %v, the page shows %d rows of it; want billing alone", gs, err, rows)
+	}
 }
 
 // TestGroupsPaused: on every backend, groups paused lists the owners
