@@ -2,7 +2,9 @@ package expset
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,5 +150,119 @@ func TestPlainAcquireWithEvents(t *testing.T) {
 			t.Fatalf("acquire over an expired member: %+v", d)
 		}
 		waitFor(t, "the expired member's event handled", func() bool { return got()["old"] })
+	})
+}
+
+// TestPlainAcquireEvicting checks acquire_plain.lua for a quota
+// WithEvictOldest (server clock, one call where Hooks.OnCall counts the
+// acquire calls): at the limit the earliest live member is evicted, behind
+// expired members too (dropped with it), and a retry reports it while the
+// receipt lasts, for members of any bytes; the receipt is a string that
+// acquire.lua reads and refreshes (WithRefreshOnReacquire goes there)
+// and writes for acquire_plain.lua to read. It hands to acquire.lua a
+// receipt of the list form acquire.lua wrote before, and an eviction on a
+// set with events (whose events acquire.lua writes), which each take two
+// calls and decide the same.
+func TestPlainAcquireEvicting(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		hooks := WithHooks(Hooks{OnCall: func(_ context.Context, ci CallInfo) {
+			if ci.Op == "acquire" {
+				calls.Add(1)
+			}
+		}})
+		s := openServerClock(t, b, WithShards(1), hooks)
+		evicting := func(limit int, opts ...QuotaOption) *Quota {
+			return must[*Quota](t)(NewQuota(s, limit, append([]QuotaOption{WithEvictOldest(), WithEvictionReceiptTTL(time.Minute)}, opts...)...))
+		}
+		acquire := func(q *Quota, owner, member string, wantCalls int64, want Decision) Decision {
+			t.Helper()
+			calls.Store(0)
+			d, err := q.Acquire(ctx, owner, member, time.Hour)
+			if err != nil || d.Allowed != want.Allowed || d.Existing != want.Existing || d.Count != want.Count ||
+				!slices.Equal(d.Evicted, want.Evicted) || calls.Load() != wantCalls {
+				t.Fatalf("Acquire(%q, %q): %+v, %v in %d calls; want %+v in %d", owner, member, d, err, calls.Load(), want, wantCalls)
+			}
+			return d
+		}
+		receipt := func(owner, member string) string {
+			return s.shards[0].Receipt + strconv.Itoa(len(owner)) + ":" + owner + member
+		}
+		q2 := evicting(2)
+
+		// At the limit: the earliest evicted, in one call; a retry reports it.
+		acquire(q2, "u", "a", 1, Decision{Allowed: true, Count: 1})
+		acquire(q2, "u", "b", 1, Decision{Allowed: true, Count: 2})
+		first := acquire(q2, "u", "c", 1, Decision{Allowed: true, Count: 2, Evicted: []string{"a"}})
+		if typ, ttl := b.rdb.Type(ctx, receipt("u", "c")).Val(), b.rdb.PTTL(ctx, receipt("u", "c")).Val(); typ != "string" || ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("receipt: %s with TTL %v, want a string living up to 1m", typ, ttl)
+		}
+		again := acquire(q2, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
+		if !again.Deadline.Equal(first.Deadline) {
+			t.Fatalf("retry's deadline %v, want %v", again.Deadline, first.Deadline)
+		}
+		if got := b.rdb.ZRange(ctx, s.OwnerKey("u"), 0, -1).Val(); !slices.Equal(got, []string{"b", "c"}) {
+			t.Fatalf("members %v, want [b c]", got)
+		}
+
+		// Members of any bytes, in the receipt's lengths and separators.
+		odd := []string{"a b:3", "12:x y", "\x00\xff :", " "}
+		q1 := evicting(1)
+		acquire(q1, "w", odd[0], 1, Decision{Allowed: true, Count: 1})
+		for i := 1; i < len(odd); i++ {
+			acquire(q1, "w", odd[i], 1, Decision{Allowed: true, Count: 1, Evicted: odd[i-1 : i]})
+			acquire(q1, "w", odd[i], 1, Decision{Allowed: true, Existing: true, Count: 1, Evicted: odd[i-1 : i]})
+		}
+
+		// Behind expired members: they go with the evicted, in one call.
+		live := time.Now().Add(time.Hour).UnixMilli()
+		seed := func(owner string, zs ...redis.Z) {
+			t.Helper()
+			if err := b.rdb.ZAdd(ctx, s.OwnerKey(owner), zs...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := redis.Z{Score: 1000, Member: "old"}
+		seed("v", old, redis.Z{Score: float64(live), Member: "a"}, redis.Z{Score: float64(live + 1), Member: "b"})
+		acquire(q2, "v", "c", 1, Decision{Allowed: true, Count: 2, Evicted: []string{"a"}})
+		seed("x", old, redis.Z{Score: float64(live), Member: "a"}, redis.Z{Score: float64(live + 1), Member: "b"},
+			redis.Z{Score: float64(live + 2), Member: "c"})
+		acquire(q2, "x", "d", 1, Decision{Allowed: true, Count: 2, Evicted: []string{"a", "b"}})
+		for _, o := range []string{"v", "x"} {
+			if got := b.rdb.ZRange(ctx, s.OwnerKey(o), 0, -1).Val(); len(got) != 2 || slices.Contains(got, "old") {
+				t.Fatalf("owner %s holds %v, want 2 live members", o, got)
+			}
+		}
+
+		// acquire.lua reads and refreshes the string; it writes one too.
+		refresh := evicting(2, WithRefreshOnReacquire())
+		d := acquire(refresh, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
+		acquire(q2, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
+		if d.Deadline.Equal(first.Deadline) {
+			t.Fatalf("the refresh kept the deadline %v", d.Deadline)
+		}
+		acquire(refresh, "u", "e", 1, Decision{Allowed: true, Count: 2, Evicted: []string{"b"}})
+		acquire(q2, "u", "e", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"b"}})
+
+		// A receipt of the list form: acquire.lua reads it.
+		seed("l", redis.Z{Score: float64(live), Member: "m"})
+		if err := b.rdb.RPush(ctx, receipt("l", "m"), live, live+60_000, "gone 1", "gone:2").Err(); err != nil {
+			t.Fatal(err)
+		}
+		acquire(q2, "l", "m", 2, Decision{Allowed: true, Existing: true, Count: 1, Evicted: []string{"gone 1", "gone:2"}})
+
+		// With events: an admission in one call; an eviction, whose event
+		// acquire.lua writes, in two.
+		es := openServerClock(t, b, WithShards(1), WithExpiryEvents(), hooks)
+		qe := must[*Quota](t)(NewQuota(es, 1, WithEvictOldest()))
+		acquire(qe, "u", "a", 1, Decision{Allowed: true, Count: 1})
+		acquire(qe, "u", "b", 2, Decision{Allowed: true, Count: 1, Evicted: []string{"a"}})
+		acquire(qe, "u", "b", 1, Decision{Allowed: true, Existing: true, Count: 1, Evicted: []string{"a"}})
+		evs, _, err := es.ReadEvents(ctx, 0, "0-0", 10, 0)
+		if err != nil || len(evs) != 1 || evs[0].Member != "a" || !evs[0].Evicted {
+			t.Fatalf("events: %+v, %v; want a's eviction", evs, err)
+		}
 	})
 }

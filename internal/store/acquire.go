@@ -62,8 +62,7 @@ func (s *Store) acquireCall(a Acquire) *Call {
 		}
 		args = append(args, a.ReceiptTTL)
 		sk := &s.shards[s.ShardOf(a.Owner)]
-		keys = []string{sk.Owner + a.Owner, sk.Due, sk.Events, sk.Payload + a.Owner,
-			sk.Receipt + strconv.Itoa(len(a.Owner)) + ":" + a.Owner + a.Member}
+		keys = []string{sk.Owner + a.Owner, sk.Due, sk.Events, sk.Payload + a.Owner, evictionReceiptKey(sk, a)}
 	}
 	return &Call{Op: "acquire", Shard: s.ShardOf(a.Owner), Script: scriptAcquire, Keys: keys, Args: args}
 }
@@ -85,8 +84,8 @@ func (s *Store) waiterCall(a Acquire, ticket string, lease time.Duration) *Call 
 
 // readDecision reads acquire.lua's reply to a call at limit: one integer
 // (value*256 + count*4 + status; from acquire_plain.lua also retry*2^22 +
-// count*4 + 3, a denial), the string "status count value" (from
-// acquire_plain.lua) or the table {status, count, deadline, retry,
+// count*4 + 3, a denial), the text "status count value" with the members
+// evicted after it (from acquire_plain.lua: readDecisionText) or the table {status, count, deadline, retry,
 // evicted...}; value is the deadline, or the retry when denied.
 func readDecision(v any, limit int) (Decision, error) {
 	switch x := v.(type) {
@@ -102,18 +101,7 @@ func readDecision(v any, limit int) (Decision, error) {
 		}
 		return decision(v, x&3, x>>2&63, x>>8, limit)
 	case string:
-		f := strings.Fields(x)
-		if len(f) != 3 {
-			return Decision{}, Unexpected("acquire.lua", v)
-		}
-		var n [3]int64
-		for i := range n {
-			var err error
-			if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil || n[i] < 0 {
-				return Decision{}, Unexpected("acquire.lua", v)
-			}
-		}
-		return decision(v, n[0], n[1], n[2], limit)
+		return readDecisionText(x, limit)
 	}
 	xs, ok := v.([]any)
 	if !ok || len(xs) < 4 {
@@ -138,6 +126,52 @@ func readDecision(v any, limit int) (Decision, error) {
 		evicted = append(evicted, id)
 	}
 	d, err := decision(v, n[0], n[1], value, limit)
+	d.Evicted = evicted
+	return d, err
+}
+
+// readDecisionText reads acquire_plain.lua's text reply: "status count
+// value", where after an eviction, or for a retry of one while its receipt
+// lasts, " expires" and the evicted members follow as the receipt holds
+// them, " <length>:<member>" each.
+func readDecisionText(x string, limit int) (Decision, error) {
+	bad := func() (Decision, error) { return Decision{}, Unexpected("acquire_plain.lua", x) }
+	var n [4]int64
+	rest := x
+	for i := range n {
+		var f string
+		var more bool
+		f, rest, more = strings.Cut(rest, " ")
+		var err error
+		if n[i], err = strconv.ParseInt(f, 10, 64); err != nil || n[i] < 0 {
+			return bad()
+		}
+		if !more {
+			if i != 2 {
+				return bad()
+			}
+			return decision(x, n[0], n[1], n[2], limit)
+		}
+	}
+	var evicted []string
+	for rest != "" {
+		l, after, ok := strings.Cut(rest, ":")
+		size, err := strconv.Atoi(l)
+		if !ok || err != nil || size < 1 || size > len(after) {
+			return bad()
+		}
+		evicted, rest = append(evicted, after[:size]), after[size:]
+		if rest != "" {
+			if rest[0] != ' ' || len(rest) == 1 {
+				return bad()
+			}
+			rest = rest[1:]
+		}
+	}
+	if len(evicted) == 0 || n[0] == 0 {
+		return bad()
+	}
+	d, err := decision(x, n[0], n[1], n[2], limit)
 	d.Evicted = evicted
 	return d, err
 }
@@ -181,20 +215,33 @@ func decided(c *Call, limit int) (Decision, error) {
 	return d, err
 }
 
+// evictionReceiptKey is the key of the eviction receipt of a's admission
+// (acquire.lua's KEYS[5]) in its owner's shard sk.
+func evictionReceiptKey(sk *Keys, a Acquire) string {
+	return sk.Receipt + strconv.Itoa(len(a.Owner)) + ":" + a.Owner + a.Member
+}
+
 // plainCall builds acquire_plain.lua's call for a, or returns nil when
-// only acquire.lua serves it: a clock, an option of the call, or a set
-// with payloads or with the due index but no events.
+// only acquire.lua serves it: a clock, an option of the call but
+// WithEvictOldest, or a set with payloads or with the due index but no
+// events. An evicting quota's call declares its eviction receipt instead
+// of the wait line, and sends the receipt's life.
 func (s *Store) plainCall(a Acquire) *Call {
-	if s.clock != nil || a.Evict || a.Refresh || a.HasPayload || (s.flags != "" && s.flags != "ei") {
+	if s.clock != nil || a.Refresh || a.HasPayload || (s.flags != "" && s.flags != "ei") {
 		return nil
 	}
 	shard := s.ShardOf(a.Owner)
 	sk := &s.shards[shard]
 	keys := []string{sk.Owner + a.Owner, sk.Line + a.Owner}
+	args := []any{a.TTL, a.Member, a.Limit}
+	if a.Evict {
+		keys[1] = evictionReceiptKey(sk, a)
+		args = append(args, a.ReceiptTTL)
+	}
 	if s.flags != "" {
 		keys = append(keys, sk.Due)
 	}
-	return &Call{Op: "acquire", Shard: shard, Script: scriptAcquirePlain, Keys: keys, Args: []any{a.TTL, a.Member, a.Limit}}
+	return &Call{Op: "acquire", Shard: shard, Script: scriptAcquirePlain, Keys: keys, Args: args}
 }
 
 // Acquire runs acquire.lua for a and returns its decision. The common call

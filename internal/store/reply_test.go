@@ -137,7 +137,8 @@ func TestReadersRefuseMalformed(t *testing.T) {
 		"members.lua":  {nil, "x", []any{"a"}, []any{"a", "notanumber"}, []any{int64(1), "1"}, []any{"a", "1.5"}},
 		"payload.lua":  {"x", []any{}, []any{int64(1), int64(2), int64(3)}, []any{int64(1), int64(2)}},
 		"acquire.lua": {nil, "x", int64(3), int64(-1), int64(1<<8 + 3), int64(5<<8 + 1), []any{}, []any{int64(1)}, []any{"a", "b", "c", "d"}, []any{int64(7), int64(1), int64(1), int64(0)}, []any{int64(1), int64(1), int64(1), int64(0), int64(5)},
-			int64(64<<2 + 3), int64(5<<22 + 63<<2 + 3), "", "1 2", "x 1 2", "1 2 x", "4 100 5", "1 0 5", "1 70 0", "-1 70 5"},
+			int64(64<<2 + 3), int64(5<<22 + 63<<2 + 3), "", "1 2", "x 1 2", "1 2 x", "4 100 5", "1 0 5", "1 70 0", "-1 70 5",
+			"1 2 9 ", "1 2 9 x", "1 2 9 7", "1 2 9 7 ", "1 2 9 7 x", "1 2 9 7 3:ab", "1 2 9 7 0:", "1 2 9 7 1:a ", "1 2 9 7 1:ab", "0 2 9 7 1:a", "1 2 9 -7 1:a"},
 		"acquire.lua (waiter)": {[]any{int64(3), int64(0), int64(-1), int64(5)}, []any{int64(3), int64(0), "x", int64(5)}},
 		"acquire_many.lua":     {nil, []any{}, []any{int64(1), int64(1), int64(1)}, []any{"x"}},
 		"wait_renew.lua":       {nil, "x", []any{}},
@@ -198,6 +199,11 @@ func TestReadersRead(t *testing.T) {
 	check("acquire_plain.lua denial of a count of 64 or more", err == nil && !d.Allowed && d.Count == 100 && d.RetryAfter == 1500*time.Millisecond, d, err)
 	d, err = readDecision("2 5000 1700000000123", 10000)
 	check("acquire_plain.lua text", err == nil && d.Allowed && d.Existing && d.Count == 5000 && d.Deadline.UnixMilli() == 1700000000123, d, err)
+	d, err = readDecision("1 3 1700000000123 1700000060123 5:a b:c 2:\x00 ", 3)
+	check("acquire_plain.lua text after an eviction", err == nil && d.Allowed && !d.Existing && d.Count == 3 && d.Deadline.UnixMilli() == 1700000000123 &&
+		len(d.Evicted) == 2 && d.Evicted[0] == "a b:c" && d.Evicted[1] == "\x00 ", d, err)
+	d, err = readDecision("2 1 9 99 1:x", 1)
+	check("acquire_plain.lua text of a retry with its receipt", err == nil && d.Existing && len(d.Evicted) == 1 && d.Evicted[0] == "x", d, err)
 	d, err = readDecision([]any{int64(1), int64(3), int64(9), int64(0), "e1", "e2"}, 3)
 	check("acquire.lua table", err == nil && d.Allowed && len(d.Evicted) == 2 && d.Deadline.UnixMilli() == 9, d, err)
 	ms, err := readMembers([]any{"a", "1700000000123", "b", int64(5)})

@@ -40,19 +40,23 @@
 --
 -- Eviction (flag v): the evicted members go with their payloads; with
 -- events each gets one stream entry with r=evicted. The admission that
--- evicted writes a receipt, a list {deadline, expires, evicted...} that
--- lives ARGV[8] ms, so that a retry of it (the member held at that very
--- deadline, before expires) reports the same members. Only an eviction
--- writes it. When more members must go than one call may move (MAX_BATCH,
+-- evicted writes a receipt that lives ARGV[8] ms (SET PX), the string
+-- "<deadline> <expires>" then " <length>:<member>" per member evicted, as
+-- acquire_plain.lua does, so that a retry of it (the member held at that
+-- very deadline, before expires) reports the same members; a receipt of
+-- the list form {deadline, expires, evicted...}, which acquire.lua wrote
+-- before, is read as well. Only an eviction writes it. When more members must go than one call may move (MAX_BATCH,
 -- BYTES_MAX), the call evicts what it may and denies with retry 0.
 -- A waiter (flag w) that is not admitted gets the table {3, count, rank,
 -- retry}: its rank in the line, and (meaningful at rank 0) when to try
 -- again.
 --
--- A call of three arguments (no flags, the server's clock) comes here only
--- when acquire_plain.lua, which Quota.Acquire runs for it first, leaves it
--- (a wait line, or more expired members than one call drops); the waiters
--- of AcquireWait come here directly.
+-- A call of three arguments (no flags, the server's clock), or of an
+-- evicting quota on such a set, comes here only when acquire_plain.lua,
+-- which Quota.Acquire runs for it first, leaves it (a wait line, more
+-- expired members than one call drops, an eviction with events or of more
+-- than MAX_BATCH, a receipt of the list form); the waiters of AcquireWait
+-- come here directly.
 -- The common path (allowed, nothing expired, no flags) is TIME, a ZRANGE of
 -- the two earliest members, an EXISTS of the wait line and one ZADD (ZCARD
 -- and ZADD NX when the owner holds more than one; from a limit of 10, a

@@ -164,10 +164,25 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
 
   if cur then
     local d = curn or tonumber(cur)
-    local receipt
+    local receipt, rc
     if evict then
-      receipt = call('LRANGE', keys[ko + 5], '0', '-1')
-      if not (receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
+      rc = redis.pcall('GET', keys[ko + 5])
+      if type(rc) == 'table' then -- an error: the list form {deadline, expires, evicted...}
+        receipt, rc = call('LRANGE', keys[ko + 5], '0', '-1'), nil
+      elseif rc then -- "<deadline> <expires>", then " <length>:<member>" per member evicted
+        local find, sub = string.find, string.sub
+        local a = find(rc, ' ', 1, true)
+        local b = find(rc, ' ', a + 1, true)
+        receipt = {sub(rc, 1, a - 1), sub(rc, a + 1, (b or 0) - 1)}
+        while b and b < #rc do
+          local c = find(rc, ':', b + 1, true)
+          local e = c + tonumber(sub(rc, b + 1, c - 1))
+          receipt[#receipt + 1] = sub(rc, c + 1, e)
+          b = e + 1
+        end
+        rc = sub(rc, a) -- what follows the deadline: a refresh keeps it
+      end
+      if not (receipt and receipt[2] and tonumber(receipt[1]) == d and now < tonumber(receipt[2])) then
         receipt = nil
       end
     end
@@ -192,7 +207,9 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
       elseif payloads then
         lib().stretch_payload(keys[ko + 4], ttl, events)
       end
-      if receipt then
+      if receipt and rc then
+        call('SET', keys[ko + 5], string.format('%d', d) .. rc, 'KEEPTTL')
+      elseif receipt then
         call('LSET', keys[ko + 5], '0', string.format('%d', d))
       end
     end
@@ -336,9 +353,11 @@ local function admit(keys, ko, nk, argv, ao, na, now, lib, waitlib, TTL_BUCKET, 
   end
   if evicted then
     evicted[2], evicted[3] = count + 1, d
-    call('DEL', keys[ko + 5])
-    call('RPUSH', keys[ko + 5], ds, string.format('%d', now + tonumber(argv[ao + 8])), unpack(evicted, 5))
-    call('PEXPIRE', keys[ko + 5], argv[ao + 8])
+    local rc = {ds, ' ', string.format('%d', now + tonumber(argv[ao + 8]))}
+    for i = 5, #evicted do
+      rc[#rc + 1] = ' ' .. #evicted[i] .. ':' .. evicted[i]
+    end
+    call('SET', keys[ko + 5], table.concat(rc), 'PX', argv[ao + 8])
     return evicted, admit_used, admit_moved
   end
   if count < 63 and d < 35184372088832 then
