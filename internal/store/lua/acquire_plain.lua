@@ -186,9 +186,14 @@ else
     status, count, value = 1, n + 1, d
     if evicted then
       local rc = ds .. ' ' .. string.format('%d', now + rttl)
-      for i = 1, #evicted do
-        local m = evicted[i]
-        rc = rc .. ' ' .. #m .. ':' .. m
+      if #evicted == 1 then
+        rc = rc .. ' ' .. #evicted[1] .. ':' .. evicted[1]
+      else -- one concat: a concatenation per member would copy the receipt once each
+        local parts = {rc}
+        for i = 1, #evicted do
+          parts[#parts + 1] = ' ' .. #evicted[i] .. ':' .. evicted[i]
+        end
+        rc = table.concat(parts)
       end
       call('SET', K[2], rc, 'PX', rttl)
       return string.format('1 %d ', n + 1) .. rc
