@@ -238,11 +238,12 @@ func TestPlainAcquireEvicting(t *testing.T) {
 
 		// acquire.lua reads and refreshes the string; it writes one too.
 		refresh := evicting(2, WithRefreshOnReacquire())
-		d := acquire(refresh, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
-		acquire(q2, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
-		if d.Deadline.Equal(first.Deadline) {
-			t.Fatalf("the refresh kept the deadline %v", d.Deadline)
+		// (A refresh of two hours: a deadline later than the first's on any clock.)
+		d, err := refresh.Acquire(ctx, "u", "c", 2*time.Hour)
+		if err != nil || !d.Existing || !slices.Equal(d.Evicted, []string{"a"}) || !d.Deadline.After(first.Deadline.Add(59*time.Minute)) {
+			t.Fatalf("refresh: %+v, %v; want c held two hours on, a evicted", d, err)
 		}
+		acquire(q2, "u", "c", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"a"}})
 		acquire(refresh, "u", "e", 1, Decision{Allowed: true, Count: 2, Evicted: []string{"b"}})
 		acquire(q2, "u", "e", 1, Decision{Allowed: true, Existing: true, Count: 2, Evicted: []string{"b"}})
 
